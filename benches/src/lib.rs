@@ -1,0 +1,1 @@
+//! prox-benches: criterion benchmarks and peer-comparison scripts.

@@ -1,0 +1,2 @@
+//! prox-conformance: locating the shared fixtures (`../shared/conformance`,
+//! overridable with `PROX_SHARED`) for the conformance test suite.

@@ -1,0 +1,142 @@
+//! The engine's one error type.
+
+use crate::cid::Cid;
+use std::path::PathBuf;
+
+/// Result alias for the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every failure of the engine layer. Errors carry data (CIDs, record keys,
+/// expected/actual values) so callers can report exactly what is at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ----- decoding (shared by every codec) -----
+    /// Input ended before the object `object` was complete.
+    #[error("{object}: truncated input")]
+    Truncated {
+        /// Object type being decoded (e.g. "CRAB node", "PRXN").
+        object: &'static str,
+    },
+    /// Bytes remained after a complete object.
+    #[error("{object}: {extra} trailing bytes")]
+    TrailingBytes {
+        /// Object type being decoded.
+        object: &'static str,
+        /// Number of bytes left over.
+        extra: usize,
+    },
+    /// A varint overflowed u64 or the context's range, or was not minimal.
+    #[error("{object}: invalid varint: {reason}")]
+    Varint {
+        /// Object type being decoded.
+        object: &'static str,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// Bytes that are not a valid object of this type.
+    #[error("invalid {object}: {reason}")]
+    InvalidObject {
+        /// Object type being decoded or encoded.
+        object: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A proximity object with a version this build does not read.
+    #[error("unsupported proximity object version {found} (required {required})")]
+    UnsupportedProximityVersion {
+        /// Version byte found.
+        found: u8,
+        /// Version this build reads.
+        required: u8,
+    },
+
+    // ----- stores -----
+    /// A block whose bytes do not hash to its CID, or whose frame is damaged.
+    #[error("corrupt block {cid}: {reason}")]
+    Corrupt {
+        /// The CID that was asked for.
+        cid: Cid,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A block the operation needs is not in the store.
+    #[error("block {cid} not found")]
+    NotFound {
+        /// The missing CID.
+        cid: Cid,
+    },
+    /// Another process holds the store's write lock.
+    #[error("store {path} is locked by another process")]
+    Locked {
+        /// Store directory.
+        path: PathBuf,
+    },
+    /// A store file is damaged beyond what recovery may repair.
+    #[error("store file {path} is damaged: {reason}")]
+    StoreDamaged {
+        /// The damaged file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A named root's name is not acceptable.
+    #[error("invalid root name {name:?}: {reason}")]
+    InvalidRootName {
+        /// The rejected name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// I/O failure.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+
+    // ----- trees and maps -----
+    /// A configuration that cannot be used.
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    /// The same key appears twice in one input.
+    #[error("duplicate key {}", hex::encode(key))]
+    DuplicateKey {
+        /// The repeated key.
+        key: Vec<u8>,
+    },
+    /// A vector of the wrong length.
+    #[error("wrong dimension: expected {expected}, got {got}{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
+    WrongDimension {
+        /// Dimensions the map uses.
+        expected: usize,
+        /// Dimensions supplied.
+        got: usize,
+        /// The record at fault, when known.
+        key: Option<Vec<u8>>,
+    },
+    /// A vector with a NaN or infinite component.
+    #[error("non-finite component {index} in vector{}", key.as_ref().map(|k| format!(" of key {}", hex::encode(k))).unwrap_or_default())]
+    NonFiniteVector {
+        /// Component index.
+        index: usize,
+        /// The record at fault, when known.
+        key: Option<Vec<u8>>,
+    },
+    /// A zero vector in a cosine map.
+    #[error("zero vector under cosine metric{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
+    ZeroCosineVector {
+        /// The record at fault, when known.
+        key: Option<Vec<u8>>,
+    },
+    /// An argument outside its documented range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidObject`].
+    pub fn invalid(object: &'static str, reason: impl Into<String>) -> Error {
+        Error::InvalidObject {
+            object,
+            reason: reason.into(),
+        }
+    }
+}

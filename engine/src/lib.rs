@@ -1,0 +1,24 @@
+//! prox-engine: content-addressed storage and indexes.
+//!
+//! Architecture, bottom-up:
+//!
+//! * [`Cid`] names every block (SHA-256 of its bytes); `codec` holds the
+//!   shared byte primitives (canonical varints, floats, blobs) every object
+//!   codec is built from.
+//! * [`store`]: block stores ([`MemStore`], the memory-mapped
+//!   `MmapStore`) with named roots and garbage collection.
+//! * `prolly`: ordered maps as prolly trees of `CRAB` v1 nodes, built
+//!   canonically so equal contents give equal roots.
+//! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
+//!   directory, with best-first search and the HNSW/PQ accelerators.
+//!
+//! Blocking code only: no async runtime, no networking.
+
+mod cid;
+pub mod codec;
+mod error;
+pub mod store;
+
+pub use cid::{Cid, ParseCidError};
+pub use error::{Error, Result};
+pub use store::{BlockStore, MemStore};

@@ -1,0 +1,105 @@
+//! Content-addressed block stores and named roots.
+//!
+//! A [`BlockStore`] maps CIDs to the exact bytes that hash to them. Every
+//! implementation verifies a block against its CID before handing it out:
+//! a mismatch is [`Error::Corrupt`](crate::Error::Corrupt), never data.
+//! Named roots are small mutable pointers (RootManifest bytes, see
+//! [`crate::manifest`]) with compare-and-swap semantics.
+
+mod mem;
+
+pub use mem::MemStore;
+
+use crate::cid::Cid;
+use crate::error::Result;
+use bytes::Bytes;
+
+/// Outcome of reclaiming unreachable blocks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetainStats {
+    /// Blocks kept.
+    pub kept_blocks: u64,
+    /// Blocks removed.
+    pub removed_blocks: u64,
+    /// Bytes of block data removed.
+    pub removed_bytes: u64,
+}
+
+/// A content-addressed block store with named roots.
+///
+/// Implementations are safe to share across threads (`&self` everywhere).
+/// Blocks are immutable; putting an existing block is a no-op.
+pub trait BlockStore: Send + Sync {
+    /// Returns the block named `cid`, verified against it, or `None`.
+    fn get(&self, cid: &Cid) -> Result<Option<Bytes>>;
+
+    /// [`get`](Self::get) for many CIDs, in order.
+    fn get_many(&self, cids: &[Cid]) -> Result<Vec<Option<Bytes>>> {
+        cids.iter().map(|c| self.get(c)).collect()
+    }
+
+    /// Stores `data` and returns its CID.
+    fn put(&self, data: &[u8]) -> Result<Cid>;
+
+    /// Stores many blocks; returns their CIDs in order.
+    fn put_many(&self, blocks: &[&[u8]]) -> Result<Vec<Cid>> {
+        blocks.iter().map(|b| self.put(b)).collect()
+    }
+
+    /// True if the block is present.
+    fn has(&self, cid: &Cid) -> Result<bool>;
+
+    /// [`has`](Self::has) for many CIDs, in order.
+    fn has_many(&self, cids: &[Cid]) -> Result<Vec<bool>> {
+        cids.iter().map(|c| self.has(c)).collect()
+    }
+
+    /// Every CID in the store (order unspecified).
+    fn cids(&self) -> Result<Vec<Cid>>;
+
+    /// Makes everything put so far durable (a no-op for memory stores).
+    fn commit(&self) -> Result<()>;
+
+    /// Reads the named root's bytes.
+    fn root(&self, name: &str) -> Result<Option<Bytes>>;
+
+    /// Sets (`Some`) or removes (`None`) a named root unconditionally.
+    /// Durable on return.
+    fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()>;
+
+    /// Sets the root to `new` only if its current value equals `expected`
+    /// (`None` = absent). Returns `true` if the swap happened. Durable on
+    /// return.
+    fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool>;
+
+    /// All named roots, sorted by name.
+    fn roots(&self) -> Result<Vec<(String, Bytes)>>;
+
+    /// Removes every block not in `live`. Durable on return; a crash midway
+    /// never loses a block in `live`.
+    fn retain(&self, live: &std::collections::HashSet<Cid>) -> Result<RetainStats>;
+}
+
+/// Checks a root name: 1..=255 bytes of UTF-8, no `/`, `\0` or control
+/// characters.
+pub fn validate_root_name(name: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(crate::Error::InvalidRootName {
+            name: name.to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > 255 {
+        return bad("longer than 255 bytes");
+    }
+    if name
+        .chars()
+        .any(|c| c.is_control() || c == '/' || c == '\\')
+    {
+        return bad("contains '/', '\\' or a control character");
+    }
+    Ok(())
+}
