@@ -14,9 +14,16 @@
 //!
 //! Blocking code only: no async runtime, no networking.
 
+pub mod accel;
 mod cid;
 pub mod codec;
+pub mod envelope;
 mod error;
+pub mod keys;
+pub mod manifest;
+pub mod prolly;
+pub mod proximity;
+pub mod refs;
 pub mod store;
 
 pub use cid::{Cid, ParseCidError};
