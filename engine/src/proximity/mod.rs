@@ -1,1 +1,19 @@
-//! (being written)
+//! Proximity maps: content-addressed vector indexes (proximity-format.md).
+//!
+//! A map is a `PRXI` descriptor naming two trees built from the same
+//! records: an ordered `CRAB` directory (key -> `PRVR` record) that answers
+//! exact lookups, and a `PRXN` hierarchy of nearest-representative groups
+//! with Euclidean covering radii that search descends best-first. Both are
+//! canonical: the same records and configuration give the same bytes on
+//! every machine, thread count and ISA.
+//!
+//! * [`format`]: byte-exact codecs for every object (PRVR, PRXI, PRXN, PRXV,
+//!   PQS8, PQPQ, HNSW, HNSN, CRMF).
+
+pub mod format;
+
+pub use format::{
+    Codebook, ContentRoot, Descriptor, DirectoryBlock, DirectoryConfig, DirectoryEncoding,
+    ExternalVector, HnswConfig, HnswManifest, HnswNode, NodeEntry, NodeKind, PqConfig, PqManifest,
+    ProxNode, ProximityConfig, Quantizer, Record, RootKind, VectorRef,
+};
