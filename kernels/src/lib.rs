@@ -6,13 +6,25 @@
 //!   component order, no FMA, no reassociation). Every persisted number and
 //!   every reported score comes from here, so results are bit-identical on
 //!   every machine, thread count and ISA.
-//! * The fast kernels (f32, SQ8, PQ), dispatched once per process to the best
-//!   available ISA (AVX2+FMA, NEON, portable `wide`, scalar). They rank
-//!   candidates; their results are never persisted.
+//! * The fast kernels ([`f32`], [`sq8`], [`pq`]), dispatched once per process
+//!   to the best available ISA (AVX2+FMA, NEON, portable `wide`, scalar). They
+//!   rank candidates; their results are never persisted.
 //!
-//! No I/O, no threads, no workspace dependencies.
+//! Each fast op has the same shape: `op/mod.rs` (public API, the only place
+//! that dispatches), `op/scalar.rs` (the reference), `op/portable.rs`
+//! (`wide`), `op/x86.rs` (AVX2+FMA `#[target_feature]` fns), `op/aarch64.rs`
+//! (NEON). The ISA is detected once and cached ([`isa`]); `PROX_ISA` forces a
+//! tier. [`topk`] selects the best candidates with deterministic tie-breaks.
+//!
+//! No I/O (beyond one stderr warning for a bad `PROX_ISA`), no threads, no
+//! workspace dependencies.
 
 pub mod canonical;
+pub mod f32;
+mod isa;
 mod metric;
+pub mod topk;
 
+pub use isa::{available_isas, best_isa, isa, requested_isa, set_isa, try_isa, Isa, IsaError};
 pub use metric::Metric;
+pub use topk::TopK;
