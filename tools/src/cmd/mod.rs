@@ -1,0 +1,159 @@
+//! The command line: [`Cli`], its subcommands, and [`run`].
+//!
+//! Each subcommand lives in its own module exposing a `#[derive(clap::Args)]`
+//! struct and `pub fn run(&Args) -> anyhow::Result<()>`. A subcommand is
+//! listed here only once it does real work.
+
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+pub mod datagen;
+
+/// Top-level examples shown by `prox --help`.
+const EXAMPLES: &str = "\
+Examples:
+  prox datagen --n 100000 --dim 128 --queries 1000 --out data/
+
+Environment:
+  RUST_LOG     log filter for diagnostics on stderr (e.g. RUST_LOG=prox=debug)
+  PROX_ISA     force a kernel ISA: scalar|portable|avx2|neon
+
+Exit status: 0 success, 1 failure (error on stderr), 2 usage error.";
+
+/// `prox`: a content-addressed vector search engine.
+#[derive(Debug, Parser)]
+#[command(
+    name = "prox",
+    version,
+    about = "prox: content-addressed vector search with exact, filtered and accelerated paths",
+    after_help = EXAMPLES,
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// Options accepted by every subcommand.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The subcommand to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options accepted by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Hide progress bars and informational messages on stderr.
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
+}
+
+/// Every subcommand, in help order.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate a seeded Gaussian-mixture dataset with exact ground truth.
+    #[command(after_help = datagen::EXAMPLES)]
+    Datagen(datagen::DatagenArgs),
+}
+
+/// Subcommand groups for the top-level help, by task.
+const GROUPS: &[(&str, &[&str])] = &[
+    ("Index", &["build", "query", "update", "accel"]),
+    ("Benchmark", &["demo", "bench", "datagen"]),
+    ("Storage", &["inspect", "verify", "tree", "roots", "gc"]),
+    ("Network", &["daemon", "sync"]),
+];
+
+/// The clap command with the top-level subcommand list grouped by task.
+pub fn command() -> clap::Command {
+    let cmd = Cli::command();
+    let mut listing = String::new();
+    let width = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().len())
+        .max()
+        .unwrap_or(0);
+    let mut listed = std::collections::HashSet::new();
+    let mut push_group = |title: &str, names: &mut dyn Iterator<Item = &clap::Command>| {
+        let mut body = String::new();
+        for s in names {
+            listed.insert(s.get_name().to_string());
+            let about = s.get_about().map(|a| a.to_string()).unwrap_or_default();
+            body.push_str(&format!("  {:<width$}  {}\n", s.get_name(), about));
+        }
+        if !body.is_empty() {
+            listing.push_str(&format!("{title}:\n{body}\n"));
+        }
+    };
+    for (title, names) in GROUPS {
+        let mut it = names.iter().filter_map(|n| cmd.find_subcommand(n));
+        push_group(title, &mut it);
+    }
+    let rest: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !GROUPS.iter().any(|(_, ns)| ns.contains(&s.get_name())))
+        .cloned()
+        .collect();
+    push_group("Other", &mut rest.iter());
+    let template = format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{listing}Options:\n{{options}}{{after-help}}"
+    );
+    cmd.help_template(template)
+}
+
+/// Parses the process arguments (help, version and usage errors are
+/// returned as the clap error, which knows its exit code).
+pub fn parse() -> Result<Cli, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+/// Parses `args` (the first item is the program name).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// Parses a metric name for clap: `l2`, `cosine`, `ip` (and the aliases
+/// of [`Metric::from_name`]).
+pub fn parse_metric(s: &str) -> Result<prox_kernels::Metric, String> {
+    prox_kernels::Metric::from_name(s)
+        .ok_or_else(|| format!("unknown metric {s:?} (expected l2, cosine or ip)"))
+}
+
+/// Installs the tracing subscriber: `RUST_LOG` filter (default `warn`),
+/// output on stderr.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Datagen(a) => datagen::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn help_groups_subcommands_by_task() {
+        let help = command().render_help().to_string();
+        assert!(help.contains("Benchmark:"), "{help}");
+        assert!(help.contains("datagen"), "{help}");
+    }
+}

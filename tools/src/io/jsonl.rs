@@ -1,0 +1,135 @@
+//! JSON lines: one JSON object per line; blank lines are skipped.
+
+use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::io::{BufRead, BufReader};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+/// Reads lines, skipping blank ones, and counting them (1-based).
+struct Lines {
+    src: BufReader<std::fs::File>,
+    line: u64,
+    buf: String,
+}
+
+impl Lines {
+    fn new(file: std::fs::File) -> Lines {
+        Lines {
+            src: BufReader::with_capacity(1 << 20, file),
+            line: 0,
+            buf: String::new(),
+        }
+    }
+
+    /// The next non-blank line, or `None` at the end.
+    fn next_line(&mut self) -> Result<Option<&str>> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .src
+                .read_line(&mut self.buf)
+                .context("not valid UTF-8 text or unreadable")?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            if !self.buf.trim().is_empty() {
+                return Ok(Some(self.buf.trim_end()));
+            }
+        }
+    }
+}
+
+/// A vector line: `{"key": hex, "vector": [...], "value": hex}` with key and
+/// value optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VectorLine {
+    #[serde(default)]
+    key: Option<String>,
+    vector: Vec<f32>,
+    #[serde(default)]
+    value: Option<String>,
+}
+
+/// Vectors from JSON lines, for [`super::VectorReader`] (which adds the
+/// file name and row to errors).
+pub(crate) struct VectorLines {
+    lines: Lines,
+}
+
+impl VectorLines {
+    pub(crate) fn new(file: std::fs::File) -> VectorLines {
+        VectorLines {
+            lines: Lines::new(file),
+        }
+    }
+
+    /// The 1-based number of the line read last.
+    pub(crate) fn line(&self) -> u64 {
+        self.lines.line
+    }
+
+    pub(crate) fn next_into(&mut self, row: &mut super::Row) -> Result<bool> {
+        let Some(text) = self.lines.next_line()? else {
+            return Ok(false);
+        };
+        let v: VectorLine = serde_json::from_str(text).context("invalid vector line")?;
+        row.key = v
+            .key
+            .as_deref()
+            .map(|k| super::parse_hex("key", k))
+            .transpose()?;
+        row.value = v
+            .value
+            .as_deref()
+            .map(|k| super::parse_hex("value", k))
+            .transpose()?;
+        row.vector = v.vector;
+        Ok(true)
+    }
+}
+
+/// A typed JSON-lines reader: yields `(line number, T)`; errors name the
+/// file and line.
+pub struct JsonLines<T> {
+    path: PathBuf,
+    lines: Lines,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> JsonLines<T> {
+    /// Opens `path`.
+    pub fn open(path: &Path) -> Result<JsonLines<T>> {
+        let f = std::fs::File::open(path)
+            .with_context(|| format!("{}: cannot open", path.display()))?;
+        Ok(JsonLines {
+            path: path.to_path_buf(),
+            lines: Lines::new(f),
+            _t: PhantomData,
+        })
+    }
+
+    /// "file: line N" for the line read last.
+    pub fn locate(&self) -> String {
+        format!("{}: line {}", self.path.display(), self.lines.line)
+    }
+}
+
+impl<T: DeserializeOwned> Iterator for JsonLines<T> {
+    type Item = Result<(u64, T)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = match self.lines.next_line() {
+            Ok(None) => return None,
+            Ok(Some(text)) => serde_json::from_str::<T>(text).map_err(anyhow::Error::from),
+            Err(e) => Err(e),
+        };
+        Some(
+            r.map(|v| (self.lines.line, v))
+                .with_context(|| self.locate()),
+        )
+    }
+}

@@ -1,0 +1,28 @@
+//! prox-tools: the library behind the `prox` binary.
+//!
+//! Layout:
+//!
+//! * [`cmd`]: one module per subcommand (clap `Args` + a `run` function);
+//!   [`cmd::Cli`] is the whole command line and [`cmd::run`] dispatches it.
+//! * [`io`]: streaming readers for the vector formats of the field
+//!   (TEXMEX `.fvecs`/`.bvecs`/`.ivecs`, NumPy `.npy`, JSON lines) and
+//!   writers for `.fvecs`/`.ivecs`. Every reader yields one row at a time and
+//!   reports malformed input with the file and row at fault.
+//! * [`progress`]: progress bars that disappear under `--quiet` or when
+//!   stderr is not a terminal.
+//! * [`gmm`]: the seeded Gaussian-mixture generator and exact ground truth
+//!   used by `prox datagen`, `prox demo` and the tests.
+//! * [`plot`]: recall-vs-QPS plots (SVG or PNG); [`results`]: the JSON-lines
+//!   benchmark schema they are drawn from.
+//! * [`out`]: stdout helpers that treat a closed pipe as a normal end.
+//!
+//! Errors are `anyhow` chains whose outermost context names the file, row or
+//! CID at fault; the binary prints them on stderr and exits with status 1.
+
+pub mod cmd;
+pub mod gmm;
+pub mod io;
+pub mod out;
+pub mod plot;
+pub mod progress;
+pub mod results;
