@@ -13,7 +13,7 @@
 pub mod format;
 
 pub use format::{
-    Codebook, ContentRoot, Descriptor, DirectoryBlock, DirectoryConfig, DirectoryEncoding,
-    ExternalVector, HnswConfig, HnswManifest, HnswNode, NodeEntry, NodeKind, PqConfig, PqManifest,
-    ProxNode, ProximityConfig, Quantizer, Record, RootKind, VectorRef,
+    Codebook, ContentRoot, Descriptor, DirectoryBlock, ExternalVector, HnswConfig, HnswManifest,
+    HnswNode, NodeEntry, NodeKind, PqConfig, PqManifest, ProxNode, ProximityConfig, Quantizer,
+    Record, RootKind, VectorRef,
 };

@@ -7,6 +7,7 @@ use super::{
 use crate::cid::Cid;
 use crate::codec::{put_blob, put_uv, Reader};
 use crate::error::{Error, Result};
+use crate::prolly::{Config, Encoding};
 use prox_kernels::Metric;
 
 const OBJ: &str = "PRXI";
@@ -134,74 +135,15 @@ impl ProximityConfig {
     }
 }
 
-/// Value encoding named by an ordered tree's configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirectoryEncoding {
-    /// Tag 0.
-    Raw,
-    /// Tag 1.
-    Cbor,
-    /// Tag 2.
-    Json,
-    /// Tag 3 with a UTF-8 name.
-    Custom(String),
-}
-
-/// The ordered-tree configuration written in a descriptor's directory
-/// block (section 6.2). Canonical maps always use [`Default`]: min 4,
-/// max 1 048 576, factor 128, seed 0, raw, no cache limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirectoryConfig {
-    /// Minimum entries per chunk (>= 1).
-    pub min_chunk_size: u64,
-    /// Maximum entries per chunk (>= min).
-    pub max_chunk_size: u64,
-    /// Boundary probability denominator (>= 1).
-    pub chunking_factor: u32,
-    /// Boundary hash seed.
-    pub hash_seed: u64,
-    /// Value encoding.
-    pub encoding: DirectoryEncoding,
-    /// Runtime cache limit (persisted, not interpreted).
-    pub node_cache_max_nodes: Option<u64>,
-    /// Runtime cache limit (persisted, not interpreted).
-    pub node_cache_max_bytes: Option<u64>,
-}
-
-impl Default for DirectoryConfig {
-    fn default() -> Self {
-        DirectoryConfig {
-            min_chunk_size: 4,
-            max_chunk_size: 1_048_576,
-            chunking_factor: 128,
-            hash_seed: 0,
-            encoding: DirectoryEncoding::Raw,
-            node_cache_max_nodes: None,
-            node_cache_max_bytes: None,
-        }
-    }
-}
-
-impl DirectoryConfig {
-    /// Checks `min >= 1`, `max >= min`, `factor >= 1`.
-    pub fn validate(&self) -> Result<()> {
-        if self.min_chunk_size == 0
-            || self.max_chunk_size < self.min_chunk_size
-            || self.chunking_factor == 0
-        {
-            return Err(Error::invalid(OBJ, "invalid directory chunking config"));
-        }
-        Ok(())
-    }
-}
-
 /// The ordered directory of a map: tree root (absent when empty) and config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectoryBlock {
     /// Root `CRAB` node, `None` for an empty map.
     pub root: Option<Cid>,
-    /// The tree's chunking configuration.
-    pub config: DirectoryConfig,
+    /// The tree's chunking configuration (canonical maps: the default
+    /// ordered config, min 4, max 1 048 576, factor 128, seed 0, raw, no
+    /// cache limits).
+    pub config: Config,
 }
 
 /// A decoded `PRXI` descriptor.
@@ -227,12 +169,22 @@ fn put_option(out: &mut Vec<u8>, v: Option<u64>) {
     }
 }
 
-fn read_option(r: &mut Reader<'_>) -> Result<Option<u64>> {
+fn read_option(r: &mut Reader<'_>) -> Result<Option<usize>> {
     match r.u8()? {
         0 => Ok(None),
-        1 => Ok(Some(r.uv()?)),
+        1 => Ok(Some(r.uv_usize()?)),
         t => Err(r.invalid(format!("unknown option tag {t}"))),
     }
+}
+
+/// The directory block rules of section 6.2: `min >= 1`, `max >= min`,
+/// `factor >= 1` (weaker than [`Config::validate`], which also refuses
+/// configs a tree cannot be built with; decoding follows the reference).
+fn validate_directory(c: &Config) -> Result<()> {
+    if c.min_chunk_size == 0 || c.max_chunk_size < c.min_chunk_size || c.chunking_factor == 0 {
+        return Err(Error::invalid(OBJ, "invalid directory chunking config"));
+    }
+    Ok(())
 }
 
 impl Descriptor {
@@ -240,7 +192,7 @@ impl Descriptor {
     pub fn encode(&self) -> Result<Vec<u8>> {
         let c = &self.config;
         c.validate()?;
-        self.directory.config.validate()?;
+        validate_directory(&self.directory.config)?;
         let mut out = Vec::with_capacity(160);
         out.extend_from_slice(MAGIC_DESCRIPTOR);
         out.push(FORMAT_VERSION);
@@ -257,15 +209,15 @@ impl Descriptor {
                 out.extend_from_slice(root.as_bytes());
             }
         }
-        put_uv(&mut out, d.config.min_chunk_size);
-        put_uv(&mut out, d.config.max_chunk_size);
+        put_uv(&mut out, d.config.min_chunk_size as u64);
+        put_uv(&mut out, d.config.max_chunk_size as u64);
         put_uv(&mut out, u64::from(d.config.chunking_factor));
         out.extend_from_slice(&d.config.hash_seed.to_le_bytes());
         match &d.config.encoding {
-            DirectoryEncoding::Raw => out.push(0),
-            DirectoryEncoding::Cbor => out.push(1),
-            DirectoryEncoding::Json => out.push(2),
-            DirectoryEncoding::Custom(name) => {
+            Encoding::Raw => out.push(0),
+            Encoding::Cbor => out.push(1),
+            Encoding::Json => out.push(2),
+            Encoding::Custom(name) => {
                 if name.len() > MAX_KEY {
                     return Err(Error::invalid(OBJ, "custom encoding name too long"));
                 }
@@ -273,8 +225,8 @@ impl Descriptor {
                 put_blob(&mut out, name.as_bytes());
             }
         }
-        put_option(&mut out, d.config.node_cache_max_nodes);
-        put_option(&mut out, d.config.node_cache_max_bytes);
+        put_option(&mut out, d.config.node_cache_max_nodes.map(|v| v as u64));
+        put_option(&mut out, d.config.node_cache_max_bytes.map(|v| v as u64));
         out.extend_from_slice(self.root.as_bytes());
         out.push(1);
         out.extend_from_slice(c.fingerprint().as_bytes());
@@ -323,19 +275,19 @@ impl Descriptor {
             1 => Some(r.cid()?),
             t => return Err(r.invalid(format!("unknown directory root tag {t}"))),
         };
-        let min_chunk_size = r.uv()?;
-        let max_chunk_size = r.uv()?;
+        let min_chunk_size = r.uv_usize()?;
+        let max_chunk_size = r.uv_usize()?;
         let chunking_factor = r.uv32()?;
         let hash_seed = r.u64le()?;
         let encoding = match r.u8()? {
-            0 => DirectoryEncoding::Raw,
-            1 => DirectoryEncoding::Cbor,
-            2 => DirectoryEncoding::Json,
+            0 => Encoding::Raw,
+            1 => Encoding::Cbor,
+            2 => Encoding::Json,
             3 => {
                 let name = r.blob(MAX_KEY)?;
                 let name = std::str::from_utf8(name)
                     .map_err(|_| r.invalid("custom encoding name is not UTF-8"))?;
-                DirectoryEncoding::Custom(name.to_string())
+                Encoding::Custom(name.to_string())
             }
             t => return Err(r.invalid(format!("unknown directory encoding {t}"))),
         };
@@ -372,7 +324,7 @@ impl Descriptor {
         }
         let directory = DirectoryBlock {
             root: dir_root,
-            config: DirectoryConfig {
+            config: Config {
                 min_chunk_size,
                 max_chunk_size,
                 chunking_factor,
@@ -382,7 +334,7 @@ impl Descriptor {
                 node_cache_max_bytes,
             },
         };
-        directory.config.validate()?;
+        validate_directory(&directory.config)?;
         Ok(Descriptor {
             config,
             record_count,

@@ -24,9 +24,7 @@ mod vector;
 mod tests;
 
 pub use content_root::{ContentRoot, RootKind, CONTENT_ROOT_VERSION, MAX_METADATA};
-pub use descriptor::{
-    Descriptor, DirectoryBlock, DirectoryConfig, DirectoryEncoding, ProximityConfig,
-};
+pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
 pub use node::{NodeEntry, NodeKind, ProxNode, VectorRef};
 pub use pq::{Codebook, PqConfig, PqManifest};

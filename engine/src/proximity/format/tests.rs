@@ -281,7 +281,7 @@ fn descriptor() -> Descriptor {
         record_count: 0,
         directory: DirectoryBlock {
             root: None,
-            config: DirectoryConfig::default(),
+            config: crate::prolly::Config::default(),
         },
         root: Cid::of(&ProxNode::empty_leaf(None).encode().unwrap()),
     }
@@ -315,7 +315,7 @@ fn descriptor_round_trip_and_rejections() {
     cos.config.sq8_group_size = Some(2);
     cos.record_count = 7;
     cos.directory.root = Some(Cid([0x33; 32]));
-    cos.directory.config.encoding = DirectoryEncoding::Custom("typed".into());
+    cos.directory.config.encoding = crate::prolly::Encoding::Custom("typed".into());
     cos.directory.config.node_cache_max_bytes = Some(0);
     let cb = cos.encode().unwrap();
     assert_eq!(cb[9], 1);
