@@ -72,6 +72,12 @@ pub enum Error {
         /// Store directory.
         path: PathBuf,
     },
+    /// A write was attempted on a store opened read-only.
+    #[error("store {path} is open read-only")]
+    ReadOnly {
+        /// Store directory.
+        path: PathBuf,
+    },
     /// A store file is damaged beyond what recovery may repair.
     #[error("store file {path} is damaged: {reason}")]
     StoreDamaged {

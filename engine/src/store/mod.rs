@@ -7,8 +7,12 @@
 //! [`crate::manifest`]) with compare-and-swap semantics.
 
 mod mem;
+pub mod mmap;
+mod pins;
 
 pub use mem::MemStore;
+pub use mmap::{MmapOptions, MmapStats, MmapStore};
+pub use pins::{PinFreeze, PinSet, Pins};
 
 use crate::cid::Cid;
 use crate::error::Result;
