@@ -1,1 +1,22 @@
-//! (being written)
+//! Prolly trees: ordered byte maps stored as content-addressed `CRAB` v1
+//! nodes (prolly-core.md, wire-format.md).
+//!
+//! * [`Config`], [`Encoding`]: chunking parameters copied into every node header.
+//! * [`Node`]: the node codec (strict `CRAB` v1; legacy CBOR read-only).
+//! * [`is_boundary`]: the xxHash64 chunk predicate.
+//! * [`build_sorted`], [`build`]: canonical bulk construction; the root is a
+//!   function of the entries and the config only.
+//!
+//! Every writer in this module is canonical: an edited tree has the same
+//! root as a fresh build of its entries (history independence).
+
+mod boundary;
+mod build;
+pub(crate) mod cbor;
+mod config;
+mod node;
+
+pub use boundary::{boundary_hash, hash_test, is_boundary};
+pub use build::{build, build_sorted};
+pub use config::{Config, Encoding};
+pub use node::{Node, MAGIC, VERSION};
