@@ -1,0 +1,305 @@
+//! Fast HNSW construction (manifest flag `00`): standard insertion bounded by
+//! `ef_construction` with the diversifying heuristic, parallel and
+//! deterministic.
+//!
+//! Determinism at any thread count: nodes are inserted in deterministic
+//! batches whose size depends only on the node index. Within a batch,
+//! (A) every member searches the graph frozen at the batch start (parallel,
+//! read-only) and selects its own lists; (B) the reverse edges are grouped by
+//! target list and each target list is recomputed from the frozen list plus
+//! its new sources in id order (parallel, read-only); (C) results are written
+//! sequentially. All scores come from the deterministic kernel
+//! (`kernel::det_score`) and every ordering is by `(score, id)`, so no step
+//! depends on scheduling or ISA. Batch members do not see each other; batches
+//! stay below ~3% of the graph so this costs no measurable quality.
+//!
+//! Layer 0 lists hold up to `2 * max_connections` neighbours, upper layers
+//! `max_connections` (the format does not bound list lengths; spec 16.3).
+
+use super::{node_level, select_heuristic, BuildGraph, Hnsw, LayerSearch, Scored};
+use crate::accel::kernel::{det_score, touch};
+use crate::accel::params::HnswParams;
+use crate::accel::vectors::Arena;
+use prox_kernels::Metric;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+thread_local! {
+    static LAYER_SEARCH: RefCell<LayerSearch> = RefCell::new(LayerSearch::default());
+}
+
+/// Nodes inserted per batch once `inserted` nodes are in the graph.
+fn batch_len(inserted: usize) -> usize {
+    (inserted / 32).clamp(1, 256)
+}
+
+/// List capacity on `layer`.
+fn cap(m: usize, layer: usize) -> usize {
+    if layer == 0 {
+        2 * m
+    } else {
+        m
+    }
+}
+
+/// Inserts nodes `start..keys.len()` (their keys and vectors already in
+/// `keys`/`vectors`) into `g`, which holds nodes `0..start`.
+pub(super) fn insert(
+    g: &mut BuildGraph,
+    metric: Metric,
+    keys: &[Vec<u8>],
+    vectors: &Arena,
+    params: &HnswParams,
+    start: usize,
+) {
+    let n = keys.len();
+    let m = usize::from(params.max_connections);
+    let efc = params.ef_construction as usize;
+    for key in &keys[start..] {
+        g.push_node(node_level(key, params.level_bits, params.seed));
+    }
+    let mut i = start;
+    if g.entry.is_none() && i < n {
+        g.entry = Some(i as u32);
+        g.max_level = g.levels[i];
+        i += 1;
+    }
+    let mut reverse: Vec<(u32, u8, u32)> = Vec::new();
+    while i < n {
+        let end = (i + batch_len(i)).min(n);
+        let (entry, top) = (g.entry.unwrap_or(0), g.max_level);
+        let frozen: &BuildGraph = g;
+        // (A) every member's own lists, against the frozen graph.
+        let found: Vec<Vec<Vec<u32>>> = (i..end)
+            .into_par_iter()
+            .map(|r| {
+                LAYER_SEARCH.with(|ls| {
+                    find_lists(
+                        frozen,
+                        &mut ls.borrow_mut(),
+                        metric,
+                        vectors,
+                        r,
+                        entry,
+                        top,
+                        m,
+                        efc,
+                    )
+                })
+            })
+            .collect();
+        // (B) reverse edges grouped by (target, layer), sources ascending.
+        reverse.clear();
+        for (off, lists) in found.iter().enumerate() {
+            for (layer, list) in lists.iter().enumerate() {
+                for &x in list {
+                    reverse.push((x, layer as u8, (i + off) as u32));
+                }
+            }
+        }
+        reverse.sort_unstable();
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        let mut s = 0;
+        while s < reverse.len() {
+            let mut e = s + 1;
+            while e < reverse.len() && reverse[e].0 == reverse[s].0 && reverse[e].1 == reverse[s].1
+            {
+                e += 1;
+            }
+            groups.push((s, e));
+            s = e;
+        }
+        let updates: Vec<Vec<u32>> = groups
+            .par_iter()
+            .map(|&(s, e)| {
+                let (x, layer) = (reverse[s].0, usize::from(reverse[s].1));
+                let current = &frozen.links[x as usize][layer];
+                let srcs = reverse[s..e].iter().map(|t| t.2);
+                relink(metric, vectors, x, current, srcs, cap(m, layer))
+            })
+            .collect();
+        // (C) write.
+        for (off, lists) in found.into_iter().enumerate() {
+            for (layer, list) in lists.into_iter().enumerate() {
+                g.links[i + off][layer] = list;
+            }
+        }
+        for (&(s, _), list) in groups.iter().zip(updates) {
+            let (x, layer) = (reverse[s].0, usize::from(reverse[s].1));
+            g.links[x as usize][layer] = list;
+        }
+        for r in i..end {
+            if g.levels[r] > g.max_level {
+                g.entry = Some(r as u32);
+                g.max_level = g.levels[r];
+            }
+        }
+        i = end;
+    }
+}
+
+/// New list of `x` after adding `srcs`: append while there is room,
+/// otherwise re-select everything with the heuristic.
+fn relink(
+    metric: Metric,
+    vectors: &Arena,
+    x: u32,
+    current: &[u32],
+    srcs: impl Iterator<Item = u32>,
+    cap: usize,
+) -> Vec<u32> {
+    let mut all: Vec<u32> = current.to_vec();
+    for s in srcs {
+        if !all.contains(&s) && s != x {
+            all.push(s);
+        }
+    }
+    if all.len() <= cap {
+        return all;
+    }
+    let xv = vectors.row(x as usize);
+    let mut cands: Vec<Scored> = all
+        .iter()
+        .map(|&c| Scored {
+            score: det_score(metric, xv, vectors.row(c as usize)),
+            id: c,
+        })
+        .collect();
+    cands.sort_unstable();
+    select_heuristic(&cands, cap, &mut |a, b| {
+        det_score(metric, vectors.row(a as usize), vectors.row(b as usize))
+    })
+}
+
+/// Lists of node `r` on layers `0..=min(level(r), top)` searched from the
+/// frozen entry point.
+#[allow(clippy::too_many_arguments)]
+fn find_lists(
+    g: &BuildGraph,
+    ls: &mut LayerSearch,
+    metric: Metric,
+    vectors: &Arena,
+    r: usize,
+    entry: u32,
+    top: u8,
+    m: usize,
+    efc: usize,
+) -> Vec<Vec<u32>> {
+    let q = vectors.row(r);
+    let mut score = |id: u32| det_score(metric, q, vectors.row(id as usize));
+    let level = g.levels[r];
+    let mut cur = Scored {
+        score: score(entry),
+        id: entry,
+    };
+    let mut layer = top;
+    while layer > level {
+        cur = LayerSearch::greedy(g, usize::from(layer), cur, &mut score);
+        layer -= 1;
+    }
+    let reach = level.min(top);
+    let mut out = vec![Vec::new(); usize::from(reach) + 1];
+    let mut entries = vec![cur];
+    let mut w: Vec<Scored> = Vec::new();
+    for layer in (0..=usize::from(reach)).rev() {
+        ls.search_layer(
+            g,
+            g.len(),
+            layer,
+            &entries,
+            efc,
+            &mut score,
+            &|_| true,
+            &|id| touch(vectors.row(id as usize)),
+        );
+        ls.drain_sorted(&mut w);
+        out[layer] = select_heuristic(&w, cap(m, layer), &mut |a, b| {
+            det_score(metric, vectors.row(a as usize), vectors.row(b as usize))
+        });
+        std::mem::swap(&mut entries, &mut w);
+    }
+    out
+}
+
+/// Removes masked nodes from a fast graph (see [`Hnsw::compact`]).
+pub(super) fn compact(h: &mut Hnsw) {
+    let g = &h.graph;
+    let dead = &h.deleted;
+    let m = usize::from(h.params.max_connections);
+    let (metric, vectors) = (h.metric, &h.vectors);
+    let n = g.len();
+    let repaired: Vec<Vec<Vec<u32>>> = (0..n)
+        .into_par_iter()
+        .map(|x| {
+            if dead[x] {
+                return Vec::new();
+            }
+            g.links[x]
+                .iter()
+                .enumerate()
+                .map(|(layer, list)| {
+                    if list.iter().all(|&c| !dead[c as usize]) {
+                        return list.clone();
+                    }
+                    let mut cands: Vec<u32> = Vec::new();
+                    for &c in list {
+                        if !dead[c as usize] {
+                            cands.push(c);
+                        } else if let Some(second) = g.links[c as usize].get(layer) {
+                            cands.extend(
+                                second
+                                    .iter()
+                                    .copied()
+                                    .filter(|&d| !dead[d as usize] && d as usize != x),
+                            );
+                        }
+                    }
+                    cands.sort_unstable();
+                    cands.dedup();
+                    let xv = vectors.row(x);
+                    let mut scored: Vec<Scored> = cands
+                        .iter()
+                        .map(|&c| Scored {
+                            score: det_score(metric, xv, vectors.row(c as usize)),
+                            id: c,
+                        })
+                        .collect();
+                    scored.sort_unstable();
+                    select_heuristic(&scored, cap(m, layer), &mut |a, b| {
+                        det_score(metric, vectors.row(a as usize), vectors.row(b as usize))
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let live: Vec<u32> = (0..n as u32).filter(|&i| !dead[i as usize]).collect();
+    let mut remap = vec![u32::MAX; n];
+    for (new, &old) in live.iter().enumerate() {
+        remap[old as usize] = new as u32;
+    }
+    let mut graph = BuildGraph::default();
+    for (old, lists) in repaired.into_iter().enumerate() {
+        if dead[old] {
+            continue;
+        }
+        graph.levels.push(g.levels[old]);
+        graph.links.push(
+            lists
+                .into_iter()
+                .map(|l| l.into_iter().map(|c| remap[c as usize]).collect())
+                .collect(),
+        );
+    }
+    for (id, &level) in graph.levels.iter().enumerate() {
+        if graph.entry.is_none() || level > graph.max_level {
+            graph.entry = Some(id as u32);
+            graph.max_level = level;
+        }
+    }
+    h.vectors = h.vectors.permuted(&live);
+    h.keys = live.iter().map(|&i| h.keys[i as usize].clone()).collect();
+    h.deleted = vec![false; live.len()];
+    h.deleted_count = 0;
+    h.graph = graph;
+    h.rebuild_order();
+}

@@ -1,0 +1,274 @@
+//! Persistence: `HNSW` manifest + `CRAB` tree of key -> `HNSN`
+//! (proximity-format.md section 8), and loading back into memory.
+//!
+//! The graph tree uses the pinned ordered config of section 7/8 (min 4,
+//! max 1 048 576, factor 128, seed 0, raw, no cache limits), spelled out here
+//! so that a change of the tree defaults cannot change sidecar CIDs.
+
+use super::{BuildGraph, Hnsw, SearchGraph};
+use crate::accel::params::{BuildKind, HnswParams};
+use crate::accel::vectors::{check_records, Arena};
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::prolly::{self, Node};
+use crate::proximity::{HnswConfig, HnswManifest, HnswNode};
+use crate::store::BlockStore;
+use prox_kernels::Metric;
+use rayon::prelude::*;
+
+/// The pinned ordered config of sidecar trees.
+pub(crate) fn sidecar_tree_config() -> prolly::Config {
+    prolly::Config::new(4, 1_048_576, 128, 0)
+}
+
+/// Every `(key, value)` of a `CRAB` tree, in order (iterative walk; every
+/// block is hash-checked by the store and decoded strictly).
+pub(crate) fn read_tree(store: &dyn BlockStore, root: Cid) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(cid) = stack.pop() {
+        let bytes = store.get(&cid)?.ok_or(Error::NotFound { cid })?;
+        let node = Node::decode(&bytes)?;
+        if node.leaf {
+            out.extend(node.keys.into_iter().zip(node.vals));
+        } else {
+            let kids = node.child_cids()?;
+            stack.extend(kids.into_iter().rev());
+        }
+    }
+    Ok(out)
+}
+
+fn config_of(p: &HnswParams) -> HnswConfig {
+    HnswConfig {
+        max_connections: p.max_connections,
+        ef_construction: p.ef_construction,
+        ef_search: p.ef_search,
+        level_bits: p.level_bits,
+        overfetch_multiplier: p.overfetch,
+        seed: p.seed,
+    }
+}
+
+fn params_of(c: &HnswConfig, canonical: bool) -> HnswParams {
+    HnswParams {
+        max_connections: c.max_connections,
+        ef_construction: c.ef_construction,
+        ef_search: c.ef_search,
+        level_bits: c.level_bits,
+        overfetch: c.overfetch_multiplier,
+        seed: c.seed,
+        build: if canonical {
+            BuildKind::Canonical
+        } else {
+            BuildKind::Fast
+        },
+    }
+}
+
+/// A persisted HNSW sidecar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HnswSidecar {
+    /// CID of the `HNSW` manifest.
+    pub manifest_cid: Cid,
+    /// The manifest.
+    pub manifest: HnswManifest,
+}
+
+impl Hnsw {
+    /// Writes the graph (compacting masked nodes first, on a copy) as a
+    /// `CRAB` tree of `HNSN` values plus the `HNSW` manifest bound to the
+    /// source descriptor `source`. Deterministic: equal graphs give equal
+    /// CIDs. The canonical flag is set only for an unmodified canonical build.
+    pub fn persist(&self, store: &dyn BlockStore, source: Cid) -> Result<HnswSidecar> {
+        if self.deleted_count > 0 {
+            let mut copy = self.clone();
+            copy.compact()?;
+            return copy.persist(store, source);
+        }
+        let Some(entry) = self.graph.entry else {
+            return Err(Error::InvalidArgument(
+                "an HNSW sidecar needs at least one record".into(),
+            ));
+        };
+        let order = &self.order;
+        let values: Vec<Vec<u8>> = order
+            .par_iter()
+            .map(|&id| {
+                let node = HnswNode {
+                    level: self.graph.levels[id as usize],
+                    layers: self.graph.links[id as usize]
+                        .iter()
+                        .map(|list| {
+                            let mut keys: Vec<Vec<u8>> = list
+                                .iter()
+                                .map(|&c| self.keys[c as usize].clone())
+                                .collect();
+                            keys.sort_unstable();
+                            keys
+                        })
+                        .collect(),
+                };
+                node.encode()
+            })
+            .collect::<Result<_>>()?;
+        let entries = order
+            .iter()
+            .map(|&id| self.keys[id as usize].clone())
+            .zip(values);
+        let root = prolly::build_sorted(store, &sidecar_tree_config(), entries)?
+            .ok_or_else(|| Error::InvalidArgument("empty HNSW graph".into()))?;
+        let manifest = HnswManifest {
+            canonical: self.is_canonical(),
+            source,
+            dims: u32::try_from(self.dims())
+                .map_err(|_| Error::InvalidArgument("dimensions exceed u32".into()))?,
+            metric: self.metric,
+            config: config_of(&self.params),
+            graph_root: root,
+            entry_point: self.keys[entry as usize].clone(),
+            max_level: self.graph.max_level,
+        };
+        let bytes = manifest.encode()?;
+        let manifest_cid = store.put(&bytes)?;
+        Ok(HnswSidecar {
+            manifest_cid,
+            manifest,
+        })
+    }
+}
+
+/// Loads a persisted HNSW sidecar over the map's records (key order,
+/// prepared vectors). Checks the manifest (decode, config, source, metric,
+/// dimensions), that the graph holds exactly the records' keys, that every
+/// neighbour exists, and that the entry point's level is the maximum level.
+/// Returns the mutable [`Hnsw`]; call [`Hnsw::search_graph`] for queries.
+pub fn load(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Option<Cid>,
+    metric: Metric,
+    dims: usize,
+    records: &[(Vec<u8>, Vec<f32>)],
+) -> Result<(HnswManifest, Hnsw)> {
+    let corrupt = |reason: String| Error::Corrupt {
+        cid: manifest_cid,
+        reason,
+    };
+    let bytes = store
+        .get(&manifest_cid)?
+        .ok_or(Error::NotFound { cid: manifest_cid })?;
+    let manifest = HnswManifest::decode(&bytes)?;
+    manifest.config.validate()?;
+    if let Some(s) = source {
+        if manifest.source != s {
+            return Err(corrupt(format!(
+                "sidecar belongs to descriptor {}, not {s}",
+                manifest.source
+            )));
+        }
+    }
+    if manifest.metric != metric || manifest.dims as usize != dims {
+        return Err(corrupt(format!(
+            "sidecar is {} x {}, map is {} x {}",
+            manifest.metric, manifest.dims, metric, dims
+        )));
+    }
+    check_records(records, dims)?;
+    let entries = read_tree(store, manifest.graph_root)?;
+    if entries.len() != records.len() {
+        return Err(corrupt(format!(
+            "graph has {} nodes, map has {} records",
+            entries.len(),
+            records.len()
+        )));
+    }
+    let id_of = |key: &[u8]| {
+        records
+            .binary_search_by(|(k, _)| k.as_slice().cmp(key))
+            .ok()
+            .map(|i| i as u32)
+    };
+    let mut graph = BuildGraph::default();
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if key != &records[i].0 {
+            return Err(corrupt(format!(
+                "graph key {} is not a record key",
+                hex::encode(key)
+            )));
+        }
+        let node = HnswNode::decode(value)?;
+        if node.level > 64 {
+            return Err(corrupt(format!("node {} level above 64", hex::encode(key))));
+        }
+        let mut lists = Vec::with_capacity(node.layers.len());
+        for layer in &node.layers {
+            let mut ids = Vec::with_capacity(layer.len());
+            for nb in layer {
+                ids.push(id_of(nb).ok_or_else(|| {
+                    corrupt(format!(
+                        "node {} names unknown neighbour {}",
+                        hex::encode(key),
+                        hex::encode(nb)
+                    ))
+                })?);
+            }
+            lists.push(ids);
+        }
+        graph.levels.push(node.level);
+        graph.links.push(lists);
+    }
+    let entry = id_of(&manifest.entry_point)
+        .ok_or_else(|| corrupt("entry point is not a record key".into()))?;
+    if graph.levels[entry as usize] != manifest.max_level {
+        return Err(corrupt(format!(
+            "entry point level {} differs from maximum level {}",
+            graph.levels[entry as usize], manifest.max_level
+        )));
+    }
+    // Upper-layer lists may only name nodes present on that layer.
+    for (i, lists) in graph.links.iter().enumerate() {
+        for (layer, list) in lists.iter().enumerate().skip(1) {
+            if list
+                .iter()
+                .any(|&c| usize::from(graph.levels[c as usize]) < layer)
+            {
+                return Err(corrupt(format!(
+                    "node {} links a node below layer {layer}",
+                    hex::encode(&records[i].0)
+                )));
+            }
+        }
+    }
+    graph.entry = Some(entry);
+    graph.max_level = manifest.max_level;
+    let n = records.len();
+    let hnsw = Hnsw {
+        metric,
+        params: params_of(&manifest.config, manifest.canonical),
+        keys: records.iter().map(|(k, _)| k.clone()).collect(),
+        vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
+        graph,
+        deleted: vec![false; n],
+        deleted_count: 0,
+        order: (0..n as u32).collect(),
+        canonical: manifest.canonical,
+    };
+    Ok((manifest, hnsw))
+}
+
+impl SearchGraph {
+    /// Loads a persisted sidecar straight into the search layout (see
+    /// [`load`]).
+    pub fn load(
+        store: &dyn BlockStore,
+        manifest_cid: Cid,
+        source: Option<Cid>,
+        metric: Metric,
+        dims: usize,
+        records: &[(Vec<u8>, Vec<f32>)],
+    ) -> Result<SearchGraph> {
+        let (_, h) = load(store, manifest_cid, source, metric, dims, records)?;
+        Ok(h.search_graph())
+    }
+}

@@ -1,0 +1,255 @@
+//! Accelerator parameters (the `C_h` and `C_pq` configurations of
+//! proximity-format.md sections 7 and 8) and the `k=v,...` parser shared by
+//! `prox build --hnsw/--pq` and `prox accel build`.
+
+use crate::error::{Error, Result};
+
+/// How an HNSW graph is constructed. Both write the same format; only the
+/// manifest's canonical flag differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BuildKind {
+    /// Standard HNSW insertion bounded by `ef_construction` with the
+    /// diversifying neighbour heuristic (flag `00`, disposable). Deterministic
+    /// at any thread count; used by default.
+    #[default]
+    Fast,
+    /// The spec's exact quadratic construction (section 12.12, flag `01`),
+    /// byte-identical with the reference.
+    Canonical,
+}
+
+/// HNSW configuration (`C_h`) plus the build kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HnswParams {
+    /// Maximum neighbours per node and layer (`m`). The fast build allows
+    /// `2 * m` on layer 0, as is usual for HNSW.
+    pub max_connections: u16,
+    /// Candidate-list size during construction (fast build only).
+    pub ef_construction: u32,
+    /// Default candidate-list size for queries.
+    pub ef_search: u32,
+    /// Bits of leading zeros per promotion level (spec 12.3 with `level_bits`
+    /// in place of `log_chunk_size`).
+    pub level_bits: u8,
+    /// Default rerank multiplier recorded in the manifest (`overfetch`).
+    pub overfetch: u32,
+    /// Seed of the level hash.
+    pub seed: u64,
+    /// Canonical or fast construction.
+    pub build: BuildKind,
+}
+
+impl Default for HnswParams {
+    /// The spec defaults: 16, 128, 64, 4, 8, 0; fast build.
+    fn default() -> Self {
+        HnswParams {
+            max_connections: 16,
+            ef_construction: 128,
+            ef_search: 64,
+            level_bits: 4,
+            overfetch: 8,
+            seed: 0,
+            build: BuildKind::Fast,
+        }
+    }
+}
+
+impl HnswParams {
+    /// Checks the loader rules of section 8.1: `max_connections > 0`,
+    /// `ef_construction >= max_connections`, `ef_search > 0`,
+    /// `overfetch > 0`, `1 <= level_bits <= 63`.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::InvalidConfig(format!("hnsw: {m}")));
+        if self.max_connections == 0 {
+            return bad("max_connections must be > 0");
+        }
+        if self.ef_construction < u32::from(self.max_connections) {
+            return bad("ef_construction must be >= max_connections");
+        }
+        if self.ef_search == 0 {
+            return bad("ef_search must be > 0");
+        }
+        if self.overfetch == 0 {
+            return bad("overfetch must be > 0");
+        }
+        if !(1..=63).contains(&self.level_bits) {
+            return bad("level_bits must be in 1..=63");
+        }
+        Ok(())
+    }
+
+    /// Parses `k=v,...` over the defaults. Keys: `max_connections` (`m`),
+    /// `ef_construction` (`efc`), `ef_search` (`ef`), `level_bits`,
+    /// `overfetch`, `seed`, `build` (`fast` | `canonical`). An empty string
+    /// gives the defaults. The result is validated.
+    pub fn parse(s: &str) -> Result<Self> {
+        let mut p = HnswParams::default();
+        for (k, v) in parse_kv(s)? {
+            match k {
+                "max_connections" | "m" => p.max_connections = num(k, v)?,
+                "ef_construction" | "efc" => p.ef_construction = num(k, v)?,
+                "ef_search" | "ef" => p.ef_search = num(k, v)?,
+                "level_bits" => p.level_bits = num(k, v)?,
+                "overfetch" | "overfetch_multiplier" => p.overfetch = num(k, v)?,
+                "seed" => p.seed = num(k, v)?,
+                "build" | "mode" => {
+                    p.build = match v {
+                        "fast" => BuildKind::Fast,
+                        "canonical" => BuildKind::Canonical,
+                        _ => {
+                            return Err(Error::InvalidArgument(format!(
+                                "hnsw build must be fast or canonical, got {v:?}"
+                            )))
+                        }
+                    }
+                }
+                _ => return Err(unknown("hnsw", k)),
+            }
+        }
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+/// PQ configuration (`C_pq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PqParams {
+    /// Number of subspaces `m` (1..=dimensions).
+    pub subquantizers: u32,
+    /// Centroids per subspace `k` (1..=256, and <= record count).
+    pub centroids: u16,
+    /// Lloyd iterations (> 0).
+    pub iterations: u16,
+    /// Candidates reranked exactly per result (`k * rerank`), > 0.
+    pub rerank: u32,
+    /// Seed of the centroid initialisation.
+    pub seed: u64,
+}
+
+impl Default for PqParams {
+    /// The spec defaults: 8, 256, 12, 8, 0.
+    fn default() -> Self {
+        PqParams {
+            subquantizers: 8,
+            centroids: 256,
+            iterations: 12,
+            rerank: 8,
+            seed: 0,
+        }
+    }
+}
+
+impl PqParams {
+    /// Checks the loader rules of section 7 for `dims` dimensions.
+    pub fn validate(&self, dims: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(format!("pq: {m}")));
+        if self.subquantizers == 0 || self.subquantizers as usize > dims {
+            return bad(format!(
+                "subquantizers must be in 1..={dims}, got {}",
+                self.subquantizers
+            ));
+        }
+        if self.centroids == 0 || self.centroids > 256 {
+            return bad(format!(
+                "centroids must be in 1..=256, got {}",
+                self.centroids
+            ));
+        }
+        if self.iterations == 0 {
+            return bad("iterations must be > 0".into());
+        }
+        if self.rerank == 0 {
+            return bad("rerank must be > 0".into());
+        }
+        Ok(())
+    }
+
+    /// Parses `k=v,...` over the defaults. Keys: `subquantizers` (`m`),
+    /// `centroids` (`k`), `iterations`, `rerank`, `seed`. Range checks that
+    /// depend on the dimensions happen at build time.
+    pub fn parse(s: &str) -> Result<Self> {
+        let mut p = PqParams::default();
+        for (k, v) in parse_kv(s)? {
+            match k {
+                "subquantizers" | "m" => p.subquantizers = num(k, v)?,
+                "centroids" | "k" => p.centroids = num(k, v)?,
+                "iterations" | "iters" => p.iterations = num(k, v)?,
+                "rerank" | "rerank_multiplier" => p.rerank = num(k, v)?,
+                "seed" => p.seed = num(k, v)?,
+                _ => return Err(unknown("pq", k)),
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// Splits `k=v,k=v` (whitespace around items ignored, empty items skipped).
+/// Repeated keys are an error.
+pub fn parse_kv(s: &str) -> Result<Vec<(&str, &str)>> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| Error::InvalidArgument(format!("expected key=value, got {item:?}")))?;
+        let (k, v) = (k.trim(), v.trim());
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(Error::InvalidArgument(format!(
+                "parameter {k:?} given twice"
+            )));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn num<T: std::str::FromStr>(k: &str, v: &str) -> Result<T> {
+    v.parse()
+        .map_err(|_| Error::InvalidArgument(format!("parameter {k}: {v:?} is not a valid number")))
+}
+
+fn unknown(what: &str, k: &str) -> Error {
+    Error::InvalidArgument(format!("unknown {what} parameter {k:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_defaults_and_overrides() {
+        assert_eq!(HnswParams::parse("").unwrap(), HnswParams::default());
+        let p =
+            HnswParams::parse("max_connections=8, ef_construction=40,level_bits=3,seed=9").unwrap();
+        assert_eq!(
+            (p.max_connections, p.ef_construction, p.level_bits, p.seed),
+            (8, 40, 3, 9)
+        );
+        assert_eq!(
+            HnswParams::parse("build=canonical").unwrap().build,
+            BuildKind::Canonical
+        );
+        let q = PqParams::parse("subquantizers=4,centroids=16,iterations=3,rerank=2").unwrap();
+        assert_eq!(
+            (q.subquantizers, q.centroids, q.iterations, q.rerank),
+            (4, 16, 3, 2)
+        );
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(HnswParams::parse("m=0").is_err());
+        assert!(HnswParams::parse("m=16,efc=8").is_err());
+        assert!(HnswParams::parse("bogus=1").is_err());
+        assert!(HnswParams::parse("m").is_err());
+        assert!(HnswParams::parse("m=1,m=2").is_err());
+        assert!(HnswParams::parse("level_bits=64").is_err());
+        assert!(PqParams::parse("centroids=x").is_err());
+        let big = PqParams {
+            centroids: 300,
+            ..PqParams::default()
+        };
+        assert!(big.validate(384).is_err());
+        assert!(PqParams::default().validate(4).is_err());
+        assert!(PqParams::default().validate(8).is_ok());
+    }
+}

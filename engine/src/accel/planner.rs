@@ -1,0 +1,259 @@
+//! Deterministic choice of a search path, and a small facade over the
+//! accelerators for the map's search engine.
+//!
+//! Rules for [`Mode::Auto`], in order (first match wins):
+//! 1. `k == 0` or an empty map: [`Path::Native`].
+//! 2. A filter whose eligible count is at most `max(2048, records / 16)`:
+//!    [`Path::Native`] (the exact, filter-aware search is cheaper than
+//!    traversing a graph for so few candidates, and exact).
+//! 3. An HNSW sidecar: [`Path::Hnsw`] with `ef = max(requested or the
+//!    manifest's ef_search, k)`.
+//! 4. A PQ sidecar: [`Path::Pq`] with the manifest's rerank multiplier.
+//! 5. Otherwise [`Path::Native`].
+//!
+//! [`Mode::Exact`] always plans [`Path::Native`]; forcing a path whose
+//! sidecar is missing is an error. The plan depends only on the request and
+//! which sidecars exist, so equal requests always take the same path.
+
+use super::hnsw::{Filter, Hit, SearchContext, SearchGraph, SearchOptions};
+use super::pq::{Pq, PqSearchContext};
+use crate::error::{Error, Result};
+
+/// What the caller asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Exact results; never uses an accelerator.
+    Exact,
+    /// Let the planner choose.
+    #[default]
+    Auto,
+    /// Force the native (exact PRXN) search.
+    Native,
+    /// Force the HNSW sidecar.
+    Hnsw,
+    /// Force the PQ sidecar.
+    Pq,
+}
+
+impl Mode {
+    /// Parses `exact`, `auto`, `native`, `hnsw`, `pq` (the CLI's `--path`).
+    pub fn parse(s: &str) -> Result<Mode> {
+        Ok(match s {
+            "exact" => Mode::Exact,
+            "auto" => Mode::Auto,
+            "native" => Mode::Native,
+            "hnsw" => Mode::Hnsw,
+            "pq" => Mode::Pq,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "search path must be auto, exact, native, hnsw or pq, got {s:?}"
+                )))
+            }
+        })
+    }
+}
+
+/// The path a search runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The map's own exact search (run by the caller).
+    Native,
+    /// HNSW traversal with canonical rerank.
+    Hnsw,
+    /// PQ ADC scan with exact rerank.
+    Pq,
+}
+
+impl Path {
+    /// Lowercase name (`native`, `hnsw`, `pq`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Native => "native",
+            Path::Hnsw => "hnsw",
+            Path::Pq => "pq",
+        }
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A search request as the planner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Request {
+    /// Requested mode.
+    pub mode: Mode,
+    /// Results wanted.
+    pub k: usize,
+    /// Explicit HNSW candidate-list size (`--ef`), if any.
+    pub ef: Option<usize>,
+    /// Explicit PQ rerank multiplier, if any.
+    pub rerank: Option<usize>,
+    /// Records in the map.
+    pub records: usize,
+    /// Eligible records under the request's filter (`None`: no filter).
+    pub eligible: Option<usize>,
+}
+
+/// The planner's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Chosen path.
+    pub path: Path,
+    /// HNSW `ef` (0 for other paths).
+    pub ef: usize,
+    /// PQ rerank multiplier (0 for other paths).
+    pub rerank: usize,
+    /// Why (stable, short, for reports).
+    pub reason: &'static str,
+}
+
+/// Which sidecars exist, with their manifest defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Planner {
+    /// `ef_search` of the HNSW manifest, if an HNSW sidecar exists.
+    pub hnsw_ef_search: Option<usize>,
+    /// Rerank multiplier of the PQ manifest, if a PQ sidecar exists.
+    pub pq_rerank: Option<usize>,
+}
+
+/// Eligible sets up to this size (or 1/16 of the map) go to the exact path.
+const SMALL_ELIGIBLE: usize = 2048;
+
+impl Planner {
+    /// Plans `req`; see the module docs for the rules.
+    pub fn plan(&self, req: &Request) -> Result<Plan> {
+        let native = |reason| Plan {
+            path: Path::Native,
+            ef: 0,
+            rerank: 0,
+            reason,
+        };
+        let hnsw = |ef_default: usize, reason| Plan {
+            path: Path::Hnsw,
+            ef: req.ef.unwrap_or(ef_default).max(req.k).max(1),
+            rerank: 0,
+            reason,
+        };
+        let pq = |default: usize, reason| Plan {
+            path: Path::Pq,
+            ef: 0,
+            rerank: req.rerank.unwrap_or(default).max(1),
+            reason,
+        };
+        match req.mode {
+            Mode::Exact => Ok(native("exact mode")),
+            Mode::Native => Ok(native("forced")),
+            Mode::Hnsw => self
+                .hnsw_ef_search
+                .map(|ef| hnsw(ef, "forced"))
+                .ok_or_else(|| Error::InvalidArgument("no HNSW sidecar for this map".into())),
+            Mode::Pq => self
+                .pq_rerank
+                .map(|r| pq(r, "forced"))
+                .ok_or_else(|| Error::InvalidArgument("no PQ sidecar for this map".into())),
+            Mode::Auto => {
+                if req.k == 0 || req.records == 0 {
+                    return Ok(native("empty request"));
+                }
+                if let Some(e) = req.eligible {
+                    if e <= SMALL_ELIGIBLE.max(req.records / 16) {
+                        return Ok(native("selective filter"));
+                    }
+                }
+                if let Some(ef) = self.hnsw_ef_search {
+                    return Ok(hnsw(ef, "hnsw sidecar"));
+                }
+                if let Some(r) = self.pq_rerank {
+                    return Ok(pq(r, "pq sidecar"));
+                }
+                Ok(native("no sidecar"))
+            }
+        }
+    }
+}
+
+/// Loaded accelerators of one map.
+#[derive(Debug, Clone, Default)]
+pub struct Accelerators {
+    /// HNSW search layout and its manifest `ef_search`.
+    pub hnsw: Option<(SearchGraph, usize)>,
+    /// PQ sidecar.
+    pub pq: Option<Pq>,
+}
+
+/// Per-thread buffers for [`Accelerators::run`].
+#[derive(Debug, Default, Clone)]
+pub struct AccelContext {
+    hnsw: SearchContext,
+    pq: PqSearchContext,
+}
+
+/// Result of an accelerated search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The plan that ran.
+    pub plan: Plan,
+    /// `(key, canonical score)` ascending by `(score, key)`.
+    pub hits: Vec<(Vec<u8>, f64)>,
+}
+
+impl Accelerators {
+    /// The planner for the loaded sidecars.
+    pub fn planner(&self) -> Planner {
+        Planner {
+            hnsw_ef_search: self.hnsw.as_ref().map(|(_, ef)| *ef),
+            pq_rerank: self.pq.as_ref().map(|p| p.params().rerank as usize),
+        }
+    }
+
+    /// Runs an accelerator plan. A [`Path::Native`] plan is the caller's to
+    /// run and is rejected here.
+    pub fn run(
+        &self,
+        ctx: &mut AccelContext,
+        plan: Plan,
+        query: &[f32],
+        k: usize,
+        filter: Option<&Filter>,
+    ) -> Result<Outcome> {
+        let mut hits: Vec<Hit> = Vec::new();
+        let keyed: Vec<(Vec<u8>, f64)> = match plan.path {
+            Path::Native => {
+                return Err(Error::InvalidArgument(
+                    "the native path is run by the map's search, not an accelerator".into(),
+                ))
+            }
+            Path::Hnsw => {
+                let (g, _) = self
+                    .hnsw
+                    .as_ref()
+                    .ok_or_else(|| Error::InvalidArgument("no HNSW sidecar loaded".into()))?;
+                g.search_filtered(
+                    &mut ctx.hnsw,
+                    query,
+                    SearchOptions { k, ef: plan.ef },
+                    filter,
+                    &mut hits,
+                )?;
+                hits.iter()
+                    .map(|h| (g.key(h.id).to_vec(), h.score))
+                    .collect()
+            }
+            Path::Pq => {
+                let p = self
+                    .pq
+                    .as_ref()
+                    .ok_or_else(|| Error::InvalidArgument("no PQ sidecar loaded".into()))?;
+                p.search(&mut ctx.pq, query, k, Some(plan.rerank), filter, &mut hits)?;
+                hits.iter()
+                    .map(|h| (p.key(h.id as usize).to_vec(), h.score))
+                    .collect()
+            }
+        };
+        Ok(Outcome { plan, hits: keyed })
+    }
+}

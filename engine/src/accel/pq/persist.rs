@@ -1,0 +1,159 @@
+//! Persistence: `CRAB` code tree (key -> `subquantizers` code bytes, pinned
+//! sidecar tree config) then the `PQPQ` manifest (12.11 step 6).
+
+use super::train::layout;
+use super::Pq;
+use crate::accel::hnsw::{read_tree, sidecar_tree_config};
+use crate::accel::params::PqParams;
+use crate::accel::vectors::{check_records, Arena};
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::prolly;
+use crate::proximity::{Codebook, PqConfig, PqManifest};
+use crate::store::BlockStore;
+use prox_kernels::Metric;
+
+/// A persisted PQ sidecar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PqSidecar {
+    /// CID of the `PQPQ` manifest.
+    pub manifest_cid: Cid,
+    /// The manifest.
+    pub manifest: PqManifest,
+}
+
+impl Pq {
+    /// Writes the code tree and the manifest bound to descriptor `source`.
+    pub fn persist(&self, store: &dyn BlockStore, source: Cid) -> Result<PqSidecar> {
+        let m = self.layout.len();
+        let entries = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), self.codes[i * m..(i + 1) * m].to_vec()));
+        let code_root =
+            prolly::build_sorted(store, &sidecar_tree_config(), entries)?.ok_or_else(|| {
+                Error::InvalidArgument("a PQ sidecar needs at least one record".into())
+            })?;
+        let manifest = PqManifest {
+            source,
+            dims: u32::try_from(self.dims())
+                .map_err(|_| Error::InvalidArgument("dimensions exceed u32".into()))?,
+            metric: self.metric,
+            config: PqConfig {
+                subquantizers: self.params.subquantizers,
+                centroids: self.params.centroids,
+                iterations: self.params.iterations,
+                rerank_multiplier: self.params.rerank,
+                seed: self.params.seed,
+            },
+            code_root,
+            codebooks: self
+                .layout
+                .iter()
+                .zip(&self.books)
+                .map(|(&(a, b), book)| Codebook {
+                    width: (b - a) as u32,
+                    centroids: book.clone(),
+                })
+                .collect(),
+            mean_squared_error: self.mse,
+            max_squared_error: self.max_se,
+        };
+        let bytes = manifest.encode()?;
+        let manifest_cid = store.put(&bytes)?;
+        Ok(PqSidecar {
+            manifest_cid,
+            manifest,
+        })
+    }
+}
+
+/// Loads a persisted PQ sidecar over the map's records (key order, prepared
+/// vectors): decodes and validates the manifest, checks source, metric and
+/// dimensions, that the codebooks use the floor layout of 12.11, that the
+/// code tree holds exactly the records' keys, and that every code has
+/// `subquantizers` bytes each below the centroid count.
+pub fn load(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Option<Cid>,
+    metric: Metric,
+    dims: usize,
+    records: &[(Vec<u8>, Vec<f32>)],
+) -> Result<Pq> {
+    let corrupt = |reason: String| Error::Corrupt {
+        cid: manifest_cid,
+        reason,
+    };
+    let bytes = store
+        .get(&manifest_cid)?
+        .ok_or(Error::NotFound { cid: manifest_cid })?;
+    let man = PqManifest::decode(&bytes)?;
+    man.config.validate(man.dims)?;
+    if let Some(s) = source {
+        if man.source != s {
+            return Err(corrupt(format!(
+                "sidecar belongs to descriptor {}, not {s}",
+                man.source
+            )));
+        }
+    }
+    if man.metric != metric || man.dims as usize != dims {
+        return Err(corrupt(format!(
+            "sidecar is {} x {}, map is {} x {}",
+            man.metric, man.dims, metric, dims
+        )));
+    }
+    check_records(records, dims)?;
+    let m = man.config.subquantizers as usize;
+    let k = usize::from(man.config.centroids);
+    let lay = layout(dims, m);
+    for (s, (&(a, b), book)) in lay.iter().zip(&man.codebooks).enumerate() {
+        if book.width as usize != b - a {
+            return Err(corrupt(format!(
+                "subspace {s} has width {}, the floor layout needs {}",
+                book.width,
+                b - a
+            )));
+        }
+    }
+    let entries = read_tree(store, man.code_root)?;
+    if entries.len() != records.len() {
+        return Err(corrupt(format!(
+            "code tree has {} entries, map has {} records",
+            entries.len(),
+            records.len()
+        )));
+    }
+    let mut codes = Vec::with_capacity(records.len() * m);
+    for ((key, code), (rk, _)) in entries.iter().zip(records) {
+        if key != rk {
+            return Err(corrupt(format!(
+                "code key {} is not a record key",
+                hex::encode(key)
+            )));
+        }
+        if code.len() != m || code.iter().any(|&c| usize::from(c) >= k) {
+            return Err(corrupt(format!("bad code for key {}", hex::encode(key))));
+        }
+        codes.extend_from_slice(code);
+    }
+    Ok(Pq {
+        metric,
+        params: PqParams {
+            subquantizers: man.config.subquantizers,
+            centroids: man.config.centroids,
+            iterations: man.config.iterations,
+            rerank: man.config.rerank_multiplier,
+            seed: man.config.seed,
+        },
+        layout: lay,
+        books: man.codebooks.into_iter().map(|b| b.centroids).collect(),
+        codes,
+        keys: records.iter().map(|(k, _)| k.clone()).collect(),
+        vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
+        mse: man.mean_squared_error,
+        max_se: man.max_squared_error,
+    })
+}

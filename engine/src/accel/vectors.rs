@@ -1,0 +1,177 @@
+//! Input validation and the contiguous vector arena.
+
+use crate::error::{Error, Result};
+
+/// Row alignment of the arena in f32 elements (64 bytes, one cache line).
+const ALIGN: usize = 16;
+
+/// Checks accelerator input: keys strictly ascending (the map's key order),
+/// every vector `dims` long and finite.
+pub(crate) fn check_records(records: &[(Vec<u8>, Vec<f32>)], dims: usize) -> Result<()> {
+    if dims == 0 {
+        return Err(Error::InvalidArgument("dimensions must be > 0".into()));
+    }
+    for (i, (key, v)) in records.iter().enumerate() {
+        if i > 0 {
+            let prev = &records[i - 1].0;
+            if prev == key {
+                return Err(Error::DuplicateKey { key: key.clone() });
+            }
+            if prev > key {
+                return Err(Error::InvalidArgument(format!(
+                    "records are not in key order at key {}",
+                    hex::encode(key)
+                )));
+            }
+        }
+        check_vector(v, dims, Some(key))?;
+    }
+    Ok(())
+}
+
+/// Checks one vector's length and finiteness.
+pub(crate) fn check_vector(v: &[f32], dims: usize, key: Option<&[u8]>) -> Result<()> {
+    if v.len() != dims {
+        return Err(Error::WrongDimension {
+            expected: dims,
+            got: v.len(),
+            key: key.map(<[u8]>::to_vec),
+        });
+    }
+    if let Some(index) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::NonFiniteVector {
+            index,
+            key: key.map(<[u8]>::to_vec),
+        });
+    }
+    Ok(())
+}
+
+/// Vectors in one contiguous allocation. Invariant: row `i` starts at
+/// `base + i * stride`, `stride` is `dims` rounded up to 16 floats and
+/// `base` makes every row start on a 64-byte boundary; padding is zero.
+#[derive(Clone)]
+pub(crate) struct Arena {
+    dims: usize,
+    stride: usize,
+    base: usize,
+    len: usize,
+    data: Vec<f32>,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("dims", &self.dims)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Arena {
+    /// An arena holding `rows` (each exactly `dims` long).
+    pub(crate) fn from_rows<'a>(
+        dims: usize,
+        rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    ) -> Arena {
+        let stride = dims.div_ceil(ALIGN).max(1) * ALIGN;
+        let len = rows.len();
+        let mut data = vec![0f32; len * stride + ALIGN];
+        // align_offset may legally return usize::MAX; then fall back to 0.
+        let base = match data.as_ptr().align_offset(ALIGN * 4) {
+            off if off < ALIGN => off,
+            _ => 0,
+        };
+        for (i, row) in rows.enumerate() {
+            let start = base + i * stride;
+            data[start..start + dims].copy_from_slice(&row[..dims]);
+        }
+        Arena {
+            dims,
+            stride,
+            base,
+            len,
+            data,
+        }
+    }
+
+    /// Number of rows.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Dimensions per row.
+    pub(crate) fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// Row `i` (exactly `dims` floats).
+    #[inline]
+    pub(crate) fn row(&self, i: usize) -> &[f32] {
+        let start = self.base + i * self.stride;
+        &self.data[start..start + self.dims]
+    }
+
+    /// Bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.data.capacity() * 4
+    }
+
+    /// A new arena with `extra` rows appended.
+    pub(crate) fn extended<'a>(&self, extra: impl ExactSizeIterator<Item = &'a [f32]>) -> Arena {
+        let n = self.len;
+        let old = (0..n).map(|i| self.row(i));
+        let extra: Vec<&[f32]> = extra.collect();
+        let all: Vec<&[f32]> = old.chain(extra.iter().copied()).collect();
+        Arena::from_rows(self.dims, all.into_iter())
+    }
+
+    /// A new arena with rows in the order `perm` (row `i` of the result is
+    /// row `perm[i]` of `self`).
+    pub(crate) fn permuted(&self, perm: &[u32]) -> Arena {
+        let rows: Vec<&[f32]> = perm.iter().map(|&p| self.row(p as usize)).collect();
+        Arena::from_rows(self.dims, rows.into_iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_aligned_and_exact() {
+        let rows: Vec<Vec<f32>> = (0..5).map(|i| vec![i as f32; 3]).collect();
+        let a = Arena::from_rows(3, rows.iter().map(Vec::as_slice));
+        for i in 0..5 {
+            assert_eq!(a.row(i), rows[i].as_slice());
+            assert_eq!(a.row(i).as_ptr() as usize % 64, 0);
+        }
+        let b = a.extended([[9f32, 9.0, 9.0].as_slice()].into_iter());
+        assert_eq!(b.len(), 6);
+        assert_eq!(b.row(5), &[9.0, 9.0, 9.0]);
+        let c = b.permuted(&[5, 0]);
+        assert_eq!(c.row(0), &[9.0, 9.0, 9.0]);
+    }
+
+    #[test]
+    fn rejects_bad_records() {
+        let ok = vec![(b"a".to_vec(), vec![1.0]), (b"b".to_vec(), vec![2.0])];
+        check_records(&ok, 1).unwrap();
+        let dup = vec![(b"a".to_vec(), vec![1.0]), (b"a".to_vec(), vec![2.0])];
+        assert!(matches!(
+            check_records(&dup, 1),
+            Err(Error::DuplicateKey { .. })
+        ));
+        let unsorted = vec![(b"b".to_vec(), vec![1.0]), (b"a".to_vec(), vec![2.0])];
+        assert!(check_records(&unsorted, 1).is_err());
+        let nan = vec![(b"a".to_vec(), vec![f32::NAN])];
+        assert!(matches!(
+            check_records(&nan, 1),
+            Err(Error::NonFiniteVector { .. })
+        ));
+        assert!(matches!(
+            check_records(&ok, 2),
+            Err(Error::WrongDimension { .. })
+        ));
+    }
+}
