@@ -285,6 +285,14 @@ impl Ord for Cand {
 /// Exact top-`k` ids of every query against `base` under `metric`, by
 /// canonical score then id, computed in parallel over queries. Calls
 /// `tick` once per finished query (for progress bars).
+///
+/// The SIMD kernels shortlist and canonical math decides: with `f_i` the
+/// fast score of row `i` and `e_i` a bound on `|f_i − canonical_i|` (twice
+/// the kernels' documented [`F32_REL_TOL`](prox_kernels::f32::F32_REL_TOL)
+/// times the magnitude sum: the score itself for L2, `‖q‖·‖x_i‖` for the dot
+/// metrics), `T` = the k-th smallest `f_i + e_i` bounds the canonical k-th
+/// score from above, so every row with `f_i − e_i ≤ T` is rescored
+/// canonically and the rest cannot enter the top k.
 pub fn ground_truth(
     base: &Matrix,
     queries: &Matrix,
@@ -292,29 +300,59 @@ pub fn ground_truth(
     k: usize,
     tick: &(dyn Fn() + Sync),
 ) -> Vec<Vec<u32>> {
-    let k = k.min(base.len());
+    let n = base.len();
+    let k = k.min(n);
+    let tol = 2.0 * f64::from(prox_kernels::f32::F32_REL_TOL);
+    let norms: Vec<f64> = match metric {
+        Metric::L2 => Vec::new(),
+        _ => base
+            .rows()
+            .map(|r| prox_kernels::canonical::dot(r, r).sqrt())
+            .collect(),
+    };
     queries
         .rows()
         .collect::<Vec<_>>()
         .par_iter()
-        .map(|q| {
-            let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
-            if k > 0 {
-                for (i, row) in base.rows().enumerate() {
-                    let s = prox_kernels::canonical::score(metric, q, row);
-                    let c = Cand(s, i as u32);
-                    if heap.len() < k {
-                        heap.push(c);
-                    } else if heap.peek().is_some_and(|w| c < *w) {
-                        heap.pop();
-                        heap.push(c);
-                    }
+        .map_init(
+            || (vec![0f32; n], Vec::<f64>::with_capacity(n)),
+            |(fast, upper), q| {
+                if k == 0 {
+                    tick();
+                    return Vec::new();
                 }
-            }
-            let ids = heap.into_sorted_vec().into_iter().map(|c| c.1).collect();
-            tick();
-            ids
-        })
+                prox_kernels::f32::score_many(metric, q, &base.data, fast);
+                let qn = prox_kernels::canonical::dot(q, q).sqrt();
+                let err = |i: usize, f: f64| match metric {
+                    Metric::L2 => tol * f.abs() + 1e-30,
+                    _ => tol * qn * norms[i] + 1e-30,
+                };
+                upper.clear();
+                upper.extend(fast.iter().enumerate().map(|(i, &f)| {
+                    let f = f64::from(f);
+                    f + err(i, f)
+                }));
+                let (_, kth, _) = upper.select_nth_unstable_by(k - 1, |a, b| a.total_cmp(b));
+                let t = *kth;
+                let mut cands: Vec<Cand> = fast
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, &f)| {
+                        let f = f64::from(f);
+                        f - err(i, f) <= t
+                    })
+                    .map(|(i, _)| {
+                        Cand(
+                            prox_kernels::canonical::score(metric, q, base.row(i)),
+                            i as u32,
+                        )
+                    })
+                    .collect();
+                cands.sort_unstable();
+                tick();
+                cands.into_iter().take(k).map(|c| c.1).collect()
+            },
+        )
         .collect()
 }
 

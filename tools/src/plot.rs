@@ -86,14 +86,14 @@ fn curves(records: &[BenchRecord]) -> Vec<Curve> {
     }
     by.into_iter()
         .map(|(k, mut v)| {
-            v.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+            v.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
             (k, v)
         })
         .collect()
 }
 
-/// The Pareto frontier of `points` sorted by recall: the points not beaten
-/// in both recall and QPS by another point.
+/// The Pareto frontier of `points` sorted by (recall, qps): the points not
+/// beaten in both recall and QPS by another point, in recall order.
 fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     let mut out: Vec<(f64, f64)> = Vec::new();
     let mut best_qps = 0.0f64;

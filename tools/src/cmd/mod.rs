@@ -6,6 +6,7 @@
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub mod bench;
 pub mod datagen;
 
 /// Top-level examples shown by `prox --help`.
@@ -50,6 +51,9 @@ pub struct GlobalArgs {
 /// Every subcommand, in help order.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Benchmark a map (recall vs QPS), kernels, or plot saved results.
+    #[command(after_help = bench::EXAMPLES)]
+    Bench(bench::BenchArgs),
     /// Generate a seeded Gaussian-mixture dataset with exact ground truth.
     #[command(after_help = datagen::EXAMPLES)]
     Datagen(datagen::DatagenArgs),
@@ -137,6 +141,7 @@ pub fn init_logging() {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
+        Command::Bench(a) => bench::run(a),
         Command::Datagen(a) => datagen::run(a),
     }
 }

@@ -330,3 +330,6 @@ pub fn parse_hex(field: &str, s: &str) -> Result<Vec<u8>> {
     let t = s.strip_prefix("0x").unwrap_or(s);
     hex::decode(t).with_context(|| format!("{field} {s:?} is not valid hex"))
 }
+
+#[cfg(test)]
+mod tests;

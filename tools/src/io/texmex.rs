@@ -74,15 +74,19 @@ impl Reader {
             bail!("truncated row: the file ends inside the 4-byte dimension header");
         }
         let dim = i32::from_le_bytes(head);
-        if dim <= 0 || dim as usize > super::MAX_DIM {
+        // Id rows (.ivecs) may be empty and may differ in length (a result
+        // list shorter than k); vector rows may not.
+        let ids = self.elem == Elem::I32;
+        if dim < i32::from(!ids) || dim as usize > super::MAX_DIM {
             bail!(
-                "implausible dimension {dim} in the row header (expected 1..={})",
+                "implausible dimension {dim} in the row header (expected {}..={})",
+                i32::from(!ids),
                 super::MAX_DIM
             );
         }
         let dim = dim as usize;
         if let Some(first) = self.first_dim {
-            if first != dim {
+            if first != dim && !ids {
                 bail!("dimension {dim} differs from the first row's {first}");
             }
         } else {
