@@ -132,6 +132,24 @@ pub enum Error {
         /// The record at fault, when known.
         key: Option<Vec<u8>>,
     },
+    /// A cosine vector whose unit normalisation has no fixed point within
+    /// 16 rounds (proximity-format.md 11.1).
+    #[error("cosine normalisation did not converge{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
+    NoUnitFixedPoint {
+        /// The record at fault, when known.
+        key: Option<Vec<u8>>,
+    },
+    /// A proximity node cannot be stored within `max_page_bytes`, even after
+    /// overflow paging (proximity-format.md 12.8).
+    #[error("proximity node at level {level} needs {size} bytes, limit {max}")]
+    NodeTooLarge {
+        /// Hierarchy level of the node.
+        level: u8,
+        /// Encoded size of the smallest unit that did not fit.
+        size: usize,
+        /// The configured `max_page_bytes`.
+        max: usize,
+    },
     /// An argument outside its documented range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -1,1 +1,344 @@
-//! (being written)
+//! Typed block links: the one place that knows which blocks a block points
+//! at. Garbage collection and sync walk the block graph with these
+//! functions; they call the real decoders, so a link is followed only if
+//! the block that carries it is itself valid.
+//!
+//! Some kinds cannot be recognised from their bytes alone: a `PRXN` node
+//! needs its map's dimensions to decode, and a blob is arbitrary bytes. The
+//! walker therefore carries each child's [`BlockKind`] from its parent,
+//! starting at a named root ([`root_links`]).
+//!
+//! How a named root points at a proximity map (docs/formats-proximity.md):
+//! the root's `RootManifest` uses the typed-root config (min 1, max 1,
+//! factor 1, seed 0, custom encoding `typed-content-root-v1`, cache limits
+//! 0/0) and its root CID names a `CRMF`; the `CRMF` (kind 2) names the
+//! `PRXI` descriptor, and its metadata may name sidecars by CID:
+//! `prox.hnsw` -> `HNSW` manifest, `prox.pq` -> `PQPQ` manifest.
+
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::manifest::RootManifest;
+use crate::prolly::{self, Encoding};
+use crate::proximity::format::{
+    ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
+    RootKind,
+};
+
+/// Custom encoding name of a typed-root `RootManifest` config.
+pub const TYPED_ROOT_ENCODING: &str = "typed-content-root-v1";
+/// `CRMF` metadata key naming the map's `HNSW` manifest (32-byte CID).
+pub const META_HNSW: &[u8] = b"prox.hnsw";
+/// `CRMF` metadata key naming the map's `PQPQ` manifest (32-byte CID).
+pub const META_PQ: &[u8] = b"prox.pq";
+
+/// Magic and layout of a `PLVB` blob reference (wire-format.md "Value and
+/// Blob Envelopes"): `PLVB`, version 1, kind 1, 32-byte CID, u64be length.
+const BLOB_REF_LEN: usize = 4 + 1 + 1 + 32 + 8;
+
+/// What a block is, as far as link extraction is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockKind {
+    /// A `CRAB` (or legacy CBOR) prolly tree node.
+    CrabNode,
+    /// A `PRXI` descriptor.
+    Descriptor,
+    /// A `PRXN` node of a map with `dims` dimensions.
+    ProxNode {
+        /// The map's dimensions (needed to decode inline vectors).
+        dims: u32,
+    },
+    /// A `PRXV` external vector.
+    ExternalVector,
+    /// A `PQS8` node-local quantizer.
+    Quantizer,
+    /// A `PQPQ` manifest.
+    PqManifest,
+    /// An `HNSW` manifest.
+    HnswManifest,
+    /// A `CRMF` typed content root.
+    ContentRoot,
+    /// Opaque large-value bytes referenced from a `PLVB` envelope.
+    Blob,
+}
+
+/// Recognises the context-free kinds by magic. `PRXN` (needs dimensions),
+/// blobs and legacy CBOR nodes return `None`.
+pub fn sniff(bytes: &[u8]) -> Option<BlockKind> {
+    let magic: &[u8; 4] = bytes.get(..4)?.try_into().ok()?;
+    Some(match magic {
+        b"CRAB" => BlockKind::CrabNode,
+        b"PRXI" => BlockKind::Descriptor,
+        b"PRXV" => BlockKind::ExternalVector,
+        b"PQS8" => BlockKind::Quantizer,
+        b"PQPQ" => BlockKind::PqManifest,
+        b"HNSW" => BlockKind::HnswManifest,
+        b"CRMF" => BlockKind::ContentRoot,
+        _ => return None,
+    })
+}
+
+/// The CID named by a `PLVB` blob reference, if `value` is one.
+fn blob_ref(value: &[u8]) -> Option<Cid> {
+    if value.len() == BLOB_REF_LEN && value.starts_with(b"PLVB") && value[4] == 1 && value[5] == 1 {
+        Cid::from_slice(&value[6..38])
+    } else {
+        None
+    }
+}
+
+/// Pushes `(cid, kind)` unless the same CID is already listed.
+fn push(out: &mut Vec<(Cid, BlockKind)>, cid: Cid, kind: BlockKind) {
+    if !out.iter().any(|(c, _)| *c == cid) {
+        out.push((cid, kind));
+    }
+}
+
+/// The blocks `bytes` (a block of kind `kind`) points at, each with its
+/// kind, in a deterministic order without duplicates. Decoding errors are
+/// returned, never skipped.
+pub fn links(kind: BlockKind, bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
+    let mut out = Vec::new();
+    match kind {
+        BlockKind::CrabNode => {
+            let node = prolly::Node::decode(bytes)?;
+            if node.leaf {
+                for v in &node.vals {
+                    if let Some(c) = blob_ref(v) {
+                        push(&mut out, c, BlockKind::Blob);
+                    }
+                }
+            } else {
+                for c in node.child_cids()? {
+                    push(&mut out, c, BlockKind::CrabNode);
+                }
+            }
+        }
+        BlockKind::Descriptor => {
+            let d = Descriptor::decode(bytes)?;
+            if let Some(root) = d.directory.root {
+                push(&mut out, root, BlockKind::CrabNode);
+            }
+            push(
+                &mut out,
+                d.root,
+                BlockKind::ProxNode {
+                    dims: d.config.dims,
+                },
+            );
+        }
+        BlockKind::ProxNode { dims } => {
+            let n = ProxNode::decode(bytes, dims)?;
+            if let Some(q) = n.quantizer {
+                push(&mut out, q, BlockKind::Quantizer);
+            }
+            for e in &n.entries {
+                if let Some(c) = e.vector.external() {
+                    push(&mut out, c, BlockKind::ExternalVector);
+                }
+                if let Some(c) = e.child {
+                    push(&mut out, c, BlockKind::ProxNode { dims });
+                }
+            }
+        }
+        BlockKind::ExternalVector => {
+            ExternalVector::decode(bytes)?;
+        }
+        BlockKind::Quantizer => {
+            Quantizer::decode(bytes)?;
+        }
+        BlockKind::PqManifest => {
+            let m = PqManifest::decode(bytes)?;
+            push(&mut out, m.source, BlockKind::Descriptor);
+            push(&mut out, m.code_root, BlockKind::CrabNode);
+        }
+        BlockKind::HnswManifest => {
+            let m = HnswManifest::decode(bytes)?;
+            push(&mut out, m.source, BlockKind::Descriptor);
+            push(&mut out, m.graph_root, BlockKind::CrabNode);
+        }
+        BlockKind::ContentRoot => {
+            let m = ContentRoot::decode(bytes)?;
+            let root_kind = match m.kind {
+                RootKind::OrderedNode | RootKind::HnswPage => BlockKind::CrabNode,
+                RootKind::ProximityDescriptor => BlockKind::Descriptor,
+                RootKind::ProximityNode | RootKind::OverflowDirectory | RootKind::OverflowPage => {
+                    let dims = m
+                        .dims
+                        .ok_or_else(|| Error::invalid("CRMF", "PRXN root without dimensions"))?;
+                    BlockKind::ProxNode { dims }
+                }
+                RootKind::ExternalVector => BlockKind::ExternalVector,
+                RootKind::ScalarQuantizer => BlockKind::Quantizer,
+                RootKind::PqManifest => BlockKind::PqManifest,
+                RootKind::HnswManifest => BlockKind::HnswManifest,
+            };
+            push(&mut out, m.root, root_kind);
+            for (key, kind) in [
+                (META_HNSW, BlockKind::HnswManifest),
+                (META_PQ, BlockKind::PqManifest),
+            ] {
+                if let Some(v) = m.metadata.get(key) {
+                    let c = Cid::from_slice(v).ok_or_else(|| {
+                        Error::invalid(
+                            "CRMF",
+                            format!(
+                                "metadata {} is {} bytes, not a CID",
+                                String::from_utf8_lossy(key),
+                                v.len()
+                            ),
+                        )
+                    })?;
+                    push(&mut out, c, kind);
+                }
+            }
+        }
+        BlockKind::Blob => {}
+    }
+    Ok(out)
+}
+
+/// True when `config` is the typed-root `RootManifest` config.
+pub fn is_typed_root_config(config: &prolly::Config) -> bool {
+    config.min_chunk_size == 1
+        && config.max_chunk_size == 1
+        && config.chunking_factor == 1
+        && config.hash_seed == 0
+        && config.encoding == Encoding::Custom(TYPED_ROOT_ENCODING.to_string())
+}
+
+/// The typed-root `RootManifest` config: min 1, max 1, factor 1, seed 0,
+/// custom `typed-content-root-v1`, cache limits `Some(0)`/`Some(0)`.
+pub fn typed_root_config() -> prolly::Config {
+    prolly::Config {
+        min_chunk_size: 1,
+        max_chunk_size: 1,
+        chunking_factor: 1,
+        hash_seed: 0,
+        encoding: Encoding::Custom(TYPED_ROOT_ENCODING.to_string()),
+        node_cache_max_nodes: Some(0),
+        node_cache_max_bytes: Some(0),
+    }
+}
+
+/// The blocks a named root's value (`RootManifest` bytes) points at: a
+/// `CRMF` when the manifest uses the typed-root config, otherwise the root
+/// node of an ordered tree. An empty root has no links.
+pub fn root_links(root_manifest_bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
+    let m = RootManifest::decode(root_manifest_bytes)?;
+    let Some(root) = m.root else {
+        return Ok(Vec::new());
+    };
+    let kind = if is_typed_root_config(&m.config) {
+        BlockKind::ContentRoot
+    } else {
+        BlockKind::CrabNode
+    };
+    Ok(vec![(root, kind)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proximity::format::{NodeEntry, NodeKind, VectorRef};
+
+    #[test]
+    fn sniff_by_magic() {
+        assert_eq!(sniff(b"PRXI\x02"), Some(BlockKind::Descriptor));
+        assert_eq!(sniff(b"CRMF\x01"), Some(BlockKind::ContentRoot));
+        assert_eq!(sniff(b"PRXN\x02"), None);
+        assert_eq!(sniff(b"PR"), None);
+    }
+
+    #[test]
+    fn prxn_links_children_vectors_and_quantizer() {
+        let n = ProxNode {
+            kind: NodeKind::Route,
+            level: 1,
+            subtree_count: 3,
+            quantizer: Some(Cid([9; 32])),
+            entries: vec![
+                NodeEntry {
+                    key: b"a".to_vec(),
+                    vector: VectorRef::External(Cid([1; 32])),
+                    child: Some(Cid([2; 32])),
+                    count: 2,
+                    radius: 1.0,
+                    min_key: b"a".to_vec(),
+                    max_key: b"b".to_vec(),
+                },
+                NodeEntry {
+                    key: b"c".to_vec(),
+                    vector: VectorRef::External(Cid([1; 32])),
+                    child: Some(Cid([3; 32])),
+                    count: 1,
+                    radius: 0.0,
+                    min_key: b"c".to_vec(),
+                    max_key: b"c".to_vec(),
+                },
+            ],
+        };
+        let got = links(BlockKind::ProxNode { dims: 2 }, &n.encode().unwrap()).unwrap();
+        let dims = BlockKind::ProxNode { dims: 2 };
+        assert_eq!(
+            got,
+            vec![
+                (Cid([9; 32]), BlockKind::Quantizer),
+                (Cid([1; 32]), BlockKind::ExternalVector),
+                (Cid([2; 32]), dims),
+                (Cid([3; 32]), dims),
+            ]
+        );
+        assert!(links(BlockKind::ProxNode { dims: 2 }, b"PRXN\x01").is_err());
+    }
+
+    #[test]
+    fn content_root_follows_metadata_sidecars() {
+        let mut m = ContentRoot::new(RootKind::ProximityDescriptor, Cid([4; 32]));
+        m.metadata.insert(META_HNSW.to_vec(), vec![5; 32]);
+        m.metadata.insert(META_PQ.to_vec(), vec![6; 32]);
+        let got = links(BlockKind::ContentRoot, &m.encode().unwrap()).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (Cid([4; 32]), BlockKind::Descriptor),
+                (Cid([5; 32]), BlockKind::HnswManifest),
+                (Cid([6; 32]), BlockKind::PqManifest),
+            ]
+        );
+        m.metadata.insert(META_PQ.to_vec(), vec![6; 31]);
+        assert!(links(BlockKind::ContentRoot, &m.encode().unwrap()).is_err());
+        let node = ContentRoot::new(RootKind::ProximityNode, Cid([4; 32]));
+        assert!(links(BlockKind::ContentRoot, &node.encode().unwrap()).is_err());
+    }
+
+    #[test]
+    fn root_links_distinguish_typed_roots() {
+        let typed = RootManifest::new(Some(Cid([7; 32])), typed_root_config()).encode();
+        assert_eq!(
+            root_links(&typed).unwrap(),
+            vec![(Cid([7; 32]), BlockKind::ContentRoot)]
+        );
+        let plain = RootManifest::new(Some(Cid([8; 32])), prolly::Config::default()).encode();
+        assert_eq!(
+            root_links(&plain).unwrap(),
+            vec![(Cid([8; 32]), BlockKind::CrabNode)]
+        );
+        let empty = RootManifest::new(None, prolly::Config::default()).encode();
+        assert!(root_links(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn crab_leaf_blob_refs_are_links() {
+        let mut blob = b"PLVB\x01\x01".to_vec();
+        blob.extend_from_slice(&[0xab; 32]);
+        blob.extend_from_slice(&7u64.to_be_bytes());
+        assert_eq!(blob_ref(&blob), Some(Cid([0xab; 32])));
+        let mut leaf = prolly::Node::empty(&prolly::Config::default(), 0);
+        leaf.keys = vec![b"k1".to_vec(), b"k2".to_vec()];
+        leaf.vals = vec![blob, b"plain".to_vec()];
+        assert_eq!(
+            links(BlockKind::CrabNode, &leaf.encode()).unwrap(),
+            vec![(Cid([0xab; 32]), BlockKind::Blob)]
+        );
+    }
+}

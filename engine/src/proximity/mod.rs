@@ -9,8 +9,13 @@
 //!
 //! * [`format`]: byte-exact codecs for every object (PRVR, PRXI, PRXN, PRXV,
 //!   PQS8, PQPQ, HNSW, HNSN, CRMF).
+//! * [`math`]: the canonical scalar math (preparation, `sqrt_floor`,
+//!   covering radii, lower bounds, promotion levels).
+//! * [`search`]: best-first k-NN search (exact, budgeted, adaptive; filters).
 
 pub mod format;
+pub mod math;
+pub mod search;
 
 pub use format::{
     Codebook, ContentRoot, Descriptor, DirectoryBlock, ExternalVector, HnswConfig, HnswManifest,
