@@ -20,11 +20,14 @@
 //! workspace dependencies.
 
 pub mod canonical;
+mod error;
 pub mod f32;
 mod isa;
 mod metric;
+pub mod sq8;
 pub mod topk;
 
+pub use error::{Error, Result};
 pub use isa::{available_isas, best_isa, isa, requested_isa, set_isa, try_isa, Isa, IsaError};
 pub use metric::Metric;
 pub use topk::TopK;

@@ -256,3 +256,150 @@ fn topk_matches_full_sort() {
         Ok(())
     });
 }
+
+// ------------------------------------------------------------------ SQ8
+
+use prox_kernels::sq8::{self, Quantizer};
+
+/// dim ≥ 1, a group size, training/scan rows, and a query.
+fn sq8_case() -> impl Strategy<Value = (Quantizer, Vec<f32>, Vec<f32>, usize)> {
+    (
+        prop::sample::select(&DIMS[1..]),
+        0usize..6,
+        prop::sample::select(&[1usize, 3, 8, 16, 32, 4096][..]),
+    )
+        .prop_flat_map(|(d, n, g)| {
+            (
+                vec(-50.0f32..50.0, d * n),
+                vec(-50.0f32..50.0, d),
+                Just((d, n, g.min(d))),
+            )
+        })
+        .prop_map(|(rows, q, (d, n, g))| {
+            let quant = Quantizer::fit(d, g, &rows).expect("valid parameters");
+            (quant, rows, q, n)
+        })
+}
+
+#[test]
+fn sq8_asymmetric_matches_scalar() {
+    let isas = non_scalar_isas();
+    check("sq8_asymmetric", 64, sq8_case(), |(quant, rows, q, n)| {
+        let d = quant.dim();
+        let codes = quant.encode_many(&rows);
+        let query = quant.query(&q);
+        let mut recon = vec![0.0f32; d];
+        for isa in &isas {
+            let mut l2 = vec![f32::NAN; n];
+            let mut dt = vec![f32::NAN; n];
+            prop_assert!(query.l2sq_many_with(*isa, &codes, &mut l2));
+            prop_assert!(query.dot_many_with(*isa, &codes, &mut dt));
+            for i in 0..n {
+                let c = &codes[i * d..(i + 1) * d];
+                quant.decode(c, &mut recon);
+                let what = format!("sq8 {isa} d={d} g={} row {i}", quant.group_size());
+                let want_l2 = query.l2sq_with(Isa::Scalar, c).unwrap();
+                let want_dt = query.dot_with(Isa::Scalar, c).unwrap();
+                close(
+                    query.l2sq_with(*isa, c).unwrap(),
+                    want_l2,
+                    l2_mag(&q, &recon),
+                    &what,
+                )?;
+                close(
+                    query.dot_with(*isa, c).unwrap(),
+                    want_dt,
+                    dot_mag(&q, &recon),
+                    &what,
+                )?;
+                close(l2[i], want_l2, l2_mag(&q, &recon), &what)?;
+                close(dt[i], want_dt, dot_mag(&q, &recon), &what)?;
+            }
+        }
+        // The scalar reference itself agrees with f64 math on the decoded rows.
+        for i in 0..n {
+            let c = &codes[i * d..(i + 1) * d];
+            quant.decode(c, &mut recon);
+            let what = format!("sq8 scalar vs f64 d={d} row {i}");
+            close(
+                query.l2sq_with(Isa::Scalar, c).unwrap(),
+                canonical::l2sq(&q, &recon) as f32,
+                l2_mag(&q, &recon),
+                &what,
+            )?;
+            close(
+                query.dot_with(Isa::Scalar, c).unwrap(),
+                canonical::dot(&q, &recon) as f32,
+                dot_mag(&q, &recon),
+                &what,
+            )?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn sq8_integer_dot_is_bit_exact() {
+    let isas = available_isas();
+    let strategy = (prop::sample::select(DIMS), 0usize..5)
+        .prop_flat_map(|(d, n)| (vec(any::<i8>(), d), vec(any::<i8>(), d * n), Just(n)));
+    check("sq8_dot_i8", 96, strategy, |(q, rows, n)| {
+        let d = q.len();
+        for i in 0..n {
+            let r = &rows[i * d..(i + 1) * d];
+            let exact: i64 = q
+                .iter()
+                .zip(r)
+                .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                .sum();
+            for &isa in &isas {
+                prop_assert_eq!(
+                    sq8::dot_i8_with(isa, &q, r),
+                    Some(exact as i32),
+                    "{} d={}",
+                    isa,
+                    d
+                );
+            }
+        }
+        for &isa in &isas {
+            let mut out = vec![0i32; n];
+            prop_assert!(sq8::dot_i8_many_with(isa, &q, &rows, &mut out));
+            for (i, &o) in out.iter().enumerate() {
+                prop_assert_eq!(
+                    o,
+                    sq8::dot_i8_with(Isa::Scalar, &q, &rows[i * d..(i + 1) * d]).unwrap()
+                );
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn sq8_integer_dot_wraps_identically_past_the_bound() {
+    // 140_000 · 128² = 2_293_760_000 > i32::MAX: the documented mod-2^32 result.
+    let a = vec![-128i8; 140_000];
+    let want = (140_000i64 * 16_384) as i32;
+    for isa in available_isas() {
+        assert_eq!(sq8::dot_i8_with(isa, &a, &a), Some(want), "{isa}");
+    }
+}
+
+#[test]
+fn sq8_fit_matches_python_model() {
+    // Generated with /work/shared/tools/prox_fixture_check.py `sq8_build`
+    // (dims 5, group 2) on these f32 vectors.
+    let v: [f32; 15] = [
+        0.1, -0.25, 3.3, 1e-3, -7.77, 0.05, 0.3, -3.31, 0.0, 2.0, -0.1, 0.125, 1.0, -2e-3, 7.0,
+    ];
+    let q = Quantizer::fit(5, 2, &v).unwrap();
+    let bits: Vec<u32> = q.scales().iter().map(|s| s.to_bits()).collect();
+    assert_eq!(bits, vec![0x3b1a_cf38, 0x3cd5_820e, 0x3d7a_9909]);
+    let codes = q.encode_many(&v);
+    assert_eq!(
+        codes,
+        vec![42, -106, 127, 0, -127, 21, 127, -127, 0, 33, -42, 53, 38, 0, 114]
+    );
+    assert_eq!(q.max_error(&v, &codes).to_bits(), 0x3ccf_b400);
+}

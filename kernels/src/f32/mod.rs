@@ -17,7 +17,7 @@ mod scalar;
 mod portable;
 
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
