@@ -19,6 +19,7 @@ mod cid;
 pub mod codec;
 pub mod envelope;
 mod error;
+pub mod gc;
 pub mod keys;
 pub mod manifest;
 pub mod prolly;
