@@ -1,0 +1,135 @@
+//! Key filters applied during traversal.
+//!
+//! A subtree is entered only when its `[min_key, max_key]` interval can hold
+//! an eligible key; a record is a candidate only when its key is eligible.
+//! Prefix filters are evaluated as the half-open range they denote.
+
+use crate::error::{Error, Result};
+
+/// Which record keys a search may return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Keys in `[start, end)`; `end: None` means unbounded above.
+    Range {
+        /// Smallest eligible key (inclusive).
+        start: Vec<u8>,
+        /// First ineligible key above the range (exclusive), if any.
+        end: Option<Vec<u8>>,
+    },
+    /// Keys starting with these bytes.
+    Prefix(Vec<u8>),
+    /// Exactly these keys; must be sorted strictly ascending.
+    Keys(Vec<Vec<u8>>),
+}
+
+/// The smallest key greater than every key starting with `prefix`, or
+/// `None` when no such key exists (the prefix is empty or all `0xff`).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last != 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A filter normalised for fast tests: prefixes become ranges.
+#[derive(Debug)]
+pub(crate) enum Compiled<'a> {
+    /// No filter: everything is eligible.
+    All,
+    /// `[start, end)`.
+    Range(&'a [u8], Option<std::borrow::Cow<'a, [u8]>>),
+    /// A strictly ascending key set.
+    Keys(&'a [Vec<u8>]),
+}
+
+impl<'a> Compiled<'a> {
+    /// Validates and normalises `filter`.
+    pub(crate) fn new(filter: Option<&'a Filter>) -> Result<Compiled<'a>> {
+        Ok(match filter {
+            None => Compiled::All,
+            Some(Filter::Range { start, end }) => {
+                Compiled::Range(start, end.as_deref().map(std::borrow::Cow::Borrowed))
+            }
+            Some(Filter::Prefix(p)) => {
+                Compiled::Range(p, prefix_end(p).map(std::borrow::Cow::Owned))
+            }
+            Some(Filter::Keys(keys)) => {
+                if keys.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(Error::InvalidArgument(
+                        "filter keys must be sorted strictly ascending".into(),
+                    ));
+                }
+                Compiled::Keys(keys)
+            }
+        })
+    }
+
+    /// True when nothing can be eligible (an empty range or key set).
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            Compiled::All => false,
+            Compiled::Range(s, Some(e)) => *s >= &**e,
+            Compiled::Range(_, None) => false,
+            Compiled::Keys(k) => k.is_empty(),
+        }
+    }
+
+    /// True when `key` is eligible.
+    #[inline]
+    pub(crate) fn accepts(&self, key: &[u8]) -> bool {
+        match self {
+            Compiled::All => true,
+            Compiled::Range(s, e) => key >= *s && e.as_deref().is_none_or(|e| key < e),
+            Compiled::Keys(k) => k.binary_search_by(|x| x.as_slice().cmp(key)).is_ok(),
+        }
+    }
+
+    /// True when some eligible key may lie in `[min, max]`.
+    #[inline]
+    pub(crate) fn overlaps(&self, min: &[u8], max: &[u8]) -> bool {
+        match self {
+            Compiled::All => true,
+            Compiled::Range(s, e) => max >= *s && e.as_deref().is_none_or(|e| min < e),
+            Compiled::Keys(k) => {
+                let i = k.partition_point(|x| x.as_slice() < min);
+                i < k.len() && k[i].as_slice() <= max
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_cases() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(b"\xff\xff"), None);
+        assert_eq!(prefix_end(b""), None);
+    }
+
+    #[test]
+    fn ranges_prefixes_and_sets() {
+        let f = Filter::Prefix(b"b".to_vec());
+        let c = Compiled::new(Some(&f)).unwrap();
+        assert!(c.accepts(b"b") && c.accepts(b"bzz") && !c.accepts(b"c") && !c.accepts(b"a"));
+        assert!(c.overlaps(b"a", b"b") && !c.overlaps(b"c", b"d") && c.overlaps(b"a", b"z"));
+        let f = Filter::Keys(vec![b"c".to_vec(), b"f".to_vec()]);
+        let c = Compiled::new(Some(&f)).unwrap();
+        assert!(c.accepts(b"c") && !c.accepts(b"d"));
+        assert!(c.overlaps(b"d", b"f") && !c.overlaps(b"d", b"e") && !c.overlaps(b"g", b"h"));
+        let bad = Filter::Keys(vec![b"f".to_vec(), b"c".to_vec()]);
+        assert!(Compiled::new(Some(&bad)).is_err());
+        let empty = Filter::Range {
+            start: b"b".to_vec(),
+            end: Some(b"b".to_vec()),
+        };
+        assert!(Compiled::new(Some(&empty)).unwrap().is_empty());
+    }
+}

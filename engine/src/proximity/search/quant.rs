@@ -1,0 +1,160 @@
+//! Per-vector 8-bit codes for ranking, and the error bounds that let exact
+//! search prune with them.
+//!
+//! Every vector (entry vectors at load time, the query once per search) is
+//! quantized with one symmetric scale `s = max|x_i| / 127` (f64):
+//! `c_i = roundTiesEven(x_i / s)` in `−127..=127`, reconstructing
+//! `x̂ = s·c`. Products of codes are summed by the SIMD integer kernel
+//! [`prox_kernels::sq8::dot_i8_many`], which is bit-exact on every ISA, and
+//! everything after that is a fixed sequence of scalar f64 operations. So
+//! every approximate score, bound and therefore every traversal decision is
+//! identical on every machine and ISA.
+//!
+//! Alongside the codes each vector keeps `err ≥ ‖x − x̂‖` (Euclidean,
+//! rounded up) and `norm ≥ ‖x‖`; exact search turns the approximate
+//! distances into rigorous lower bounds with them (see [`l2_lower`]).
+
+/// `2^-52`: one f64 ulp at 1.
+pub(crate) const EPS: f64 = f64::EPSILON;
+
+/// Largest dimension for which `Σ c_i·d_i` of valid codes cannot overflow
+/// the kernel's `i32` accumulator (`(2^31 − 1) / 127²`).
+pub(crate) const MAX_CODE_DIMS: usize = 133_143;
+
+/// One quantized vector's scalars (its codes live in a caller's buffer).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QuantStats {
+    /// The scale `s` (0 for the zero vector).
+    pub scale: f64,
+    /// `Σ c_i²` (exact integer, held in f64).
+    pub code_norm2: f64,
+    /// Upper bound on `‖x − x̂‖`.
+    pub err: f64,
+    /// Upper bound on `‖x‖`.
+    pub norm: f64,
+}
+
+/// Rounds a non-negative f64 computed with a few roundings upward by a
+/// relative margin far above their error (and never to 0 when positive).
+#[inline]
+pub(crate) fn up(x: f64) -> f64 {
+    x * (1.0 + 16.0 * EPS) + f64::MIN_POSITIVE
+}
+
+/// Rounds a non-negative f64 downward by the same margin (clamped at 0).
+#[inline]
+pub(crate) fn down(x: f64) -> f64 {
+    let y = x * (1.0 - 16.0 * EPS) - f64::MIN_POSITIVE;
+    if y > 0.0 {
+        y
+    } else {
+        0.0
+    }
+}
+
+/// Quantizes `x` into `codes` (same length) and returns its scalars.
+pub(crate) fn quantize(x: &[f32], codes: &mut [i8]) -> QuantStats {
+    debug_assert_eq!(x.len(), codes.len());
+    let max = x.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+    let mut norm2 = 0.0f64;
+    for &v in x {
+        let v = f64::from(v);
+        norm2 += v * v;
+    }
+    if max == 0.0 {
+        codes.iter_mut().for_each(|c| *c = 0);
+        return QuantStats {
+            scale: 0.0,
+            code_norm2: 0.0,
+            err: 0.0,
+            norm: up(norm2.sqrt()),
+        };
+    }
+    let scale = max / 127.0;
+    let mut code_norm2 = 0i64;
+    let mut err2 = 0.0f64;
+    for (c, &v) in codes.iter_mut().zip(x) {
+        let v = f64::from(v);
+        let q = (v / scale).round_ties_even().clamp(-127.0, 127.0);
+        *c = q as i8;
+        code_norm2 += (q as i64) * (q as i64);
+        let e = v - scale * q;
+        err2 += e * e;
+    }
+    QuantStats {
+        scale,
+        code_norm2: code_norm2 as f64,
+        // The computed residual norm is within a few ulps (relative) of the
+        // real one; `up` adds a margin far larger than that.
+        err: up(up(err2).sqrt()),
+        norm: up(up(norm2).sqrt()),
+    }
+}
+
+/// Approximate squared distance `‖q̂ − x̂‖²` from the integer dot `dot` of
+/// the codes, and an absolute bound on its f64 rounding error.
+#[inline]
+pub(crate) fn approx_l2(q: &QuantStats, x: &QuantStats, dot: i32) -> (f64, f64) {
+    let t1 = q.scale * q.scale * q.code_norm2;
+    let t2 = x.scale * x.scale * x.code_norm2;
+    let t3 = 2.0 * (q.scale * x.scale) * f64::from(dot);
+    let a2 = t1 + t2 - t3;
+    (a2, 8.0 * EPS * (t1 + t2 + t3.abs()))
+}
+
+/// Approximate dot product `q̂·x̂` from the integer dot of the codes.
+#[inline]
+pub(crate) fn approx_dot(q: &QuantStats, x: &QuantStats, dot: i32) -> f64 {
+    (q.scale * x.scale) * f64::from(dot)
+}
+
+/// A rigorous lower bound on the real Euclidean distance `‖q − x‖` from the
+/// approximate squared distance (`a2`, with rounding bound `a2_err`):
+/// `‖q − x‖ ≥ ‖q̂ − x̂‖ − ‖q − q̂‖ − ‖x − x̂‖` (triangle inequality).
+#[inline]
+pub(crate) fn l2_lower(a2: f64, a2_err: f64, q: &QuantStats, x: &QuantStats) -> f64 {
+    let lo2 = a2 - a2_err;
+    if lo2 <= 0.0 {
+        return 0.0;
+    }
+    down(down(lo2.sqrt()) - up(q.err + x.err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconstruction_error_is_bounded() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        for d in [1usize, 3, 16, 97] {
+            for _ in 0..50 {
+                let x: Vec<f32> = (0..d).map(|_| next() * 3.0).collect();
+                let y: Vec<f32> = (0..d).map(|_| next()).collect();
+                let mut cx = vec![0i8; d];
+                let mut cy = vec![0i8; d];
+                let sx = quantize(&x, &mut cx);
+                let sy = quantize(&y, &mut cy);
+                let real = prox_kernels::canonical::l2sq(&x, &y).sqrt();
+                let dot: i32 = cx
+                    .iter()
+                    .zip(&cy)
+                    .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                    .sum();
+                let (a2, e) = approx_l2(&sx, &sy, dot);
+                let lo = l2_lower(a2, e, &sx, &sy);
+                assert!(lo <= real, "d={d} lo={lo} real={real}");
+                assert!((a2.max(0.0).sqrt() - real).abs() <= sx.err + sy.err + 1e-9);
+            }
+        }
+        let mut c = [0i8; 2];
+        let z = quantize(&[0.0, 0.0], &mut c);
+        assert_eq!((z.scale, z.err, c), (0.0, 0.0, [0, 0]));
+    }
+}

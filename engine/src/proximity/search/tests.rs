@@ -1,0 +1,296 @@
+//! Search over hand-assembled (valid, non-canonical) hierarchies, so the
+//! traversal is tested on shapes the canonical builder may never produce:
+//! several route levels, wide and narrow nodes, external vectors.
+
+use super::*;
+use crate::prolly::Config;
+use crate::proximity::format::{
+    DirectoryBlock, ExternalVector, NodeEntry, NodeKind, ProxNode, ProximityConfig, VectorRef,
+};
+use crate::proximity::math::{prepare, radius_up};
+use crate::store::MemStore;
+use prox_kernels::canonical;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("PROX_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5EED)
+}
+
+/// Builds a valid hierarchy: every `fanout`-th entry of a level becomes a
+/// representative, the others join their nearest representative.
+fn mini_map(
+    store: &MemStore,
+    metric: Metric,
+    dims: u32,
+    mut records: Vec<(Vec<u8>, Vec<f32>)>,
+    fanout: usize,
+    external: bool,
+) -> Descriptor {
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    for r in &mut records {
+        r.1 = prepare(metric, dims, &r.1, Some(&r.0)).unwrap();
+    }
+    let vref = |v: &[f32]| {
+        if external {
+            let bytes = ExternalVector::encode_parts(v, None).unwrap();
+            VectorRef::External(store.put(&bytes).unwrap())
+        } else {
+            VectorRef::Inline(v.to_vec())
+        }
+    };
+    // (entry, its vector) of the current level.
+    let mut level: Vec<(NodeEntry, Vec<f32>)> = records
+        .iter()
+        .map(|(k, v)| (NodeEntry::point(k.clone(), vref(v)), v.clone()))
+        .collect();
+    let mut lvl = 0u8;
+    let store_node = |kind: NodeKind, lvl: u8, mut es: Vec<(NodeEntry, Vec<f32>)>| {
+        es.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+        let entries: Vec<NodeEntry> = es.iter().map(|e| e.0.clone()).collect();
+        let node = ProxNode {
+            kind,
+            level: lvl,
+            subtree_count: entries.iter().map(|e| e.count).sum(),
+            quantizer: None,
+            entries,
+        };
+        (store.put(&node.encode().unwrap()).unwrap(), es)
+    };
+    loop {
+        let kind = if lvl == 0 {
+            NodeKind::Leaf
+        } else {
+            NodeKind::Route
+        };
+        if level.len() <= fanout {
+            let (root, _) = store_node(kind, lvl, level);
+            let tree = crate::prolly::build_sorted(
+                store,
+                &Config::default(),
+                records.iter().map(|(k, v)| {
+                    (
+                        k.clone(),
+                        Record::encode_parts(v, &k.iter().rev().copied().collect::<Vec<_>>())
+                            .unwrap(),
+                    )
+                }),
+            )
+            .unwrap();
+            let mut config = ProximityConfig::new(dims);
+            config.metric = metric;
+            return Descriptor {
+                config,
+                record_count: records.len() as u64,
+                directory: DirectoryBlock {
+                    root: tree,
+                    config: Config::default(),
+                },
+                root,
+            };
+        }
+        let reps: Vec<usize> = (0..level.len()).step_by(fanout).collect();
+        let mut groups: Vec<Vec<(NodeEntry, Vec<f32>)>> = vec![Vec::new(); reps.len()];
+        for e in &level {
+            let best = reps
+                .iter()
+                .enumerate()
+                .min_by(|a, b| {
+                    let sa = canonical::l2sq(&e.1, &level[*a.1].1);
+                    let sb = canonical::l2sq(&e.1, &level[*b.1].1);
+                    sa.total_cmp(&sb).then(a.1.cmp(b.1))
+                })
+                .unwrap()
+                .0;
+            groups[best].push(e.clone());
+        }
+        let mut next = Vec::new();
+        for (g, members) in groups.into_iter().enumerate() {
+            let rep = level[reps[g]].clone();
+            let (cid, es) = store_node(kind, lvl, members);
+            let mut radius = 0.0f64;
+            for (e, v) in &es {
+                radius = radius.max(radius_up(canonical::l2sq(&rep.1, v), e.radius));
+            }
+            let entry = NodeEntry {
+                key: rep.0.key.clone(),
+                vector: vref(&rep.1),
+                child: Some(cid),
+                count: es.iter().map(|e| e.0.count).sum(),
+                radius,
+                min_key: es.iter().map(|e| e.0.min_key.clone()).min().unwrap(),
+                max_key: es.iter().map(|e| e.0.max_key.clone()).max().unwrap(),
+            };
+            next.push((entry, rep.1));
+        }
+        level = next;
+        lvl += 1;
+    }
+}
+
+fn brute(
+    records: &[(Vec<u8>, Vec<f32>)],
+    metric: Metric,
+    dims: u32,
+    q: &[f32],
+    k: usize,
+    f: Option<&Filter>,
+) -> Vec<(Vec<u8>, f64)> {
+    let q = prepare(metric, dims, q, None).unwrap();
+    let c = filter::Compiled::new(f).unwrap();
+    let mut all: Vec<(Vec<u8>, f64)> = records
+        .iter()
+        .filter(|r| c.accepts(&r.0))
+        .map(|(key, v)| {
+            let v = prepare(metric, dims, v, None).unwrap();
+            (key.clone(), canonical::score(metric, &q, &v))
+        })
+        .collect();
+    all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    all.truncate(k);
+    all
+}
+
+fn data(rng: &mut Rng, n: usize, dims: usize, clustered: bool) -> Vec<(Vec<u8>, Vec<f32>)> {
+    let centers: Vec<Vec<f32>> = (0..8)
+        .map(|_| (0..dims).map(|_| rng.unit() * 4.0).collect())
+        .collect();
+    (0..n)
+        .map(|i| {
+            let key = format!("k{:05}", (i * 7919) % 100_000).into_bytes();
+            let c = &centers[(rng.next() % 8) as usize];
+            let v: Vec<f32> = (0..dims)
+                .map(|j| {
+                    let x = if clustered {
+                        c[j] + rng.unit() * 0.5
+                    } else {
+                        rng.unit()
+                    };
+                    // Quantised components make exact score ties common.
+                    (x * 4.0).round() / 4.0
+                })
+                .collect();
+            (key, v)
+        })
+        .collect()
+}
+
+fn hits_of(r: &SearchResult) -> Vec<(Vec<u8>, f64)> {
+    r.hits.iter().map(|h| (h.key.clone(), h.score)).collect()
+}
+
+#[test]
+fn exact_equals_brute_force_on_any_valid_hierarchy() {
+    let s = seed();
+    let mut rng = Rng(s);
+    for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
+        for (fanout, external) in [(3usize, false), (7, true), (40, false)] {
+            let store = MemStore::new();
+            let dims = 6;
+            let recs = data(&mut rng, 300, dims, true);
+            let desc = mini_map(&store, metric, dims as u32, recs.clone(), fanout, external);
+            let searcher = Searcher::new(&store, desc).unwrap();
+            for t in 0..12 {
+                let q: Vec<f32> = (0..dims)
+                    .map(|_| (rng.unit() * 16.0).round() / 4.0)
+                    .collect();
+                let q = if q.iter().all(|&x| x == 0.0) {
+                    vec![1.0; dims]
+                } else {
+                    q
+                };
+                let k = [1usize, 5, 10, 299, 400][t % 5];
+                let filters = [
+                    None,
+                    Some(Filter::Prefix(b"k0".to_vec())),
+                    Some(Filter::Range {
+                        start: b"k2".to_vec(),
+                        end: Some(b"k6".to_vec()),
+                    }),
+                    Some(Filter::Keys(
+                        recs.iter()
+                            .step_by(9)
+                            .map(|r| r.0.clone())
+                            .collect::<std::collections::BTreeSet<_>>()
+                            .into_iter()
+                            .collect(),
+                    )),
+                ];
+                for f in &filters {
+                    let mut req = SearchRequest::new(k).mode(Mode::Exact);
+                    req.filter = f.clone();
+                    let got = searcher.search(&q, &req).unwrap();
+                    let want = brute(&recs, metric, dims as u32, &q, k, f.as_ref());
+                    assert_eq!(
+                        hits_of(&got),
+                        want,
+                        "seed {s} metric {metric:?} fanout {fanout} k {k} filter {f:?}"
+                    );
+                    assert_eq!(got.completion, Completion::Exact);
+                    // Budgeted without caps is the exact search.
+                    req.mode = Mode::Budgeted(Budget::default());
+                    assert_eq!(hits_of(&searcher.search(&q, &req).unwrap()), want);
+                    // Adaptive never under-fills.
+                    req.mode = Mode::Adaptive(Preset::Fast);
+                    let a = searcher.search(&q, &req).unwrap();
+                    assert_eq!(a.hits.len(), want.len(), "seed {s} adaptive under-filled");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn budgets_values_and_batches() {
+    let s = seed();
+    let mut rng = Rng(s ^ 1);
+    let store = MemStore::new();
+    let dims = 8;
+    let recs = data(&mut rng, 500, dims, true);
+    let desc = mini_map(&store, Metric::L2, dims as u32, recs.clone(), 6, false);
+    let searcher = Searcher::new(&store, desc).unwrap();
+    assert!(searcher.warm().unwrap() > 10);
+    let q: Vec<f32> = (0..dims).map(|_| rng.unit()).collect();
+    let capped = Budget {
+        max_nodes: Some(2),
+        ..Budget::default()
+    };
+    let r = searcher
+        .search(&q, &SearchRequest::new(10).mode(Mode::Budgeted(capped)))
+        .unwrap();
+    assert_eq!(r.completion, Completion::BudgetExhausted, "seed {s}");
+    assert!(r.stats.nodes_visited <= 2);
+    let r = searcher
+        .search(&q, &SearchRequest::new(3).mode(Mode::Exact).with_values())
+        .unwrap();
+    for h in &r.hits {
+        let want: Vec<u8> = h.key.iter().rev().copied().collect();
+        assert_eq!(h.value.as_deref(), Some(want.as_slice()));
+    }
+    let queries: Vec<f32> = (0..dims * 20).map(|_| rng.unit()).collect();
+    for mode in [Mode::Exact, Mode::Adaptive(Preset::Balanced)] {
+        let req = SearchRequest::new(5).mode(mode);
+        let batch = searcher.search_batch(&queries, &req).unwrap();
+        let mut ctx = SearchContext::new();
+        for (q, b) in queries.chunks(dims).zip(&batch) {
+            assert_eq!(&searcher.search_with(&mut ctx, q, &req).unwrap(), b);
+        }
+    }
+    assert!(searcher.search(&q, &SearchRequest::new(0)).is_err());
+    assert!(searcher.search(&q[1..], &SearchRequest::new(1)).is_err());
+}
