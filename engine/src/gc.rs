@@ -141,6 +141,20 @@ pub fn collect<K: Copy + Eq + Hash>(
     Ok(report)
 }
 
+/// [`collect`] with the project's own block graph: named roots decoded by
+/// [`refs::root_links`](crate::refs::root_links), blocks by
+/// [`refs::links`](crate::refs::links).
+pub fn collect_default(store: &dyn BlockStore, pins: &Pins, dry_run: bool) -> Result<GcReport> {
+    collect(
+        store,
+        pins,
+        &[],
+        &crate::refs::root_links,
+        &crate::refs::links,
+        dry_run,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -427,3 +427,60 @@ fn mmap_large_blocks_get_their_own_segment() {
     assert_eq!(s.get(&cid).unwrap().as_deref(), Some(big.as_slice()));
     assert!(s.has(&small).unwrap() && s.has(&after).unwrap());
 }
+
+#[test]
+fn gc_default_keeps_published_trees_and_reclaims_the_rest() {
+    use prox_engine::gc;
+    use prox_engine::manifest::RootManifest;
+    use prox_engine::prolly::{self, Config, Tree};
+    use prox_engine::store::Pins;
+    for_each(|name, s, seed| {
+        let mut rng = Rng::new(seed ^ 0x6c);
+        let cfg = Config::default();
+        let entries = |tag: u8, rng: &mut Rng| -> Vec<(Vec<u8>, Vec<u8>)> {
+            (0..3000u32)
+                .map(|i| {
+                    let mut k = vec![tag];
+                    k.extend_from_slice(&i.to_be_bytes());
+                    (k, rng.block(40))
+                })
+                .collect()
+        };
+        let kept = entries(1, &mut rng);
+        let root = prolly::build(s, &cfg, kept.clone()).unwrap();
+        let manifest = RootManifest::new(root, cfg.clone()).encode();
+        s.set_root("main", Some(&manifest)).unwrap();
+        let dropped_root = prolly::build(s, &cfg, entries(2, &mut rng))
+            .unwrap()
+            .unwrap();
+        let pins = Pins::new();
+        let pinned = s.put(b"pinned by a pull in progress").unwrap();
+        let guard = pins.pin(pinned);
+        s.commit().unwrap();
+
+        let dry = gc::collect_default(s, &pins, true).unwrap();
+        assert!(dry.retained.removed_blocks > 0, "{name}: {dry:?}");
+        assert!(
+            s.has(&dropped_root).unwrap(),
+            "{name}: dry run removed something"
+        );
+        let report = gc::collect_default(s, &pins, false).unwrap();
+        assert_eq!(
+            report.retained, dry.retained,
+            "{name}: dry run predicted the run"
+        );
+        assert_eq!(report.roots, 1);
+        assert_eq!(report.missing, 0);
+        assert!(!s.has(&dropped_root).unwrap(), "{name}");
+        assert!(s.has(&pinned).unwrap(), "{name}: pinned block kept");
+        let tree = Tree::from_manifest(s, &RootManifest::decode(&manifest).unwrap()).unwrap();
+        for (k, v) in kept.iter().step_by(97) {
+            assert_eq!(tree.get(k).unwrap().as_ref(), Some(v), "{name}");
+        }
+        assert_eq!(tree.iter().count(), kept.len(), "{name}");
+        drop(guard);
+        // A second run finds nothing more to do but the unpinned block.
+        let again = gc::collect_default(s, &pins, false).unwrap();
+        assert_eq!(again.retained.removed_blocks, 1, "{name}");
+    });
+}
