@@ -1,0 +1,144 @@
+//! The sync layer's one error type.
+
+use libp2p::PeerId;
+use prox_engine::Cid;
+
+/// Result alias for prox-sync.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a peer was judged to misbehave. Any of these disconnects the peer and
+/// discards the batch it was answering.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// The bytes sent for `cid` hash to something else.
+    #[error("block for {cid} hashes to {actual}")]
+    HashMismatch {
+        /// CID that was asked for.
+        cid: Cid,
+        /// Hash of the bytes received.
+        actual: Cid,
+    },
+    /// The block hashes correctly but does not decode as the kind its parent
+    /// declared.
+    #[error("block {cid} does not decode as {kind}: {reason}")]
+    WrongKind {
+        /// The block.
+        cid: Cid,
+        /// Kind the parent declared.
+        kind: String,
+        /// Decoder message.
+        reason: String,
+    },
+    /// A frame length above the negotiated limit.
+    #[error("{what} of {len} bytes exceeds the limit of {max}")]
+    Oversize {
+        /// Which frame or message.
+        what: &'static str,
+        /// Announced length.
+        len: u64,
+        /// Limit in force.
+        max: u64,
+    },
+    /// A frame that is not valid at this point of the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A block nobody asked for.
+    #[error("unsolicited block {cid}")]
+    Unsolicited {
+        /// The block's CID.
+        cid: Cid,
+    },
+}
+
+/// Every failure of prox-sync.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The engine (store, decoders) failed.
+    #[error(transparent)]
+    Engine(#[from] prox_engine::Error),
+    /// Local I/O (identity file, control socket, staging).
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A peer broke the protocol; it has been disconnected and banned.
+    #[error("peer {peer} misbehaved: {violation}")]
+    Misbehaving {
+        /// The peer.
+        peer: PeerId,
+        /// What it did.
+        violation: Violation,
+    },
+    /// A peer lacks a block it should have (its root references it).
+    #[error("peer {peer} does not have block {cid}")]
+    RemoteMissing {
+        /// The peer.
+        peer: PeerId,
+        /// The block.
+        cid: Cid,
+    },
+    /// The remote has no root under this name (or does not serve it to us).
+    #[error("peer {peer} has no root named {name:?}")]
+    NoSuchRoot {
+        /// The peer.
+        peer: PeerId,
+        /// The name asked for.
+        name: String,
+    },
+    /// The remote refused the request.
+    #[error("peer {peer} refused: {reason}")]
+    Refused {
+        /// The peer.
+        peer: PeerId,
+        /// The reason it gave.
+        reason: String,
+    },
+    /// The local named root changed while the pull ran; nothing was published.
+    #[error("local root {name:?} changed during the pull; not published")]
+    Conflict {
+        /// Local root name.
+        name: String,
+    },
+    /// Dialing or talking to a peer failed (connection, stream, timeout).
+    #[error("network error with {peer}: {reason}")]
+    Network {
+        /// The peer (or address) involved.
+        peer: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A request did not complete in time.
+    #[error("timed out after {seconds} s: {what}")]
+    Timeout {
+        /// What timed out.
+        what: String,
+        /// Limit that expired.
+        seconds: u64,
+    },
+    /// The local node is shutting down or its event loop has stopped.
+    #[error("node is shut down")]
+    Shutdown,
+    /// A configuration value that cannot be used.
+    #[error("invalid config: {0}")]
+    Config(String),
+    /// The identity key file could not be used.
+    #[error("identity key {path}: {reason}")]
+    Identity {
+        /// Key file.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A control-channel request or reply that could not be understood.
+    #[error("control channel: {0}")]
+    Control(String),
+}
+
+impl Error {
+    pub(crate) fn network(peer: impl std::fmt::Display, reason: impl std::fmt::Display) -> Error {
+        Error::Network {
+            peer: peer.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}

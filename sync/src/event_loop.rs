@@ -1,0 +1,600 @@
+//! The task that owns the libp2p `Swarm`, and the [`Client`] that talks to
+//! it over a bounded command channel.
+//!
+//! Every command carries an id (for logs) and a oneshot reply. Inbound
+//! control requests are answered here when they only need a root read;
+//! `Announce` is handed to the node (bounded channel) and answered when the
+//! announced pull finishes. Block streams do not pass through this task:
+//! sessions open and accept them through `libp2p_stream::Control`.
+
+use crate::error::{Error, Result};
+use crate::protocol::codec::CtlCodec;
+use crate::protocol::limits::{Limits, MAX_LIST_ROOTS, MAX_ROOT_VALUE};
+use crate::protocol::messages::{ErrorCode, Hello, Request, Response, RootEntry};
+use crate::server::Access;
+use futures::StreamExt;
+use libp2p::allow_block_list::{self, AllowedPeers, BlockedPeers};
+use libp2p::core::ConnectedPoint;
+use libp2p::request_response::{
+    self, InboundRequestId, OutboundRequestId, ProtocolSupport, ResponseChannel,
+};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
+use libp2p::{connection_limits, identify, mdns, ping, Multiaddr, PeerId, Swarm};
+use prox_engine::BlockStore;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// The node's combined libp2p behaviour.
+#[derive(NetworkBehaviour)]
+pub(crate) struct Behaviour {
+    allow: Toggle<allow_block_list::Behaviour<AllowedPeers>>,
+    block: allow_block_list::Behaviour<BlockedPeers>,
+    limits: connection_limits::Behaviour,
+    identify: identify::Behaviour,
+    ping: ping::Behaviour,
+    ctl: request_response::Behaviour<CtlCodec>,
+    pub(crate) blocks: libp2p_stream::Behaviour,
+    mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+impl Behaviour {
+    pub(crate) fn new(
+        key: &libp2p::identity::Keypair,
+        access: &Access,
+        limits: &Limits,
+        use_mdns: bool,
+    ) -> Result<Self> {
+        let allow = access.allow.as_ref().map(|peers| {
+            let mut b = allow_block_list::Behaviour::<AllowedPeers>::default();
+            for p in peers {
+                b.allow_peer(*p);
+            }
+            b
+        });
+        let conn_limits = connection_limits::ConnectionLimits::default()
+            .with_max_established_per_peer(Some(4))
+            .with_max_established(Some(256))
+            .with_max_pending_incoming(Some(64));
+        let ctl_cfg = request_response::Config::default()
+            .with_request_timeout(limits.announce_timeout)
+            .with_max_concurrent_streams(32);
+        let mdns = if use_mdns {
+            Some(mdns::tokio::Behaviour::new(
+                mdns::Config::default(),
+                key.public().to_peer_id(),
+            )?)
+        } else {
+            None
+        };
+        Ok(Behaviour {
+            allow: allow.into(),
+            block: Default::default(),
+            limits: connection_limits::Behaviour::new(conn_limits),
+            identify: identify::Behaviour::new(
+                identify::Config::new("/prox/1.0.0".into(), key.public())
+                    .with_agent_version(format!("prox/{}", env!("CARGO_PKG_VERSION"))),
+            ),
+            ping: ping::Behaviour::new(ping::Config::new()),
+            ctl: request_response::Behaviour::with_codec(
+                CtlCodec::default(),
+                [(crate::protocol::CTL_PROTOCOL, ProtocolSupport::Full)],
+                ctl_cfg,
+            ),
+            blocks: libp2p_stream::Behaviour::new(),
+            mdns: mdns.into(),
+        })
+    }
+}
+
+/// A connected peer as reported by `prox sync peers`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeerInfo {
+    /// Peer id.
+    pub peer: String,
+    /// Remote address of one of its connections.
+    pub address: String,
+    /// Agent string from identify, once known.
+    pub agent: Option<String>,
+    /// Last ping round trip in milliseconds.
+    pub rtt_ms: Option<f64>,
+}
+
+/// A peer banned for breaking the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Banned {
+    /// Peer id.
+    pub peer: String,
+    /// What it did.
+    pub reason: String,
+}
+
+/// An inbound `Announce` handed to the node.
+#[derive(Debug)]
+pub(crate) struct InboundAnnounce {
+    pub(crate) id: InboundRequestId,
+    pub(crate) peer: PeerId,
+    pub(crate) name: String,
+    pub(crate) target: String,
+}
+
+pub(crate) enum Command {
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<PeerId>>,
+    },
+    Request {
+        peer: PeerId,
+        request: Request,
+        reply: oneshot::Sender<Result<Response>>,
+    },
+    Respond {
+        id: InboundRequestId,
+        response: Response,
+    },
+    Peers {
+        reply: oneshot::Sender<(Vec<PeerInfo>, Vec<Banned>)>,
+    },
+    Ban {
+        peer: PeerId,
+        reason: String,
+    },
+    Disconnect {
+        peer: PeerId,
+    },
+}
+
+/// Handle on the event loop. Cheap to clone; every call is bounded by the
+/// command channel's capacity and by a timeout.
+#[derive(Clone)]
+pub struct Client {
+    tx: mpsc::Sender<(u64, Command)>,
+    next_id: Arc<AtomicU64>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    async fn call<T>(
+        &self,
+        what: &str,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(id, what, "command");
+        self.tx
+            .send((id, make(tx)))
+            .await
+            .map_err(|_| Error::Shutdown)?;
+        rx.await.map_err(|_| Error::Shutdown)
+    }
+
+    /// Connects to `addr` (reusing an open connection) and returns the peer.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<PeerId> {
+        let secs = self.limits.request_timeout;
+        let fut = self.call("dial", |reply| Command::Dial {
+            addr: addr.clone(),
+            reply,
+        });
+        tokio::time::timeout(secs, fut)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: format!("dial {addr}"),
+                seconds: secs.as_secs(),
+            })??
+    }
+
+    /// Sends a control request and waits for the answer (bounded by the
+    /// request timeout, or the announce timeout for `Announce`).
+    pub async fn request(&self, peer: PeerId, request: Request) -> Result<Response> {
+        let limit = match request {
+            Request::Announce { .. } => self.limits.announce_timeout,
+            _ => self.limits.request_timeout,
+        };
+        let fut = self.call("request", |reply| Command::Request {
+            peer,
+            request,
+            reply,
+        });
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: format!("control request to {peer}"),
+                seconds: limit.as_secs(),
+            })??
+    }
+
+    /// Connected peers and banned peers.
+    pub async fn peers(&self) -> Result<(Vec<PeerInfo>, Vec<Banned>)> {
+        self.call("peers", |reply| Command::Peers { reply }).await
+    }
+
+    pub(crate) async fn respond(&self, id: InboundRequestId, response: Response) -> Result<()> {
+        let nid = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send((nid, Command::Respond { id, response }))
+            .await
+            .map_err(|_| Error::Shutdown)
+    }
+
+    /// Bans `peer` for the life of this node and closes its connections.
+    pub async fn ban(&self, peer: PeerId, reason: String) -> Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send((id, Command::Ban { peer, reason }))
+            .await
+            .map_err(|_| Error::Shutdown)
+    }
+
+    /// Closes every connection to `peer`.
+    pub async fn disconnect(&self, peer: PeerId) -> Result<()> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send((id, Command::Disconnect { peer }))
+            .await
+            .map_err(|_| Error::Shutdown)
+    }
+}
+
+/// The swarm owner.
+pub(crate) struct EventLoop {
+    swarm: Swarm<Behaviour>,
+    rx: mpsc::Receiver<(u64, Command)>,
+    store: Arc<dyn BlockStore>,
+    access: Arc<Access>,
+    limits: Limits,
+    announces: mpsc::Sender<InboundAnnounce>,
+    dials: HashMap<ConnectionId, oneshot::Sender<Result<PeerId>>>,
+    requests: HashMap<OutboundRequestId, oneshot::Sender<Result<Response>>>,
+    inbound: HashMap<InboundRequestId, ResponseChannel<Response>>,
+    peers: BTreeMap<PeerId, PeerInfo>,
+    banned: Vec<Banned>,
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        swarm: Swarm<Behaviour>,
+        store: Arc<dyn BlockStore>,
+        access: Arc<Access>,
+        limits: Limits,
+        announces: mpsc::Sender<InboundAnnounce>,
+    ) -> (EventLoop, Client) {
+        let (tx, rx) = mpsc::channel(64);
+        let client = Client {
+            tx,
+            next_id: Arc::new(AtomicU64::new(1)),
+            limits: limits.clone(),
+        };
+        let el = EventLoop {
+            swarm,
+            rx,
+            store,
+            access,
+            limits,
+            announces,
+            dials: HashMap::new(),
+            requests: HashMap::new(),
+            inbound: HashMap::new(),
+            peers: BTreeMap::new(),
+            banned: Vec::new(),
+        };
+        (el, client)
+    }
+
+    /// Runs until every `Client` is dropped.
+    pub(crate) async fn run(mut self) {
+        loop {
+            tokio::select! {
+                cmd = self.rx.recv() => match cmd {
+                    Some((id, cmd)) => self.command(id, cmd),
+                    None => break,
+                },
+                event = self.swarm.select_next_some() => self.event(event),
+            }
+        }
+        tracing::debug!("event loop stopped");
+    }
+
+    fn command(&mut self, id: u64, cmd: Command) {
+        match cmd {
+            Command::Dial { addr, reply } => {
+                let known = addr.iter().find_map(|p| match p {
+                    libp2p::multiaddr::Protocol::P2p(peer) => Some(peer),
+                    _ => None,
+                });
+                if let Some(peer) = known {
+                    if self.swarm.is_connected(&peer) {
+                        let _ = reply.send(Ok(peer));
+                        return;
+                    }
+                }
+                let opts = DialOpts::unknown_peer_id().address(addr.clone()).build();
+                let conn = opts.connection_id();
+                match self.swarm.dial(opts) {
+                    Ok(()) => {
+                        tracing::debug!(id, %addr, "dialing");
+                        self.dials.insert(conn, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(Error::network(&addr, e)));
+                    }
+                }
+            }
+            Command::Request {
+                peer,
+                request,
+                reply,
+            } => {
+                let rid = self.swarm.behaviour_mut().ctl.send_request(&peer, request);
+                tracing::trace!(id, %peer, ?rid, "control request");
+                self.requests.insert(rid, reply);
+            }
+            Command::Respond { id: rid, response } => {
+                if let Some(ch) = self.inbound.remove(&rid) {
+                    let _ = self.swarm.behaviour_mut().ctl.send_response(ch, response);
+                }
+            }
+            Command::Peers { reply } => {
+                let _ = reply.send((self.peers.values().cloned().collect(), self.banned.clone()));
+            }
+            Command::Ban { peer, reason } => {
+                tracing::warn!(id, %peer, %reason, "banning misbehaving peer");
+                self.swarm.behaviour_mut().block.block_peer(peer);
+                let _ = self.swarm.disconnect_peer_id(peer);
+                self.peers.remove(&peer);
+                self.banned.push(Banned {
+                    peer: peer.to_string(),
+                    reason,
+                });
+            }
+            Command::Disconnect { peer } => {
+                let _ = self.swarm.disconnect_peer_id(peer);
+            }
+        }
+    }
+
+    fn event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                tracing::info!(%address, "listening");
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
+                let address = match &endpoint {
+                    ConnectedPoint::Dialer { address, .. } => address.clone(),
+                    ConnectedPoint::Listener { send_back_addr, .. } => send_back_addr.clone(),
+                };
+                tracing::debug!(%peer_id, %address, "connected");
+                self.peers.entry(peer_id).or_insert_with(|| PeerInfo {
+                    peer: peer_id.to_string(),
+                    address: address.to_string(),
+                    agent: None,
+                    rtt_ms: None,
+                });
+                if let Some(reply) = self.dials.remove(&connection_id) {
+                    let _ = reply.send(Ok(peer_id));
+                }
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                num_established,
+                ..
+            } => {
+                if num_established == 0 {
+                    self.peers.remove(&peer_id);
+                }
+            }
+            SwarmEvent::OutgoingConnectionError {
+                connection_id,
+                error,
+                ..
+            } => {
+                if let Some(reply) = self.dials.remove(&connection_id) {
+                    let _ = reply.send(Err(Error::network("dial", error)));
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ctl(ev)) => self.ctl_event(ev),
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
+                peer_id,
+                info,
+                ..
+            })) => {
+                if let Some(p) = self.peers.get_mut(&peer_id) {
+                    p.agent = Some(info.agent_version);
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Ping(ping::Event {
+                peer,
+                result: Ok(rtt),
+                ..
+            })) => {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.rtt_ms = Some(rtt.as_secs_f64() * 1e3);
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
+                for (peer, addr) in found {
+                    if self.access.allows(&peer) && !self.swarm.is_connected(&peer) {
+                        tracing::info!(%peer, %addr, "mDNS discovered peer");
+                        let _ = self
+                            .swarm
+                            .dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn ctl_event(&mut self, ev: request_response::Event<Request, Response>) {
+        match ev {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request {
+                    request_id,
+                    request,
+                    channel,
+                } => self.inbound_request(peer, request_id, request, channel),
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => {
+                    if let Some(reply) = self.requests.remove(&request_id) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                if let Some(reply) = self.requests.remove(&request_id) {
+                    let _ = reply.send(Err(Error::network(peer, error)));
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "inbound control request failed");
+            }
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+
+    fn inbound_request(
+        &mut self,
+        peer: PeerId,
+        id: InboundRequestId,
+        request: Request,
+        channel: ResponseChannel<Response>,
+    ) {
+        let err = |code, message: &str| Response::Error {
+            code,
+            message: message.to_string(),
+        };
+        let response = if !self.access.allows(&peer) {
+            err(ErrorCode::Unauthorized, "peer not on the allowlist")
+        } else {
+            match request {
+                Request::Hello(_) => Response::Hello(Hello {
+                    version: crate::protocol::VERSION,
+                    max_block: self.limits.max_block,
+                    max_want: crate::protocol::limits::MAX_WANT_CIDS,
+                    bulk: self.access.bulk_allowed(&peer),
+                }),
+                Request::GetRoot { name } => self.get_root(&name),
+                Request::ListRoots { after, limit } => self.list_roots(after, limit),
+                Request::Announce { name, target, .. } => {
+                    if !self.access.bulk_allowed(&peer) {
+                        err(
+                            ErrorCode::Unauthorized,
+                            "pushes are accepted from trusted peers only",
+                        )
+                    } else if prox_engine::store::validate_root_name(&target).is_err()
+                        || prox_engine::store::validate_root_name(&name).is_err()
+                    {
+                        err(ErrorCode::BadRequest, "invalid root name")
+                    } else {
+                        match self.announces.try_send(InboundAnnounce {
+                            id,
+                            peer,
+                            name,
+                            target,
+                        }) {
+                            Ok(()) => {
+                                self.inbound.insert(id, channel);
+                                return;
+                            }
+                            Err(_) => err(ErrorCode::Busy, "too many pushes in progress"),
+                        }
+                    }
+                }
+            }
+        };
+        let _ = self
+            .swarm
+            .behaviour_mut()
+            .ctl
+            .send_response(channel, response);
+    }
+
+    fn get_root(&self, name: &str) -> Response {
+        if !self.access.serves(name) {
+            return Response::Root { value: None };
+        }
+        match self.store.root(name) {
+            Ok(Some(v)) if v.len() <= MAX_ROOT_VALUE => Response::Root {
+                value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
+            },
+            Ok(Some(_)) => Response::Error {
+                code: ErrorCode::Internal,
+                message: "root value too large".into(),
+            },
+            Ok(None) => Response::Root { value: None },
+            Err(e) => Response::Error {
+                code: ErrorCode::Internal,
+                message: e.to_string(),
+            },
+        }
+    }
+
+    fn list_roots(&self, after: Option<String>, limit: u32) -> Response {
+        let limit = limit.clamp(1, MAX_LIST_ROOTS) as usize;
+        let roots = match self.store.roots() {
+            Ok(r) => r,
+            Err(e) => {
+                return Response::Error {
+                    code: ErrorCode::Internal,
+                    message: e.to_string(),
+                }
+            }
+        };
+        let mut page: Vec<RootEntry> = roots
+            .into_iter()
+            .filter(|(n, v)| {
+                self.access.serves(n)
+                    && after.as_deref().is_none_or(|a| n.as_str() > a)
+                    && v.len() <= MAX_ROOT_VALUE
+            })
+            .take(limit + 1)
+            .map(|(name, v)| RootEntry {
+                name,
+                value: serde_bytes::ByteBuf::from(v.to_vec()),
+            })
+            .collect();
+        // Keep the page under the response cap.
+        let mut bytes = 0usize;
+        let mut keep = 0usize;
+        for e in &page {
+            bytes += e.name.len() + e.value.len() + 16;
+            if bytes > (crate::protocol::limits::MAX_CTL_RESPONSE as usize) / 2 || keep == limit {
+                break;
+            }
+            keep += 1;
+        }
+        let more = page.len() > keep;
+        page.truncate(keep);
+        let next_after = if more {
+            page.last().map(|e| e.name.clone())
+        } else {
+            None
+        };
+        Response::Roots {
+            roots: page,
+            next_after,
+        }
+    }
+}

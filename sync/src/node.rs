@@ -1,0 +1,499 @@
+//! A running sync node: swarm, block server and the pull/push operations.
+//!
+//! Used both by the long-running daemon and by one-shot CLI commands.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::event_loop::{Banned, Behaviour, Client, EventLoop, InboundAnnounce, PeerInfo};
+use crate::links::Linker;
+use crate::protocol::limits::Limits;
+use crate::protocol::messages::{AnnounceOutcome, Request, Response};
+use crate::protocol::BLOCKS_PROTOCOL;
+use crate::server::{Access, ServeCtx};
+use crate::session::{self, Planner, PullReport};
+use crate::stores::Stores;
+use futures::StreamExt;
+use libp2p::{identity::Keypair, Multiaddr, PeerId};
+use prox_engine::Cid;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinHandle;
+
+/// Status of a node, as printed by `prox sync status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// This node's peer id.
+    pub peer_id: String,
+    /// Addresses it listens on.
+    pub listen: Vec<String>,
+    /// Connected peers.
+    pub peers: Vec<PeerInfo>,
+    /// Peers banned for misbehaving.
+    pub banned: Vec<Banned>,
+    /// Pulls running now (local root names).
+    pub pulls_in_progress: Vec<String>,
+    /// CIDs pinned by running pulls.
+    pub pinned: usize,
+    /// Named roots in the store.
+    pub roots: Vec<String>,
+}
+
+struct Inner<L: Linker> {
+    client: Client,
+    stores: Stores,
+    linker: Arc<L>,
+    limits: Limits,
+    bulk: bool,
+    peer_id: PeerId,
+    listen: Vec<Multiaddr>,
+    control: Mutex<libp2p_stream::Control>,
+    pulls: std::sync::Mutex<Vec<String>>,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A running node. Cloning gives another handle to the same node.
+pub struct Node<L: Linker> {
+    inner: Arc<Inner<L>>,
+}
+
+impl<L: Linker> Clone for Node<L> {
+    fn clone(&self) -> Self {
+        Node {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<L: Linker> std::fmt::Debug for Node<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("peer_id", &self.inner.peer_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the access policy from a config.
+pub fn access_from_config(config: &Config) -> Result<Access> {
+    let allow = if config.allow.is_empty() {
+        None
+    } else {
+        let mut set = HashSet::new();
+        for p in &config.allow {
+            set.insert(
+                p.parse::<PeerId>()
+                    .map_err(|e| Error::Config(format!("peer id {p:?}: {e}")))?,
+            );
+        }
+        Some(set)
+    };
+    let serve = if config.serve.is_empty() {
+        None
+    } else {
+        Some(config.serve.iter().cloned().collect())
+    };
+    Ok(Access {
+        allow,
+        serve,
+        bulk_for_anyone: config.trust_all,
+    })
+}
+
+impl<L: Linker> Node<L> {
+    /// Starts a node: builds the swarm (TCP + Noise + Yamux, identify, ping,
+    /// optional mDNS), listens on `config.listen`, and serves blocks and
+    /// control requests from `stores.main`. Returns once every listener has
+    /// an address.
+    pub async fn start(
+        config: &Config,
+        key: Keypair,
+        stores: Stores,
+        linker: L,
+    ) -> Result<Node<L>> {
+        config.validate()?;
+        let access = Arc::new(access_from_config(config)?);
+        let limits = config.limits.clone();
+        let behaviour = Behaviour::new(&key, &access, &limits, config.mdns)?;
+        let idle = limits.idle_connection;
+        let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_tcp(
+                libp2p::tcp::Config::default().nodelay(true),
+                libp2p::noise::Config::new,
+                libp2p::yamux::Config::default,
+            )
+            .map_err(|e| Error::Config(format!("transport: {e}")))?
+            .with_behaviour(|_| behaviour)
+            .map_err(|e| Error::Config(format!("behaviour: {e}")))?
+            .with_swarm_config(|c| {
+                c.with_idle_connection_timeout(idle)
+                    .with_substream_upgrade_protocol_override(
+                        libp2p::core::upgrade::Version::V1Lazy,
+                    )
+            })
+            .build();
+        let peer_id = *swarm.local_peer_id();
+        let mut listeners = 0usize;
+        for a in &config.listen {
+            let addr: Multiaddr = a
+                .parse()
+                .map_err(|e| Error::Config(format!("listen {a:?}: {e}")))?;
+            swarm
+                .listen_on(addr.clone())
+                .map_err(|e| Error::network(&addr, e))?;
+            listeners += 1;
+        }
+        let mut listen = Vec::new();
+        let deadline = tokio::time::Instant::now() + limits.request_timeout;
+        while listen.len() < listeners {
+            let ev = tokio::time::timeout_at(deadline, swarm.select_next_some())
+                .await
+                .map_err(|_| Error::Timeout {
+                    what: "opening listeners".into(),
+                    seconds: limits.request_timeout.as_secs(),
+                })?;
+            match ev {
+                libp2p::swarm::SwarmEvent::NewListenAddr { address, .. } => listen.push(address),
+                libp2p::swarm::SwarmEvent::ListenerError { error, .. } => {
+                    return Err(Error::network("listener", error))
+                }
+                libp2p::swarm::SwarmEvent::ListenerClosed { reason: Err(e), .. } => {
+                    return Err(Error::network("listener", e))
+                }
+                _ => {}
+            }
+        }
+        let mut control = swarm.behaviour().blocks.new_control();
+        let mut incoming = control
+            .accept(BLOCKS_PROTOCOL)
+            .map_err(|e| Error::Config(format!("block protocol: {e}")))?;
+        let (ann_tx, mut ann_rx) = mpsc::channel::<InboundAnnounce>(8);
+        let (event_loop, client) = EventLoop::new(
+            swarm,
+            stores.main.clone(),
+            access.clone(),
+            limits.clone(),
+            ann_tx,
+        );
+        let linker = Arc::new(linker);
+        let serve_ctx = Arc::new(ServeCtx::new(
+            linker.clone(),
+            stores.main.clone(),
+            access,
+            limits.clone(),
+        ));
+        let inner = Arc::new(Inner {
+            client,
+            stores,
+            linker,
+            limits,
+            bulk: config.bulk,
+            peer_id,
+            listen,
+            control: Mutex::new(control),
+            pulls: std::sync::Mutex::new(Vec::new()),
+            tasks: std::sync::Mutex::new(Vec::new()),
+        });
+        let node = Node { inner };
+        let el = tokio::spawn(event_loop.run());
+        // Inbound streams arrive through a zero-capacity channel and are
+        // dropped if not taken at once: hand each to its own task.
+        let acceptor = tokio::spawn(async move {
+            while let Some((peer, stream)) = incoming.next().await {
+                tokio::spawn(crate::server::serve(serve_ctx.clone(), peer, stream));
+            }
+        });
+        let weak = Arc::downgrade(&node.inner);
+        let announcer = tokio::spawn(async move {
+            while let Some(ann) = ann_rx.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                let node = Node { inner };
+                tokio::spawn(async move {
+                    let outcome = match node.pull_from(ann.peer, &ann.name, &ann.target).await {
+                        Ok(r) => AnnounceOutcome::Applied {
+                            blocks_fetched: r.blocks_fetched,
+                            bytes_fetched: r.bytes_fetched,
+                        },
+                        Err(Error::Conflict { .. }) => AnnounceOutcome::Conflict,
+                        Err(e) => AnnounceOutcome::Failed {
+                            reason: e.to_string(),
+                        },
+                    };
+                    let _ = node
+                        .inner
+                        .client
+                        .respond(ann.id, Response::Announced(outcome))
+                        .await;
+                });
+            }
+        });
+        node.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend([el, acceptor, announcer]);
+        tracing::info!(%peer_id, listen = ?node.inner.listen, "sync node started");
+        Ok(node)
+    }
+
+    /// This node's peer id.
+    pub fn peer_id(&self) -> PeerId {
+        self.inner.peer_id
+    }
+
+    /// Addresses this node listens on (with the actual ports).
+    pub fn listen_addrs(&self) -> Vec<Multiaddr> {
+        self.inner.listen.clone()
+    }
+
+    /// The stores this node works on.
+    pub fn stores(&self) -> &Stores {
+        &self.inner.stores
+    }
+
+    /// The event-loop client.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// Connects to `addr` and returns the peer id.
+    pub async fn connect(&self, addr: &Multiaddr) -> Result<PeerId> {
+        self.inner.client.dial(addr.clone()).await
+    }
+
+    /// Pulls the peer's root `name` at `addr` into local root `local`.
+    pub async fn pull(&self, addr: &Multiaddr, name: &str, local: &str) -> Result<PullReport> {
+        let peer = self.connect(addr).await?;
+        self.pull_from(peer, name, local).await
+    }
+
+    /// Pulls root `name` of a connected `peer` into local root `local`:
+    /// fetches the missing part of the closure, then compare-and-swaps the
+    /// local root against the value it had when the pull started.
+    pub async fn pull_from(&self, peer: PeerId, name: &str, local: &str) -> Result<PullReport> {
+        prox_engine::store::validate_root_name(name)?;
+        prox_engine::store::validate_root_name(local)?;
+        let start = Instant::now();
+        let inner = &self.inner;
+        let main = inner.stores.main.clone();
+        let local_name = local.to_string();
+        let expected = tokio::task::spawn_blocking(move || main.root(&local_name))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        let value = match inner
+            .client
+            .request(
+                peer,
+                Request::GetRoot {
+                    name: name.to_string(),
+                },
+            )
+            .await?
+        {
+            Response::Root { value: Some(v) } => bytes::Bytes::from(v.into_vec()),
+            Response::Root { value: None } => {
+                return Err(Error::NoSuchRoot {
+                    peer,
+                    name: name.to_string(),
+                })
+            }
+            Response::Error { message, .. } => {
+                return Err(Error::Refused {
+                    peer,
+                    reason: message,
+                })
+            }
+            other => {
+                return Err(Error::network(
+                    peer,
+                    format!("unexpected answer to GetRoot: {other:?}"),
+                ))
+            }
+        };
+        if expected.as_deref() == Some(&value[..]) {
+            let roots = inner.linker.root_links(&value)?;
+            return Ok(PullReport {
+                root: roots.first().map(|(c, _)| c.to_hex()),
+                round_trips: 1,
+                seconds: session::seconds_since(start),
+                up_to_date: true,
+                ..PullReport::default()
+            });
+        }
+        let _guard = PullGuard::new(&inner.pulls, local);
+        let linker = inner.linker.clone();
+        let stores = inner.stores.clone();
+        let v = value.clone();
+        let planner = tokio::task::spawn_blocking(move || Planner::new(linker, stores, peer, &v))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        let planner = if planner.done() {
+            planner
+        } else {
+            let empty = expected.is_none() && planner.nothing_local();
+            let bulk = (inner.bulk && empty).then(|| (name.to_string(), Cid::of(&value)));
+            let stream = {
+                let mut control = inner.control.lock().await;
+                tokio::time::timeout(
+                    inner.limits.request_timeout,
+                    control.open_stream(peer, BLOCKS_PROTOCOL),
+                )
+                .await
+                .map_err(|_| Error::Timeout {
+                    what: format!("opening a block stream to {peer}"),
+                    seconds: inner.limits.request_timeout.as_secs(),
+                })?
+                .map_err(|e| Error::network(peer, e))?
+            };
+            match session::drive(planner, stream, &inner.limits, bulk).await {
+                Ok(p) => p,
+                Err(e) => {
+                    if let Error::Misbehaving { violation, .. } = &e {
+                        tracing::warn!(%peer, %violation, "peer sent bad data; nothing of that batch was stored");
+                        let _ = inner.client.ban(peer, violation.to_string()).await;
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let mut report = planner.report.clone();
+        report.round_trips += 1; // GetRoot
+        let main = inner.stores.main.clone();
+        let staging = inner.stores.staging.clone();
+        let local_name = local.to_string();
+        let swapped = tokio::task::spawn_blocking(move || -> Result<bool> {
+            main.commit()?;
+            let ok = main.cas_root(&local_name, expected.as_deref(), Some(&value))?;
+            // Staged blocks that are now visible leave staging; the rest
+            // belong to other (running or abandoned) pulls and stay.
+            let staged = staging.cids()?;
+            if !staged.is_empty() {
+                let visible = main.has_many(&staged)?;
+                if visible.iter().any(|v| *v) {
+                    let keep: HashSet<Cid> = staged
+                        .into_iter()
+                        .zip(visible)
+                        .filter(|(_, v)| !v)
+                        .map(|(c, _)| c)
+                        .collect();
+                    staging.retain(&keep)?;
+                    staging.commit()?;
+                }
+            }
+            drop(planner); // releases the pins after the swap
+            Ok(ok)
+        })
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        if !swapped {
+            return Err(Error::Conflict {
+                name: local.to_string(),
+            });
+        }
+        report.seconds = session::seconds_since(start);
+        tracing::info!(%peer, name, local, fetched = report.blocks_fetched, bytes = report.bytes_fetched, "pull published");
+        Ok(report)
+    }
+
+    /// Asks the peer at `addr` to pull our root `name` into its root
+    /// `remote_name`; waits for its answer.
+    pub async fn push(
+        &self,
+        addr: &Multiaddr,
+        name: &str,
+        remote_name: &str,
+    ) -> Result<AnnounceOutcome> {
+        let peer = self.connect(addr).await?;
+        let value = self
+            .inner
+            .stores
+            .main
+            .root(name)?
+            .ok_or_else(|| Error::Config(format!("no local root named {name:?}")))?;
+        let req = Request::Announce {
+            name: name.to_string(),
+            value: serde_bytes::ByteBuf::from(value.to_vec()),
+            target: remote_name.to_string(),
+        };
+        match self.inner.client.request(peer, req).await? {
+            Response::Announced(outcome) => Ok(outcome),
+            Response::Error { message, .. } => Err(Error::Refused {
+                peer,
+                reason: message,
+            }),
+            other => Err(Error::network(
+                peer,
+                format!("unexpected answer to Announce: {other:?}"),
+            )),
+        }
+    }
+
+    /// Node status.
+    pub async fn status(&self) -> Result<Status> {
+        let (peers, banned) = self.inner.client.peers().await?;
+        let roots = self
+            .inner
+            .stores
+            .main
+            .roots()?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        Ok(Status {
+            peer_id: self.inner.peer_id.to_string(),
+            listen: self.inner.listen.iter().map(|a| a.to_string()).collect(),
+            peers,
+            banned,
+            pulls_in_progress: self
+                .inner
+                .pulls
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            pinned: self.inner.stores.pins.len(),
+            roots,
+        })
+    }
+
+    /// Stops the node's tasks. In-flight pulls are abandoned: their staged
+    /// blocks stay for a retry and no root moves.
+    pub async fn shutdown(&self) {
+        let tasks: Vec<_> =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        let _ = self.inner.stores.main.commit();
+        let _ = self.inner.stores.staging.commit();
+    }
+}
+
+/// Registers a running pull for `status` while alive.
+struct PullGuard<'a> {
+    list: &'a std::sync::Mutex<Vec<String>>,
+    name: String,
+}
+
+impl<'a> PullGuard<'a> {
+    fn new(list: &'a std::sync::Mutex<Vec<String>>, name: &str) -> Self {
+        list.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name.to_string());
+        PullGuard {
+            list,
+            name: name.to_string(),
+        }
+    }
+}
+
+impl Drop for PullGuard<'_> {
+    fn drop(&mut self) {
+        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = l.iter().position(|n| *n == self.name) {
+            l.remove(i);
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Protocol limits. Every length read from the network is checked against
+//! one of these before anything is allocated.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Largest block either side will send or accept (4 MiB).
+pub const MAX_BLOCK: u32 = 4 << 20;
+/// Most CIDs in one `WANT` frame (128 KiB of CIDs).
+pub const MAX_WANT_CIDS: u16 = 4096;
+/// Largest control request (64 KiB).
+pub const MAX_CTL_REQUEST: u32 = 64 << 10;
+/// Largest control response (1 MiB).
+pub const MAX_CTL_RESPONSE: u32 = 1 << 20;
+/// Largest named-root value exchanged (RootManifest bytes are tiny; this
+/// leaves room for CBOR framing inside a control response).
+pub const MAX_ROOT_VALUE: usize = 64 << 10;
+/// Most roots per `ListRoots` page.
+pub const MAX_LIST_ROOTS: u32 = 1000;
+/// Longest root name accepted in a frame or message.
+pub const MAX_NAME: usize = 255;
+
+/// Limits and pacing of one node; both sides of a session use the minimum of
+/// their values for anything negotiated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest block accepted or served.
+    pub max_block: u32,
+    /// CIDs per `WANT` batch the puller sends.
+    pub want_cids: u16,
+    /// Byte budget per `WANT` batch: the server defers the rest of a batch
+    /// once this much block data has been sent for it (at least one block is
+    /// always sent). The puller buffers at most one batch before staging it.
+    pub batch_bytes: u32,
+    /// `WANT` batches in flight per session (pipelining depth).
+    pub inflight_batches: u16,
+    /// Concurrent block sessions a server accepts from one peer.
+    pub sessions_per_peer: u16,
+    /// Concurrent block sessions a server accepts in total.
+    pub sessions_total: u16,
+    /// Server-side byte budget of one `WANT_CLOSURE` (bulk) request.
+    pub bulk_budget_bytes: u64,
+    /// No progress on a session for this long cancels it (resumable).
+    #[serde(with = "secs")]
+    pub idle_timeout: Duration,
+    /// Time limit of one control request.
+    #[serde(with = "secs")]
+    pub request_timeout: Duration,
+    /// Time an inbound `Announce` may take (the announced pull runs before the
+    /// answer).
+    #[serde(with = "secs")]
+    pub announce_timeout: Duration,
+    /// Idle connections are closed after this long.
+    #[serde(with = "secs")]
+    pub idle_connection: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_block: MAX_BLOCK,
+            want_cids: 1024,
+            batch_bytes: 8 << 20,
+            inflight_batches: 4,
+            sessions_per_peer: 4,
+            sessions_total: 64,
+            bulk_budget_bytes: 4 << 30,
+            idle_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(20),
+            announce_timeout: Duration::from_secs(600),
+            idle_connection: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Limits {
+    /// Rejects values outside the protocol's hard limits.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_block == 0 || self.max_block > MAX_BLOCK {
+            return Err(format!("max_block must be 1..={MAX_BLOCK}"));
+        }
+        if self.want_cids == 0 || self.want_cids > MAX_WANT_CIDS {
+            return Err(format!("want_cids must be 1..={MAX_WANT_CIDS}"));
+        }
+        if self.batch_bytes == 0 {
+            return Err("batch_bytes must be > 0".into());
+        }
+        if self.inflight_batches == 0 || self.inflight_batches > 64 {
+            return Err("inflight_batches must be 1..=64".into());
+        }
+        if self.sessions_per_peer == 0 || self.sessions_total == 0 {
+            return Err("session caps must be > 0".into());
+        }
+        for (what, d) in [
+            ("idle_timeout", self.idle_timeout),
+            ("request_timeout", self.request_timeout),
+            ("announce_timeout", self.announce_timeout),
+            ("idle_connection", self.idle_connection),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{what} must be > 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,129 @@
+//! Control messages of `/prox/ctl/1` (request-response).
+//!
+//! Encoded as CBOR (ciborium) behind a 4-byte length prefix (see
+//! [`super::codec`]). Byte fields use `serde_bytes` so they travel as CBOR
+//! byte strings, not arrays of integers.
+
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
+
+/// Limits a node advertises; a session uses the minimum of both sides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Protocol version ([`super::VERSION`]).
+    pub version: u32,
+    /// Largest block the sender serves or accepts.
+    pub max_block: u32,
+    /// Most CIDs per `WANT` the sender accepts.
+    pub max_want: u16,
+    /// Whether the sender would answer `WANT_CLOSURE` from the receiver.
+    pub bulk: bool,
+}
+
+/// A named root as listed by `ListRoots`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootEntry {
+    /// Root name.
+    pub name: String,
+    /// Its value (RootManifest bytes).
+    pub value: ByteBuf,
+}
+
+/// A control request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Request {
+    /// Limits exchange.
+    Hello(Hello),
+    /// The current value of one named root.
+    GetRoot {
+        /// Root name.
+        name: String,
+    },
+    /// A page of named roots with names strictly after `after`.
+    ListRoots {
+        /// Resume point (exclusive).
+        after: Option<String>,
+        /// Page size, at most [`super::limits::MAX_LIST_ROOTS`].
+        limit: u32,
+    },
+    /// "I publish `name`; pull it into your root `target`". The receiver pulls
+    /// from the sender over the same connection, then answers.
+    Announce {
+        /// Name under which the sender serves the root.
+        name: String,
+        /// The value the sender currently publishes (a hint: the receiver
+        /// pulls whatever `GetRoot` returns when it starts).
+        value: ByteBuf,
+        /// Root name to update on the receiver.
+        target: String,
+    },
+}
+
+/// Machine-readable failure class of [`Response::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The peer is not allowed to do this.
+    Unauthorized,
+    /// The request is malformed or outside limits.
+    BadRequest,
+    /// The server is at a concurrency cap; retry later.
+    Busy,
+    /// A local failure on the server.
+    Internal,
+}
+
+/// Outcome of an `Announce` on the receiving side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum AnnounceOutcome {
+    /// The receiver pulled the closure and moved its root.
+    Applied {
+        /// Blocks the receiver fetched.
+        blocks_fetched: u64,
+        /// Block bytes the receiver fetched.
+        bytes_fetched: u64,
+    },
+    /// The receiver's root moved concurrently; nothing was published.
+    Conflict,
+    /// The receiver does not accept pushes for this name from this peer.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// The pull failed.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A control response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Response {
+    /// Limits exchange.
+    Hello(Hello),
+    /// Answer to `GetRoot`: `None` when the name is absent or not served.
+    Root {
+        /// RootManifest bytes.
+        value: Option<ByteBuf>,
+    },
+    /// Answer to `ListRoots`.
+    Roots {
+        /// Roots in name order.
+        roots: Vec<RootEntry>,
+        /// Pass as `after` to get the next page; `None` at the end.
+        next_after: Option<String>,
+    },
+    /// Answer to `Announce`.
+    Announced(AnnounceOutcome),
+    /// The request was refused or failed.
+    Error {
+        /// Failure class.
+        code: ErrorCode,
+        /// Human-readable detail.
+        message: String,
+    },
+}

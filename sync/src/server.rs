@@ -1,0 +1,368 @@
+//! The serving side of `/prox/blocks/1` and the access policy shared with
+//! the control protocol.
+//!
+//! The server is stateless between requests: any `WANT` is answered from the
+//! visible store (`main`), whose closure invariant means every block served
+//! has its whole subtree available too. Staged blocks are never served.
+
+use crate::links::Linker;
+use crate::protocol::frames::{ClientFrame, ClosureStatus, ReadError, RefusedCode, ServerFrame};
+use crate::protocol::limits::Limits;
+use bytes::Bytes;
+use futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use libp2p::PeerId;
+use prox_engine::{BlockStore, Cid};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// Who may talk to this node and what it serves.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// When `Some`, only these peers may connect or make requests.
+    pub allow: Option<HashSet<PeerId>>,
+    /// When `Some`, only these root names are served (listed, read, bulk).
+    pub serve: Option<HashSet<String>>,
+    /// Allow the bulk path (`WANT_CLOSURE`) for peers that are not on an
+    /// allowlist (by default only allowlisted peers may use it).
+    pub bulk_for_anyone: bool,
+}
+
+impl Access {
+    /// True if `peer` may use this node at all.
+    pub fn allows(&self, peer: &PeerId) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.contains(peer))
+    }
+
+    /// True if `name` is served.
+    pub fn serves(&self, name: &str) -> bool {
+        self.serve.as_ref().is_none_or(|s| s.contains(name))
+    }
+
+    /// True if `peer` may ask for a whole closure in one request.
+    pub fn bulk_allowed(&self, peer: &PeerId) -> bool {
+        match &self.allow {
+            Some(a) => a.contains(peer),
+            None => self.bulk_for_anyone,
+        }
+    }
+}
+
+/// Shared state of the block server.
+pub(crate) struct ServeCtx<L: Linker> {
+    pub(crate) linker: Arc<L>,
+    pub(crate) store: Arc<dyn BlockStore>,
+    pub(crate) access: Arc<Access>,
+    pub(crate) limits: Limits,
+    sessions: Mutex<HashMap<PeerId, usize>>,
+}
+
+impl<L: Linker> ServeCtx<L> {
+    pub(crate) fn new(
+        linker: Arc<L>,
+        store: Arc<dyn BlockStore>,
+        access: Arc<Access>,
+        limits: Limits,
+    ) -> Self {
+        ServeCtx {
+            linker,
+            store,
+            access,
+            limits,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Claims a session slot for `peer`, or says why not.
+    fn admit(&self, peer: PeerId) -> Result<SessionSlot<'_, L>, RefusedCode> {
+        if !self.access.allows(&peer) {
+            return Err(RefusedCode::Unauthorized);
+        }
+        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = s.values().sum();
+        let mine = s.get(&peer).copied().unwrap_or(0);
+        if mine >= self.limits.sessions_per_peer as usize
+            || total >= self.limits.sessions_total as usize
+        {
+            return Err(RefusedCode::Busy);
+        }
+        *s.entry(peer).or_insert(0) += 1;
+        Ok(SessionSlot { ctx: self, peer })
+    }
+}
+
+struct SessionSlot<'a, L: Linker> {
+    ctx: &'a ServeCtx<L>,
+    peer: PeerId,
+}
+
+impl<L: Linker> Drop for SessionSlot<'_, L> {
+    fn drop(&mut self) {
+        let mut s = self.ctx.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = s.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                s.remove(&self.peer);
+            }
+        }
+    }
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frames: &[ServerFrame],
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(16);
+    for f in frames {
+        head.clear();
+        f.encode_header(&mut head);
+        w.write_all(&head).await?;
+        if let Some(p) = f.payload() {
+            w.write_all(p).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Serves one inbound block stream until the client closes it, breaks the
+/// protocol, or stays idle past the limit.
+pub(crate) async fn serve<L, S>(ctx: Arc<ServeCtx<L>>, peer: PeerId, stream: S)
+where
+    L: Linker,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use futures::AsyncReadExt;
+    let (reader, writer) = stream.split();
+    let mut reader = futures::io::BufReader::with_capacity(64 << 10, reader);
+    let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
+    let _slot = match ctx.admit(peer) {
+        Ok(slot) => slot,
+        Err(code) => {
+            tracing::info!(%peer, ?code, "refusing block session");
+            let _ = write_frames(&mut writer, &[ServerFrame::Refused(code)]).await;
+            let _ = writer.close().await;
+            return;
+        }
+    };
+    loop {
+        let frame =
+            match tokio::time::timeout(ctx.limits.idle_timeout, ClientFrame::read(&mut reader))
+                .await
+            {
+                Ok(Ok(Some(f))) => f,
+                Ok(Ok(None)) => break,
+                Ok(Err(ReadError::Violation(v))) => {
+                    tracing::warn!(%peer, %v, "bad client frame; closing block session");
+                    break;
+                }
+                Ok(Err(ReadError::Io(e))) => {
+                    tracing::debug!(%peer, %e, "block session ended");
+                    break;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "block session idle; closing");
+                    break;
+                }
+            };
+        let ok = match frame {
+            ClientFrame::Want {
+                batch,
+                max_bytes,
+                cids,
+            } => {
+                let store = ctx.store.clone();
+                let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
+                let max_block = ctx.limits.max_block as usize;
+                let frames = tokio::task::spawn_blocking(move || {
+                    answer_want(&*store, &cids, budget, max_block)
+                })
+                .await;
+                match frames {
+                    Ok(mut frames) => {
+                        frames.push(ServerFrame::Done { batch });
+                        write_frames(&mut writer, &frames).await.is_ok()
+                            && writer.flush().await.is_ok()
+                    }
+                    Err(_) => false,
+                }
+            }
+            ClientFrame::WantClosure {
+                batch,
+                max_bytes,
+                value_cid,
+                name,
+            } => stream_closure(&ctx, peer, &mut writer, batch, max_bytes, value_cid, name)
+                .await
+                .is_ok(),
+        };
+        if !ok {
+            break;
+        }
+    }
+    let _ = writer.close().await;
+}
+
+/// Answers one `WANT`: blocks in order, `MISSING` for absent ones, `DEFER`
+/// once `budget` bytes were sent (at least one block always goes out).
+fn answer_want(
+    store: &dyn BlockStore,
+    cids: &[Cid],
+    budget: u64,
+    max_block: usize,
+) -> Vec<ServerFrame> {
+    let mut out = Vec::with_capacity(cids.len() + 1);
+    let mut sent = 0u64;
+    let mut over = false;
+    for cid in cids {
+        if over {
+            out.push(ServerFrame::Defer);
+            continue;
+        }
+        match store.get(cid) {
+            Ok(Some(b)) if b.len() <= max_block => {
+                if sent > 0 && sent + b.len() as u64 > budget {
+                    over = true;
+                    out.push(ServerFrame::Defer);
+                } else {
+                    sent += b.len() as u64;
+                    out.push(ServerFrame::Block(b));
+                }
+            }
+            Ok(_) => out.push(ServerFrame::Missing),
+            Err(e) => {
+                tracing::warn!(%cid, %e, "cannot serve block");
+                out.push(ServerFrame::Missing);
+            }
+        }
+    }
+    out
+}
+
+/// Streams the closure of the named root `name` breadth-first, parents
+/// before children, each block once, within the server's byte budget.
+async fn stream_closure<L, W>(
+    ctx: &Arc<ServeCtx<L>>,
+    peer: PeerId,
+    writer: &mut W,
+    batch: u32,
+    max_bytes: u64,
+    value_cid: Cid,
+    name: String,
+) -> std::io::Result<()>
+where
+    L: Linker,
+    W: AsyncWrite + Unpin,
+{
+    if !ctx.access.bulk_allowed(&peer) || !ctx.access.serves(&name) {
+        let end = ServerFrame::ClosureEnd {
+            batch,
+            status: ClosureStatus::NotAllowed,
+        };
+        write_frames(writer, &[end]).await?;
+        return writer.flush().await;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<(Cid, Bytes)>, ClosureStatus>>(2);
+    let budget = max_bytes.min(ctx.limits.bulk_budget_bytes);
+    let chunk_bytes = ctx.limits.batch_bytes as u64;
+    let max_block = ctx.limits.max_block as usize;
+    let store = ctx.store.clone();
+    let linker = ctx.linker.clone();
+    let producer = tokio::task::spawn_blocking(move || {
+        let status = walk_closure(
+            &*store,
+            &*linker,
+            &name,
+            value_cid,
+            budget,
+            chunk_bytes,
+            max_block,
+            &tx,
+        );
+        let _ = tx.blocking_send(Err(status));
+    });
+    let mut status = ClosureStatus::Budget;
+    while let Some(item) = rx.recv().await {
+        match item {
+            Ok(chunk) => {
+                let frames: Vec<ServerFrame> = chunk
+                    .into_iter()
+                    .map(|(cid, bytes)| ServerFrame::ClosureBlock { cid, bytes })
+                    .collect();
+                if let Err(e) = write_frames(writer, &frames).await {
+                    producer.abort();
+                    return Err(e);
+                }
+            }
+            Err(s) => {
+                status = s;
+                break;
+            }
+        }
+    }
+    write_frames(writer, &[ServerFrame::ClosureEnd { batch, status }]).await?;
+    writer.flush().await
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_closure<L: Linker>(
+    store: &dyn BlockStore,
+    linker: &L,
+    name: &str,
+    value_cid: Cid,
+    budget: u64,
+    chunk_bytes: u64,
+    max_block: usize,
+    tx: &tokio::sync::mpsc::Sender<Result<Vec<(Cid, Bytes)>, ClosureStatus>>,
+) -> ClosureStatus {
+    let value = match store.root(name) {
+        Ok(Some(v)) if Cid::of(&v) == value_cid => v,
+        _ => return ClosureStatus::RootChanged,
+    };
+    let Ok(roots) = linker.root_links(&value) else {
+        return ClosureStatus::RootChanged;
+    };
+    let mut seen: HashSet<Cid> = HashSet::new();
+    let mut queue: VecDeque<(Cid, L::Kind)> = VecDeque::new();
+    for (c, k) in roots {
+        if seen.insert(c) {
+            queue.push_back((c, k));
+        }
+    }
+    let mut sent = 0u64;
+    let mut chunk = Vec::new();
+    let mut in_chunk = 0u64;
+    while let Some((cid, kind)) = queue.pop_front() {
+        let bytes = match store.get(&cid) {
+            Ok(Some(b)) if b.len() <= max_block => b,
+            // A hole in our own closure: stop; the client's WANT fallback
+            // will see MISSING for it.
+            _ => return ClosureStatus::Budget,
+        };
+        if sent + bytes.len() as u64 > budget {
+            let _ = tx.blocking_send(Ok(chunk));
+            return ClosureStatus::Budget;
+        }
+        match linker.links(&kind, &bytes) {
+            Ok(children) => {
+                for (c, k) in children {
+                    if seen.insert(c) {
+                        queue.push_back((c, k));
+                    }
+                }
+            }
+            Err(_) => return ClosureStatus::Budget,
+        }
+        sent += bytes.len() as u64;
+        in_chunk += bytes.len() as u64;
+        chunk.push((cid, bytes));
+        if in_chunk >= chunk_bytes {
+            in_chunk = 0;
+            if tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_err() {
+                return ClosureStatus::Budget;
+            }
+        }
+    }
+    if !chunk.is_empty() && tx.blocking_send(Ok(chunk)).is_err() {
+        return ClosureStatus::Budget;
+    }
+    ClosureStatus::Complete
+}

@@ -1,0 +1,680 @@
+//! The pull state machine: fetch the closure of a remote root, verify every
+//! block, stage it, publish descendant-first, then compare-and-swap.
+//!
+//! [`Planner`] is the synchronous core (no I/O besides the block stores): it
+//! knows which CIDs are wanted, with the kind each parent declared and the
+//! dependent round ("wave") that discovered them. [`run`] drives it over a
+//! `/prox/blocks/1` stream: a reader task turns frames into whole batches
+//! (bounded by the per-batch byte budget), the driver keeps up to
+//! `inflight_batches` `WANT`s outstanding and hands each answered batch to
+//! the planner on a blocking thread.
+//!
+//! Publication rule: a block goes to `main` as soon as all its children are
+//! in `main` (leaves at once, parents when their last child lands); until
+//! then it waits in `staging`. Every intermediate state therefore satisfies
+//! the closure invariant of [`crate::stores`], and a retry skips what was
+//! published and walks what was staged locally, fetching only the rest.
+
+use crate::error::{Error, Result, Violation};
+use crate::links::Linker;
+use crate::protocol::frames::{ClientFrame, ClosureStatus, ReadError, RefusedCode, ServerFrame};
+use crate::protocol::limits::Limits;
+use crate::stores::Stores;
+use bytes::Bytes;
+use futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use libp2p::PeerId;
+use prox_engine::store::PinSet;
+use prox_engine::Cid;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Outcome of a pull, as printed by `prox sync pull --json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PullReport {
+    /// The first CID the new root value points at (hex), `None` for an
+    /// empty root.
+    pub root: Option<String>,
+    /// Blocks received over the network and accepted.
+    pub blocks_fetched: u64,
+    /// Bytes of those blocks.
+    pub bytes_fetched: u64,
+    /// Subtrees not fetched because their root block was already present.
+    pub blocks_skipped: u64,
+    /// Blocks found in staging from an earlier, interrupted pull.
+    pub blocks_resumed: u64,
+    /// Dependent network round trips: control exchange plus block rounds.
+    pub round_trips: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Whether the bulk (whole-closure) path was used.
+    pub bulk: bool,
+    /// True when the local root already had this value.
+    pub up_to_date: bool,
+}
+
+/// One wanted block.
+#[derive(Debug, Clone)]
+struct Want<K> {
+    cid: Cid,
+    kind: K,
+    wave: u64,
+}
+
+/// A `WANT` batch in flight.
+#[derive(Debug)]
+pub(crate) struct Batch<K> {
+    id: u32,
+    items: Vec<Want<K>>,
+}
+
+/// Who waits for a block to become complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    Root,
+    Block(Cid),
+}
+
+/// The synchronous pull core. See the module docs.
+pub(crate) struct Planner<L: Linker> {
+    linker: Arc<L>,
+    stores: Stores,
+    peer: PeerId,
+    /// CIDs to request, in discovery order.
+    queue: VecDeque<Cid>,
+    /// Kind and wave of every queued or in-flight CID.
+    wanted: HashMap<Cid, Want<L::Kind>>,
+    /// Every CID this session has decided about (wanted, pending, complete).
+    known: HashSet<Cid>,
+    /// CIDs whose whole closure is in `main`.
+    complete: HashSet<Cid>,
+    /// Staged blocks waiting for `n` children to become complete.
+    pending: HashMap<Cid, (L::Kind, usize)>,
+    /// Child -> blocks (or the root value) waiting for it.
+    parents: HashMap<Cid, Vec<Parent>>,
+    /// Root links not yet complete.
+    roots_missing: usize,
+    next_batch: u32,
+    pins: PinSet,
+    pub(crate) report: PullReport,
+}
+
+impl<L: Linker> Planner<L> {
+    /// Starts a pull of the closure of `value` (a named root's bytes).
+    /// Subtrees already in `main` are skipped, staged ones walked locally.
+    pub(crate) fn new(linker: Arc<L>, stores: Stores, peer: PeerId, value: &[u8]) -> Result<Self> {
+        let roots = linker.root_links(value)?;
+        let pins = stores.pins.set();
+        let mut p = Planner {
+            linker,
+            stores,
+            peer,
+            queue: VecDeque::new(),
+            wanted: HashMap::new(),
+            known: HashSet::new(),
+            complete: HashSet::new(),
+            pending: HashMap::new(),
+            parents: HashMap::new(),
+            roots_missing: 0,
+            next_batch: 0,
+            pins,
+            report: PullReport {
+                root: roots.first().map(|(c, _)| c.to_hex()),
+                ..PullReport::default()
+            },
+        };
+        let mut seen = HashSet::new();
+        let mut local = Vec::new();
+        for (cid, kind) in roots {
+            if !seen.insert(cid) {
+                continue;
+            }
+            if p.link_child(Parent::Root, cid, kind, 0, &mut local)? {
+                p.roots_missing += 1;
+            }
+        }
+        p.walk_local(local)?;
+        Ok(p)
+    }
+
+    /// True when the whole closure is in `main`.
+    pub(crate) fn done(&self) -> bool {
+        self.roots_missing == 0
+    }
+
+    /// True when the main store holds none of the blocks this pull needs yet
+    /// (the receiver is empty for this dataset: the bulk path pays off).
+    pub(crate) fn nothing_local(&self) -> bool {
+        self.complete.is_empty() && self.pending.is_empty()
+    }
+
+    /// Takes the next batch: a full one, or a partial one when `flush`.
+    pub(crate) fn next_batch(&mut self, max: usize, flush: bool) -> Option<Batch<L::Kind>> {
+        if self.queue.is_empty() || (self.queue.len() < max && !flush) {
+            return None;
+        }
+        let n = self.queue.len().min(max);
+        let items = self
+            .queue
+            .drain(..n)
+            .filter_map(|c| self.wanted.get(&c).cloned())
+            .collect::<Vec<_>>();
+        if items.is_empty() {
+            return None;
+        }
+        self.next_batch = self.next_batch.wrapping_add(1);
+        Some(Batch {
+            id: self.next_batch,
+            items,
+        })
+    }
+
+    /// Accepts the answer to `batch`. Every block is verified (hash, then
+    /// decode as the declared kind) before any of them is stored: on a
+    /// violation nothing of this batch is kept.
+    pub(crate) fn on_batch(
+        &mut self,
+        batch: Batch<L::Kind>,
+        frames: Vec<ServerFrame>,
+    ) -> Result<()> {
+        if frames.len() != batch.items.len() {
+            return Err(self.violation(Violation::Protocol(format!(
+                "batch {} answered with {} frames for {} CIDs",
+                batch.id,
+                frames.len(),
+                batch.items.len()
+            ))));
+        }
+        let mut accepted = Vec::new();
+        let mut missing = None;
+        let mut deferred = Vec::new();
+        for (item, frame) in batch.items.into_iter().zip(frames) {
+            match frame {
+                ServerFrame::Block(bytes) => {
+                    let children = self.verify(&item.cid, &item.kind, &bytes)?;
+                    accepted.push((item, bytes, children));
+                }
+                ServerFrame::Missing => {
+                    missing.get_or_insert(item.cid);
+                }
+                ServerFrame::Defer => deferred.push(item.cid),
+                other => {
+                    return Err(self.violation(Violation::Protocol(format!(
+                        "unexpected frame in a WANT answer: {other:?}"
+                    ))))
+                }
+            }
+        }
+        // Deferred CIDs go back to the front, keeping their wave: deferral is
+        // flow control, not a data dependency.
+        for c in deferred.into_iter().rev() {
+            self.queue.push_front(c);
+        }
+        self.accept(accepted)?;
+        if let Some(cid) = missing {
+            return Err(Error::RemoteMissing {
+                peer: self.peer,
+                cid,
+            });
+        }
+        Ok(())
+    }
+
+    /// Accepts a chunk of a closure stream (parent before child). A block is
+    /// acceptable if it is wanted or referenced by an earlier block of the
+    /// chunk; blocks this session already has are ignored.
+    pub(crate) fn on_closure_chunk(&mut self, blocks: Vec<(Cid, Bytes)>, wave: u64) -> Result<()> {
+        let mut expect: HashMap<Cid, L::Kind> = HashMap::new();
+        let mut accepted = Vec::new();
+        for (cid, bytes) in blocks {
+            let kind = match self.wanted.get(&cid) {
+                Some(w) => w.kind.clone(),
+                None => match expect.get(&cid) {
+                    Some(k) => k.clone(),
+                    None if self.known.contains(&cid) => continue,
+                    None => return Err(self.violation(Violation::Unsolicited { cid })),
+                },
+            };
+            let children = self.verify(&cid, &kind, &bytes)?;
+            for (c, k) in &children {
+                expect.entry(*c).or_insert_with(|| k.clone());
+            }
+            expect.remove(&cid);
+            accepted.push((Want { cid, kind, wave }, bytes, children));
+        }
+        // Children precede parents so that a block whose subtree arrived in
+        // the same chunk is published right after it.
+        accepted.reverse();
+        self.accept(accepted)
+    }
+
+    fn verify(&self, cid: &Cid, kind: &L::Kind, bytes: &Bytes) -> Result<Vec<(Cid, L::Kind)>> {
+        let actual = Cid::of(bytes);
+        if actual != *cid {
+            return Err(self.violation(Violation::HashMismatch { cid: *cid, actual }));
+        }
+        self.linker.links(kind, bytes).map_err(|e| {
+            self.violation(Violation::WrongKind {
+                cid: *cid,
+                kind: format!("{kind:?}"),
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    fn violation(&self, violation: Violation) -> Error {
+        Error::Misbehaving {
+            peer: self.peer,
+            violation,
+        }
+    }
+
+    /// Stages or publishes verified blocks, then makes both stores durable.
+    fn accept(&mut self, blocks: Vec<(Want<L::Kind>, Bytes, Vec<(Cid, L::Kind)>)>) -> Result<()> {
+        let mut local = Vec::new();
+        for (want, bytes, children) in blocks {
+            if self.wanted.remove(&want.cid).is_none() && !self.known.insert(want.cid) {
+                // Already handled (duplicate in a closure stream).
+                continue;
+            }
+            if self.complete.contains(&want.cid) || self.pending.contains_key(&want.cid) {
+                continue;
+            }
+            self.report.blocks_fetched += 1;
+            self.report.bytes_fetched += bytes.len() as u64;
+            self.report.round_trips = self.report.round_trips.max(want.wave);
+            self.place(
+                want.cid, want.kind, bytes, children, want.wave, true, &mut local,
+            )?;
+        }
+        self.walk_local(local)?;
+        self.stores.staging.commit()?;
+        self.stores.main.commit()?;
+        Ok(())
+    }
+
+    /// Records `cid` as a child of `parent`. Returns true if the parent must
+    /// wait for it (it is not complete yet). May queue it for fetching or
+    /// push it on `local` when it is staged from an earlier pull.
+    fn link_child(
+        &mut self,
+        parent: Parent,
+        cid: Cid,
+        kind: L::Kind,
+        wave: u64,
+        local: &mut Vec<(Cid, L::Kind)>,
+    ) -> Result<bool> {
+        if self.complete.contains(&cid) {
+            return Ok(false);
+        }
+        if !self.known.contains(&cid) && self.stores.main.has(&cid)? {
+            // Closure invariant: present in main => whole subtree present.
+            self.known.insert(cid);
+            self.complete.insert(cid);
+            self.pins.add(cid);
+            self.report.blocks_skipped += 1;
+            return Ok(false);
+        }
+        self.parents.entry(cid).or_default().push(parent);
+        if self.known.insert(cid) {
+            if self.stores.staging.has(&cid)? {
+                local.push((cid, kind));
+            } else {
+                self.queue.push_back(cid);
+                self.wanted.insert(
+                    cid,
+                    Want {
+                        cid,
+                        kind,
+                        wave: wave + 1,
+                    },
+                );
+            }
+        }
+        Ok(true)
+    }
+
+    /// Walks staged blocks left by an earlier pull without touching the
+    /// network. A staged block that no longer decodes as the kind now
+    /// declared is dropped from consideration and fetched instead.
+    fn walk_local(&mut self, mut stack: Vec<(Cid, L::Kind)>) -> Result<()> {
+        while let Some((cid, kind)) = stack.pop() {
+            let staged = self.stores.staging.get(&cid)?;
+            let decoded = staged
+                .as_ref()
+                .map(|b| (b.clone(), self.linker.links(&kind, b)));
+            match decoded {
+                Some((bytes, Ok(children))) => {
+                    self.report.blocks_resumed += 1;
+                    self.place(cid, kind, bytes, children, 0, false, &mut stack)?;
+                }
+                _ => {
+                    self.queue.push_back(cid);
+                    self.wanted.insert(cid, Want { cid, kind, wave: 1 });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes `cid` if all its children are complete, else stages it.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &mut self,
+        cid: Cid,
+        kind: L::Kind,
+        bytes: Bytes,
+        children: Vec<(Cid, L::Kind)>,
+        wave: u64,
+        from_network: bool,
+        local: &mut Vec<(Cid, L::Kind)>,
+    ) -> Result<()> {
+        let mut waiting = 0usize;
+        let mut seen = HashSet::new();
+        for (c, k) in children {
+            if seen.insert(c) && self.link_child(Parent::Block(cid), c, k, wave, local)? {
+                waiting += 1;
+            }
+        }
+        if waiting == 0 {
+            self.publish(cid, Some(bytes))
+        } else {
+            if from_network {
+                self.stores.staging.put(&bytes)?;
+            }
+            self.pending.insert(cid, (kind, waiting));
+            Ok(())
+        }
+    }
+
+    /// Moves `cid` into `main` (its children are all there), then every
+    /// waiting parent whose last missing child this was, descendant-first.
+    fn publish(&mut self, cid: Cid, bytes: Option<Bytes>) -> Result<()> {
+        let mut stack = vec![(cid, bytes)];
+        while let Some((cid, bytes)) = stack.pop() {
+            let bytes = match bytes {
+                Some(b) => b,
+                // A concurrent pull may have published it and cleaned staging.
+                None => match self.stores.staging.get(&cid)? {
+                    Some(b) => b,
+                    None => self
+                        .stores
+                        .main
+                        .get(&cid)?
+                        .ok_or(prox_engine::Error::NotFound { cid })?,
+                },
+            };
+            self.pins.add(cid);
+            self.stores.main.put(&bytes)?;
+            self.complete.insert(cid);
+            for parent in self.parents.remove(&cid).unwrap_or_default() {
+                match parent {
+                    Parent::Root => self.roots_missing -= 1,
+                    Parent::Block(p) => {
+                        let ready = match self.pending.get_mut(&p) {
+                            Some((_, n)) => {
+                                *n -= 1;
+                                *n == 0
+                            }
+                            None => false,
+                        };
+                        if ready {
+                            self.pending.remove(&p);
+                            stack.push((p, None));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A batch of frames as grouped by the reader task.
+enum Group {
+    Batch { id: u32, frames: Vec<ServerFrame> },
+    Closure(Vec<(Cid, Bytes)>),
+    ClosureEnd(ClosureStatus),
+    Refused(RefusedCode),
+}
+
+/// Reads frames and groups them into whole `WANT` answers or closure chunks,
+/// refusing answers larger than the budget allows.
+async fn read_groups<R: AsyncRead + Unpin>(
+    mut reader: R,
+    limits: Limits,
+    idle: Duration,
+    out: tokio::sync::mpsc::Sender<std::result::Result<Group, ReadError>>,
+) {
+    let max_frames = limits.want_cids as usize;
+    let max_bytes = limits.batch_bytes as u64 + limits.max_block as u64;
+    let mut frames = Vec::new();
+    let mut bytes = 0u64;
+    let mut chunk = Vec::new();
+    let mut chunk_bytes = 0u64;
+    loop {
+        let frame = match tokio::time::timeout(
+            idle,
+            ServerFrame::read(&mut reader, limits.max_block),
+        )
+        .await
+        {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => {
+                let _ = out.send(Err(e)).await;
+                return;
+            }
+            Err(_) => {
+                let _ = out
+                    .send(Err(ReadError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no progress on block stream",
+                    ))))
+                    .await;
+                return;
+            }
+        };
+        let group = match frame {
+            ServerFrame::Done { batch } => Some(Group::Batch {
+                id: batch,
+                frames: std::mem::take(&mut frames),
+            }),
+            ServerFrame::ClosureBlock { cid, bytes: b } => {
+                chunk_bytes += b.len() as u64;
+                chunk.push((cid, b));
+                if chunk.len() >= max_frames || chunk_bytes >= limits.batch_bytes as u64 {
+                    chunk_bytes = 0;
+                    Some(Group::Closure(std::mem::take(&mut chunk)))
+                } else {
+                    None
+                }
+            }
+            ServerFrame::ClosureEnd { status, .. } => {
+                if !chunk.is_empty() {
+                    chunk_bytes = 0;
+                    if out
+                        .send(Ok(Group::Closure(std::mem::take(&mut chunk))))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Group::ClosureEnd(status))
+            }
+            ServerFrame::Refused(code) => Some(Group::Refused(code)),
+            f => {
+                bytes += f.payload().map_or(0, |p| p.len() as u64);
+                frames.push(f);
+                if frames.len() > max_frames || bytes > max_bytes {
+                    let _ = out
+                        .send(Err(ReadError::Violation(Violation::Oversize {
+                            what: "WANT answer",
+                            len: bytes.max(frames.len() as u64),
+                            max: max_bytes,
+                        })))
+                        .await;
+                    return;
+                }
+                None
+            }
+        };
+        if let Some(g) = group {
+            if matches!(g, Group::Batch { .. }) {
+                bytes = 0;
+            }
+            let stop = matches!(g, Group::Refused(_));
+            if out.send(Ok(g)).await.is_err() || stop {
+                return;
+            }
+        }
+    }
+}
+
+/// Runs `planner` to completion over `stream`. Returns the planner (with
+/// its report) once the closure is in `main`.
+pub(crate) async fn drive<L, S>(
+    mut planner: Planner<L>,
+    stream: S,
+    limits: &Limits,
+    bulk: Option<(String, Cid)>,
+) -> Result<Planner<L>>
+where
+    L: Linker,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use futures::AsyncReadExt;
+    let peer = planner.peer;
+    let (reader, writer) = stream.split();
+    let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let reader_task = tokio::spawn(read_groups(reader, limits.clone(), limits.idle_timeout, tx));
+    let net = |e: std::io::Error| Error::network(peer, e);
+    let result: Result<Planner<L>> = async {
+        let mut refused_bulk = 0;
+        if let Some((name, value_cid)) = bulk {
+            let mut buf = Vec::new();
+            ClientFrame::WantClosure {
+                batch: 0,
+                max_bytes: u64::MAX,
+                value_cid,
+                name,
+            }
+            .encode(&mut buf)
+            .map_err(net)?;
+            writer.write_all(&buf).await.map_err(net)?;
+            writer.flush().await.map_err(net)?;
+            loop {
+                match next_group(&mut rx, peer).await? {
+                    Group::Closure(blocks) => {
+                        planner = blocking(planner, move |p| p.on_closure_chunk(blocks, 1)).await?;
+                    }
+                    Group::ClosureEnd(status) => {
+                        tracing::debug!(%peer, ?status, "closure stream ended");
+                        planner.report.bulk =
+                            matches!(status, ClosureStatus::Complete | ClosureStatus::Budget);
+                        if !planner.report.bulk {
+                            // The refused request still cost a round trip.
+                            refused_bulk = 1;
+                        }
+                        break;
+                    }
+                    Group::Refused(code) => return Err(refused(peer, code)),
+                    Group::Batch { .. } => {
+                        return Err(Error::Misbehaving {
+                            peer,
+                            violation: Violation::Protocol("DONE during a closure stream".into()),
+                        })
+                    }
+                }
+            }
+            planner.report.round_trips = planner.report.round_trips.max(1);
+        }
+        let mut inflight: VecDeque<Batch<L::Kind>> = VecDeque::new();
+        while !planner.done() {
+            while inflight.len() < limits.inflight_batches as usize {
+                let flush = inflight.is_empty();
+                let Some(batch) = planner.next_batch(limits.want_cids as usize, flush) else {
+                    break;
+                };
+                let mut buf = Vec::new();
+                ClientFrame::Want {
+                    batch: batch.id,
+                    max_bytes: limits.batch_bytes,
+                    cids: batch.items.iter().map(|w| w.cid).collect(),
+                }
+                .encode(&mut buf)
+                .map_err(net)?;
+                writer.write_all(&buf).await.map_err(net)?;
+                inflight.push_back(batch);
+            }
+            writer.flush().await.map_err(net)?;
+            let Some(batch) = inflight.pop_front() else {
+                // flush was set, so every wanted CID would have been sent.
+                return Err(Error::network(peer, "pull stalled with nothing to request"));
+            };
+            match next_group(&mut rx, peer).await? {
+                Group::Batch { id, frames } if id == batch.id => {
+                    planner = blocking(planner, move |p| p.on_batch(batch, frames)).await?;
+                }
+                Group::Refused(code) => return Err(refused(peer, code)),
+                _ => {
+                    return Err(Error::Misbehaving {
+                        peer,
+                        violation: Violation::Protocol(format!(
+                            "expected the answer to batch {}",
+                            batch.id
+                        )),
+                    })
+                }
+            }
+        }
+        planner.report.round_trips += refused_bulk;
+        Ok(planner)
+    }
+    .await;
+    let _ = writer.close().await;
+    reader_task.abort();
+    result
+}
+
+fn refused(peer: PeerId, code: RefusedCode) -> Error {
+    Error::Refused {
+        peer,
+        reason: match code {
+            RefusedCode::Busy => "too many sessions".into(),
+            RefusedCode::Unauthorized => "not authorized".into(),
+        },
+    }
+}
+
+async fn next_group(
+    rx: &mut tokio::sync::mpsc::Receiver<std::result::Result<Group, ReadError>>,
+    peer: PeerId,
+) -> Result<Group> {
+    match rx.recv().await {
+        Some(Ok(g)) => Ok(g),
+        Some(Err(ReadError::Violation(violation))) => Err(Error::Misbehaving { peer, violation }),
+        Some(Err(ReadError::Io(e))) => Err(Error::network(peer, e)),
+        None => Err(Error::network(peer, "block stream closed")),
+    }
+}
+
+/// Runs `f` on the planner on a blocking thread and hands the planner back.
+async fn blocking<L: Linker>(
+    planner: Planner<L>,
+    f: impl FnOnce(&mut Planner<L>) -> Result<()> + Send + 'static,
+) -> Result<Planner<L>> {
+    tokio::task::spawn_blocking(move || {
+        let mut p = planner;
+        f(&mut p).map(|()| p)
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
+}
+
+/// Timing helper for reports.
+pub(crate) fn seconds_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64()
+}

@@ -1,0 +1,673 @@
+//! Public behaviour of prox-sync over real libp2p connections on 127.0.0.1.
+//!
+//! Most tests replicate a synthetic tree format (`TNOD`, see `support`)
+//! through an injected [`Linker`], so they exercise the protocol, the
+//! closure invariant and the fault handling independently of the engine's
+//! formats; `proximity_map_clone` uses the engine's own `refs` linker.
+//! Every test is bounded by a timeout; randomness is seeded (PROX_SEED).
+
+use prox_engine::{BlockStore, Cid, MemStore};
+use prox_sync::{Config, Error, Node, Stores, Violation};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+
+mod support {
+    use bytes::Bytes;
+    use prox_engine::{BlockStore, Cid, Error, Result};
+    use prox_sync::Linker;
+    use std::collections::{HashMap, HashSet};
+
+    /// Synthetic tree blocks: `TNOD | level u8 | n u16 | n × cid | payload`.
+    /// Level 0 blocks are leaves (n = 0). A root value is `ROOT | cid | level`.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub(crate) struct TestLinker;
+
+    impl Linker for TestLinker {
+        type Kind = u8;
+
+        fn root_links(&self, value: &[u8]) -> Result<Vec<(Cid, u8)>> {
+            if value.len() != 37 || &value[..4] != b"ROOT" {
+                return Err(Error::invalid("test root", "bad root value"));
+            }
+            Ok(vec![(Cid::from_slice(&value[4..36]).unwrap(), value[36])])
+        }
+
+        fn links(&self, kind: &u8, b: &[u8]) -> Result<Vec<(Cid, u8)>> {
+            if b.len() < 7 || &b[..4] != b"TNOD" {
+                return Err(Error::invalid("test node", "bad magic"));
+            }
+            if b[4] != *kind {
+                return Err(Error::invalid(
+                    "test node",
+                    format!("level {} where {} expected", b[4], kind),
+                ));
+            }
+            let n = u16::from_be_bytes([b[5], b[6]]) as usize;
+            if (*kind == 0) != (n == 0) || b.len() < 7 + 32 * n {
+                return Err(Error::invalid("test node", "bad child list"));
+            }
+            Ok(b[7..7 + 32 * n]
+                .chunks_exact(32)
+                .map(|c| (Cid::from_slice(c).unwrap(), kind - 1))
+                .collect())
+        }
+    }
+
+    pub(crate) fn node_bytes(level: u8, children: &[Cid], payload: &[u8]) -> Vec<u8> {
+        let mut b = b"TNOD".to_vec();
+        b.push(level);
+        b.extend_from_slice(&(children.len() as u16).to_be_bytes());
+        for c in children {
+            b.extend_from_slice(c.as_bytes());
+        }
+        b.extend_from_slice(payload);
+        b
+    }
+
+    pub(crate) fn root_value(cid: Cid, level: u8) -> Vec<u8> {
+        let mut v = b"ROOT".to_vec();
+        v.extend_from_slice(cid.as_bytes());
+        v.push(level);
+        v
+    }
+
+    /// Records `0..n` (value = `version[i]` mixed into 200 bytes), 8 per
+    /// leaf, fan-out 16. Returns the root value and the tree height.
+    pub(crate) fn build(store: &dyn BlockStore, versions: &[u32]) -> (Vec<u8>, u8) {
+        let mut level: Vec<Cid> = versions
+            .chunks(8)
+            .enumerate()
+            .map(|(leaf, recs)| {
+                let mut payload = Vec::new();
+                for (j, v) in recs.iter().enumerate() {
+                    let i = (leaf * 8 + j) as u64;
+                    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (*v as u64);
+                    for _ in 0..25 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        payload.extend_from_slice(&x.to_le_bytes());
+                    }
+                }
+                store.put(&node_bytes(0, &[], &payload)).unwrap()
+            })
+            .collect();
+        let mut height = 0u8;
+        while level.len() > 1 || height == 0 {
+            height += 1;
+            level = level
+                .chunks(16)
+                .map(|c| store.put(&node_bytes(height, c, b"")).unwrap())
+                .collect();
+        }
+        (root_value(level[0], height), height)
+    }
+
+    /// Every CID reachable from a root value, computed by a plain walk.
+    pub(crate) fn closure(store: &dyn BlockStore, value: &[u8]) -> HashSet<Cid> {
+        let l = TestLinker;
+        let mut seen = HashSet::new();
+        let mut stack = l.root_links(value).unwrap();
+        while let Some((c, k)) = stack.pop() {
+            if seen.insert(c) {
+                let b = store.get(&c).unwrap().expect("closure block present");
+                stack.extend(l.links(&k, &b).unwrap());
+            }
+        }
+        seen
+    }
+
+    /// How a [`Lying`] store misbehaves for its target CID.
+    #[derive(Debug, Clone)]
+    pub(crate) enum Lie {
+        /// Flip one byte.
+        Corrupt,
+        /// Return these bytes instead.
+        Substitute(Bytes),
+    }
+
+    /// A store that lies about some blocks (a malicious peer's view).
+    pub(crate) struct Lying {
+        pub(crate) inner: prox_engine::MemStore,
+        pub(crate) lies: HashMap<Cid, Lie>,
+    }
+
+    impl BlockStore for Lying {
+        fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
+            let b = self.inner.get(cid)?;
+            Ok(match (b, self.lies.get(cid)) {
+                (Some(b), Some(Lie::Corrupt)) => {
+                    let mut v = b.to_vec();
+                    let last = v.len() - 1;
+                    v[last] ^= 0x55;
+                    Some(Bytes::from(v))
+                }
+                (Some(_), Some(Lie::Substitute(x))) => Some(x.clone()),
+                (b, None) => b,
+                (None, _) => None,
+            })
+        }
+        fn put(&self, data: &[u8]) -> Result<Cid> {
+            self.inner.put(data)
+        }
+        fn has(&self, cid: &Cid) -> Result<bool> {
+            self.inner.has(cid)
+        }
+        fn cids(&self) -> Result<Vec<Cid>> {
+            self.inner.cids()
+        }
+        fn commit(&self) -> Result<()> {
+            Ok(())
+        }
+        fn root(&self, name: &str) -> Result<Option<Bytes>> {
+            self.inner.root(name)
+        }
+        fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
+            self.inner.set_root(name, value)
+        }
+        fn cas_root(
+            &self,
+            name: &str,
+            expected: Option<&[u8]>,
+            new: Option<&[u8]>,
+        ) -> Result<bool> {
+            self.inner.cas_root(name, expected, new)
+        }
+        fn roots(&self) -> Result<Vec<(String, Bytes)>> {
+            self.inner.roots()
+        }
+        fn retain(&self, live: &HashSet<Cid>) -> Result<prox_engine::store::RetainStats> {
+            self.inner.retain(live)
+        }
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("PROX_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7)
+}
+
+fn config() -> Config {
+    Config {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+        ..Config::default()
+    }
+}
+
+fn mem_stores() -> Stores {
+    Stores::new(Arc::new(MemStore::new()), Arc::new(MemStore::new()))
+}
+
+async fn start(cfg: &Config, stores: Stores) -> Node<TestLinker> {
+    let key = libp2p::identity::Keypair::generate_ed25519();
+    Node::start(cfg, key, stores, TestLinker)
+        .await
+        .expect("node starts")
+}
+
+fn addr(n: &Node<TestLinker>) -> libp2p::Multiaddr {
+    n.listen_addrs()[0]
+        .clone()
+        .with(libp2p::multiaddr::Protocol::P2p(n.peer_id()))
+}
+
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(90), f)
+        .await
+        .expect("test finished in time")
+}
+
+/// Versions of `n` records with `changes` of them bumped (seeded positions).
+fn changed(base: &[u32], changes: usize, seed: u64) -> Vec<u32> {
+    let mut v = base.to_vec();
+    let mut x = seed | 1;
+    for _ in 0..changes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = (x % v.len() as u64) as usize;
+        v[i] += 1;
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clone_then_incremental_pull_fetches_exactly_the_difference() {
+    bounded(async {
+        let seed = seed();
+        let src = mem_stores();
+        let v1: Vec<u32> = vec![0; 20_000];
+        let (root1, height) = build(&*src.main, &v1);
+        src.main.set_root("ds", Some(&root1)).unwrap();
+        let a = start(&config(), src.clone()).await;
+        let dst = mem_stores();
+        let b = start(&config(), dst.clone()).await;
+
+        let r = b.pull(&addr(&a), "ds", "replica").await.unwrap();
+        let c1 = closure(&*src.main, &root1);
+        assert_eq!(r.blocks_fetched as usize, c1.len(), "seed {seed}");
+        assert_eq!(
+            dst.main.root("replica").unwrap().as_deref(),
+            Some(&root1[..])
+        );
+        assert_eq!(closure(&*dst.main, &root1), c1);
+        // No bulk for an untrusted peer: level by level, one round per level
+        // plus the refused bulk attempt and GetRoot.
+        assert!(!r.bulk || r.round_trips <= 2);
+        assert!(r.round_trips <= height as u64 + 3, "{r:?}");
+
+        // Change 10 records on the source.
+        let v2 = changed(&v1, 10, seed);
+        let (root2, h2) = build(&*src.main, &v2);
+        src.main.set_root("ds", Some(&root2)).unwrap();
+        let c2 = closure(&*src.main, &root2);
+        let expect: HashSet<Cid> = c2.difference(&c1).copied().collect();
+        let r2 = b.pull(&addr(&a), "ds", "replica").await.unwrap();
+        assert_eq!(
+            r2.blocks_fetched as usize,
+            expect.len(),
+            "seed {seed}: {r2:?}"
+        );
+        let bytes: u64 = expect
+            .iter()
+            .map(|c| src.main.get(c).unwrap().unwrap().len() as u64)
+            .sum();
+        assert_eq!(r2.bytes_fetched, bytes);
+        assert!(r2.round_trips <= h2 as u64 + 2, "{r2:?} height {h2}");
+        assert!(!r2.bulk);
+        assert_eq!(closure(&*dst.main, &root2), c2);
+        assert_eq!(
+            dst.main.root("replica").unwrap().as_deref(),
+            Some(&root2[..])
+        );
+        // Staging is empty once everything is published, pins released.
+        assert!(dst.staging.cids().unwrap().is_empty());
+        assert!(dst.pins.is_empty());
+
+        // Pulling again is one control round trip and fetches nothing.
+        let r3 = b.pull(&addr(&a), "ds", "replica").await.unwrap();
+        assert!(r3.up_to_date && r3.blocks_fetched == 0 && r3.round_trips == 1);
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_path_clones_in_one_round_trip_for_trusted_peers() {
+    bounded(async {
+        let src = mem_stores();
+        let (root, _) = build(&*src.main, &vec![3; 5000]);
+        src.main.set_root("ds", Some(&root)).unwrap();
+        let mut cfg = config();
+        cfg.trust_all = true;
+        let a = start(&cfg, src.clone()).await;
+        let dst = mem_stores();
+        let b = start(&config(), dst.clone()).await;
+        let r = b.pull(&addr(&a), "ds", "ds").await.unwrap();
+        assert!(r.bulk, "{r:?}");
+        assert_eq!(r.round_trips, 2, "GetRoot + one closure request: {r:?}");
+        let c = closure(&*src.main, &root);
+        assert_eq!(r.blocks_fetched as usize, c.len());
+        assert_eq!(closure(&*dst.main, &root), c);
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+/// Counts block reads and stops the whole node after `trip` of them.
+struct Tripwire {
+    inner: Arc<MemStore>,
+    reads: AtomicU64,
+    trip: u64,
+    fired: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+}
+
+impl BlockStore for Tripwire {
+    fn get(&self, cid: &Cid) -> prox_engine::Result<Option<bytes::Bytes>> {
+        if self.reads.fetch_add(1, Ordering::SeqCst) + 1 == self.trip {
+            if let Some(tx) = self.fired.lock().unwrap().take() {
+                let _ = tx.send(());
+                // Hold this batch back while the test kills the node.
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        self.inner.get(cid)
+    }
+    fn put(&self, data: &[u8]) -> prox_engine::Result<Cid> {
+        self.inner.put(data)
+    }
+    fn has(&self, cid: &Cid) -> prox_engine::Result<bool> {
+        self.inner.has(cid)
+    }
+    fn cids(&self) -> prox_engine::Result<Vec<Cid>> {
+        self.inner.cids()
+    }
+    fn commit(&self) -> prox_engine::Result<()> {
+        Ok(())
+    }
+    fn root(&self, name: &str) -> prox_engine::Result<Option<bytes::Bytes>> {
+        self.inner.root(name)
+    }
+    fn set_root(&self, name: &str, value: Option<&[u8]>) -> prox_engine::Result<()> {
+        self.inner.set_root(name, value)
+    }
+    fn cas_root(
+        &self,
+        name: &str,
+        e: Option<&[u8]>,
+        n: Option<&[u8]>,
+    ) -> prox_engine::Result<bool> {
+        self.inner.cas_root(name, e, n)
+    }
+    fn roots(&self) -> prox_engine::Result<Vec<(String, bytes::Bytes)>> {
+        self.inner.roots()
+    }
+    fn retain(&self, live: &HashSet<Cid>) -> prox_engine::Result<prox_engine::store::RetainStats> {
+        self.inner.retain(live)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_killed_mid_transfer_then_restarted_resumes_with_the_remainder() {
+    bounded(async {
+        let mem = Arc::new(MemStore::new());
+        let (root, _) = build(&*mem, &vec![1; 20_000]);
+        mem.set_root("ds", Some(&root)).unwrap();
+        let total = closure(&*mem, &root).len() as u64;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let trip = Arc::new(Tripwire {
+            inner: mem.clone(),
+            reads: AtomicU64::new(0),
+            trip: total / 2,
+            fired: std::sync::Mutex::new(Some(tx)),
+        });
+        let key = libp2p::identity::Keypair::generate_ed25519();
+        let src = Stores::new(trip.clone(), Arc::new(MemStore::new()));
+        let a = Node::start(&config(), key.clone(), src, TestLinker)
+            .await
+            .unwrap();
+        let dst = mem_stores();
+        let mut cfg_b = config();
+        cfg_b.limits.want_cids = 128;
+        cfg_b.limits.inflight_batches = 2;
+        let b = start(&cfg_b, dst.clone()).await;
+        let a_addr = addr(&a);
+        let killer = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                tokio::task::spawn_blocking(move || rx.recv())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                a.shutdown().await;
+            })
+        };
+        let err = b.pull(&a_addr, "ds", "ds").await.unwrap_err();
+        assert!(
+            matches!(err, Error::Network { .. } | Error::Timeout { .. }),
+            "{err}"
+        );
+        killer.await.unwrap();
+        drop(a);
+        // Old root intact (absent), some blocks kept: published or staged.
+        assert_eq!(dst.main.root("ds").unwrap(), None);
+        let in_main: HashSet<Cid> = dst.main.cids().unwrap().into_iter().collect();
+        let staged_only: HashSet<Cid> = dst
+            .staging
+            .cids()
+            .unwrap()
+            .into_iter()
+            .filter(|c| !in_main.contains(c))
+            .collect();
+        let kept = in_main.len() + staged_only.len();
+        assert!(kept > 0 && (kept as u64) < total, "kept {kept} of {total}");
+
+        // Restart the source (same identity, same blocks) and retry.
+        let src = Stores::new(mem.clone(), Arc::new(MemStore::new()));
+        let a2 = Node::start(&config(), key, src, TestLinker).await.unwrap();
+        let r = b.pull(&addr(&a2), "ds", "ds").await.unwrap();
+        assert_eq!(
+            r.blocks_fetched + kept as u64,
+            total,
+            "retry fetched only the remainder: {r:?}"
+        );
+        assert_eq!(
+            r.blocks_resumed as usize,
+            dst.staging
+                .cids()
+                .unwrap()
+                .len()
+                .max(r.blocks_resumed as usize)
+        );
+        assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root[..]));
+        assert_eq!(closure(&*dst.main, &root).len() as u64, total);
+        assert!(dst.staging.cids().unwrap().is_empty());
+        a2.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+/// Sets up a receiver that already has version 1 of `ds`, and a malicious
+/// source serving version 2 with one lie.
+async fn malicious_case(lie_on_level: u8, lie: impl Fn(&MemStore, Cid) -> Lie, max_block: u32) {
+    let honest = MemStore::new();
+    let v1 = vec![0u32; 1000];
+    let (root1, _) = build(&honest, &v1);
+    let v2 = changed(&v1, 40, seed());
+    let (root2, _) = build(&honest, &v2);
+    honest.set_root("ds", Some(&root2)).unwrap();
+    let c1 = closure(&honest, &root1);
+    let c2 = closure(&honest, &root2);
+    // Target: a new block of the chosen level.
+    let target = c2
+        .iter()
+        .copied()
+        .filter(|c| !c1.contains(c))
+        .find(|c| honest.get(c).unwrap().unwrap()[4] == lie_on_level)
+        .expect("a new block on that level");
+    let lie = lie(&honest, target);
+    let lying = support::Lying {
+        inner: honest,
+        lies: [(target, lie)].into_iter().collect(),
+    };
+    let src_main: Arc<dyn BlockStore> = Arc::new(lying);
+    let a = start(
+        &config(),
+        Stores::new(src_main.clone(), Arc::new(MemStore::new())),
+    )
+    .await;
+
+    // Receiver with version 1 already in place.
+    let dst = mem_stores();
+    for c in &c1 {
+        dst.main.put(&src_main.get(c).unwrap().unwrap()).unwrap();
+    }
+    dst.main.set_root("ds", Some(&root1)).unwrap();
+    let before: HashSet<Cid> = dst.main.cids().unwrap().into_iter().collect();
+    let mut cfg = config();
+    cfg.limits.max_block = max_block;
+    let b = start(&cfg, dst.clone()).await;
+
+    let err = b.pull(&addr(&a), "ds", "ds").await.unwrap_err();
+    let Error::Misbehaving { peer, violation } = &err else {
+        panic!("expected a misbehaving peer, got {err}");
+    };
+    assert_eq!(*peer, a.peer_id());
+    // Old root intact; nothing of the bad batch stored anywhere.
+    assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root1[..]));
+    assert!(!dst.main.has(&target).unwrap() && !dst.staging.has(&target).unwrap());
+    let level_of = |c: &Cid| src_main.get(c).unwrap().map(|b| b[4]);
+    for c in c2.difference(&c1) {
+        if level_of(c) == Some(lie_on_level) {
+            assert!(
+                !dst.main.has(c).unwrap() && !dst.staging.has(c).unwrap(),
+                "batch sibling {c} stored"
+            );
+        }
+    }
+    let after: HashSet<Cid> = dst.main.cids().unwrap().into_iter().collect();
+    assert!(after.is_superset(&before));
+    // Reported and disconnected.
+    let status = b.status().await.unwrap();
+    assert!(
+        status
+            .banned
+            .iter()
+            .any(|x| x.peer == a.peer_id().to_string()),
+        "{status:?}"
+    );
+    assert!(status
+        .peers
+        .iter()
+        .all(|p| p.peer != a.peer_id().to_string()));
+    a.shutdown().await;
+    b.shutdown().await;
+    let _ = violation;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_block_is_rejected() {
+    bounded(malicious_case(0, |_, _| Lie::Corrupt, 4 << 20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_for_another_cid_is_rejected() {
+    bounded(malicious_case(
+        1,
+        |_, _| {
+            Lie::Substitute(bytes::Bytes::from(node_bytes(
+                0,
+                &[],
+                b"some other valid block",
+            )))
+        },
+        4 << 20,
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversize_block_is_rejected() {
+    bounded(malicious_case(
+        0,
+        |_, _| Lie::Substitute(bytes::Bytes::from(vec![0u8; 100_000])),
+        64 << 10,
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_of_the_wrong_kind_is_rejected() {
+    bounded(async {
+        // A root that declares a leaf as a level-1 node: hash-valid, wrong kind.
+        let src = mem_stores();
+        let leaf = src.main.put(&node_bytes(0, &[], b"leaf")).unwrap();
+        let top = src.main.put(&node_bytes(2, &[leaf], b"")).unwrap();
+        src.main.set_root("ds", Some(&root_value(top, 2))).unwrap();
+        let a = start(&config(), src).await;
+        let dst = mem_stores();
+        let b = start(&config(), dst.clone()).await;
+        let err = b.pull(&addr(&a), "ds", "ds").await.unwrap_err();
+        assert!(
+            matches!(err, Error::Misbehaving { violation: Violation::WrongKind { cid, .. }, .. } if cid == leaf),
+            "{err}"
+        );
+        assert!(!dst.main.has(&leaf).unwrap() && !dst.main.has(&top).unwrap());
+        assert_eq!(dst.main.root("ds").unwrap(), None);
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_peer_is_refused() {
+    bounded(async {
+        let src = mem_stores();
+        let (root, _) = build(&*src.main, &vec![0; 100]);
+        src.main.set_root("ds", Some(&root)).unwrap();
+        let mut cfg = config();
+        cfg.allow = vec![libp2p::identity::Keypair::generate_ed25519()
+            .public()
+            .to_peer_id()
+            .to_string()];
+        let a = start(&cfg, src).await;
+        let dst = mem_stores();
+        let b = start(&config(), dst.clone()).await;
+        let err = b.pull(&addr(&a), "ds", "ds").await.unwrap_err();
+        assert!(
+            matches!(err, Error::Network { .. } | Error::Refused { .. }),
+            "{err}"
+        );
+        assert_eq!(dst.main.root("ds").unwrap(), None);
+        assert!(dst.main.cids().unwrap().is_empty());
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_peers_pull_from_one_source_at_once() {
+    bounded(async {
+        let src = mem_stores();
+        let (root, _) = build(&*src.main, &vec![5; 8000]);
+        src.main.set_root("ds", Some(&root)).unwrap();
+        let a = start(&config(), src.clone()).await;
+        let c = closure(&*src.main, &root);
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let s = mem_stores();
+            nodes.push((start(&config(), s.clone()).await, s));
+        }
+        let target = addr(&a);
+        let pulls = nodes.iter().map(|(n, _)| n.pull(&target, "ds", "ds"));
+        let reports = futures::future::join_all(pulls).await;
+        for (r, (_, s)) in reports.into_iter().zip(&nodes) {
+            let r = r.unwrap();
+            assert_eq!(r.blocks_fetched as usize, c.len());
+            assert_eq!(s.main.root("ds").unwrap().as_deref(), Some(&root[..]));
+            assert_eq!(closure(&*s.main, &root), c);
+        }
+        for (n, _) in &nodes {
+            n.shutdown().await;
+        }
+        a.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_asks_a_trusting_peer_to_pull() {
+    bounded(async {
+        let src = mem_stores();
+        let (root, _) = build(&*src.main, &vec![9; 500]);
+        src.main.set_root("mine", Some(&root)).unwrap();
+        let a = start(&config(), src.clone()).await;
+        let dst = mem_stores();
+        let mut cfg = config();
+        cfg.trust_all = true;
+        let b = start(&cfg, dst.clone()).await;
+        let outcome = a.push(&addr(&b), "mine", "theirs").await.unwrap();
+        assert!(
+            matches!(outcome, prox_sync::AnnounceOutcome::Applied { .. }),
+            "{outcome:?}"
+        );
+        assert_eq!(dst.main.root("theirs").unwrap().as_deref(), Some(&root[..]));
+        // An untrusting peer refuses pushes.
+        let c = start(&config(), mem_stores()).await;
+        assert!(a.push(&addr(&c), "mine", "theirs").await.is_err());
+        for n in [a, b, c] {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}
