@@ -6,8 +6,11 @@
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub mod accel;
 pub mod bench;
 pub mod datagen;
+pub mod inspect;
+pub mod store_arg;
 
 /// Top-level examples shown by `prox --help`.
 const EXAMPLES: &str = "\
@@ -54,6 +57,9 @@ pub enum Command {
     /// Benchmark a map (recall vs QPS), kernels, or plot saved results.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
+    /// Decode any stored object (nodes, descriptors, manifests, envelopes).
+    #[command(after_help = inspect::EXAMPLES)]
+    Inspect(inspect::InspectArgs),
     /// Generate a seeded Gaussian-mixture dataset with exact ground truth.
     #[command(after_help = datagen::EXAMPLES)]
     Datagen(datagen::DatagenArgs),
@@ -143,6 +149,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Bench(a) => bench::run(a),
         Command::Datagen(a) => datagen::run(a),
+        Command::Inspect(a) => inspect::run(a),
     }
 }
 
