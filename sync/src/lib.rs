@@ -33,7 +33,7 @@ pub mod stores;
 pub use config::{Config, Follow};
 pub use error::{Error, Result, Violation};
 pub use event_loop::{Banned, Client, PeerInfo};
-pub use links::Linker;
+pub use links::{Linker, RefsLinker};
 pub use node::{access_from_config, Node, Status};
 pub use protocol::limits::Limits;
 pub use protocol::messages::AnnounceOutcome;

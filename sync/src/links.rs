@@ -25,3 +25,19 @@ pub trait Linker: Send + Sync + 'static {
     /// `bytes` do not decode as `kind`.
     fn links(&self, kind: &Self::Kind, bytes: &[u8]) -> Result<Vec<(Cid, Self::Kind)>>;
 }
+/// The engine's link extraction (`prox_engine::refs`): CRAB nodes, blob
+/// envelopes, proximity objects and their sidecars.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RefsLinker;
+
+impl Linker for RefsLinker {
+    type Kind = prox_engine::refs::BlockKind;
+
+    fn root_links(&self, value: &[u8]) -> Result<Vec<(Cid, Self::Kind)>> {
+        prox_engine::refs::root_links(value)
+    }
+
+    fn links(&self, kind: &Self::Kind, bytes: &[u8]) -> Result<Vec<(Cid, Self::Kind)>> {
+        prox_engine::refs::links(*kind, bytes)
+    }
+}
