@@ -24,6 +24,7 @@ mod error;
 pub mod f32;
 mod isa;
 mod metric;
+pub mod pq;
 pub mod sq8;
 pub mod topk;
 

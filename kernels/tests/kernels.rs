@@ -403,3 +403,89 @@ fn sq8_fit_matches_python_model() {
     );
     assert_eq!(q.max_error(&v, &codes).to_bits(), 0x3ccf_b400);
 }
+
+// ------------------------------------------------------------------ PQ
+
+use prox_kernels::pq::{self, AdcTable, Codebooks};
+
+/// Codebooks (dim, m, k), a query, and `n` code rows (some bytes may be ≥ k).
+fn pq_case() -> impl Strategy<Value = (Codebooks, Vec<f32>, Vec<u8>, usize)> {
+    (
+        prop::sample::select(&DIMS[1..]),
+        1usize..17,
+        1usize..=256,
+        0usize..40,
+    )
+        .prop_flat_map(|(d, m, k, n)| {
+            let m = m.min(d);
+            (
+                vec(-10.0f32..10.0, k * d),
+                vec(-10.0f32..10.0, d),
+                vec(any::<u8>(), m * n),
+                Just((d, m, k, n)),
+            )
+        })
+        .prop_map(|(data, q, codes, (d, m, k, n))| {
+            (
+                Codebooks::new(d, m, k, data).expect("valid codebooks"),
+                q,
+                codes,
+                n,
+            )
+        })
+}
+
+#[test]
+fn pq_scan_is_bit_exact_across_isas() {
+    let isas = available_isas();
+    check("pq_scan", 48, pq_case(), |(cb, q, codes, n)| {
+        for table in [
+            pq::adc_table_l2(&q, &cb),
+            pq::adc_table_dot(&q, &cb),
+            AdcTable::for_metric(Metric::Cosine, &q, &cb),
+        ] {
+            let want: Vec<f32> = codes
+                .chunks_exact(cb.m())
+                .map(|c| table.distance(c))
+                .collect();
+            for &isa in &isas {
+                let mut out = vec![f32::NAN; n];
+                prop_assert!(pq::adc_scan_with(isa, &table, &codes, &mut out));
+                let got: Vec<u32> = out.iter().map(|x| x.to_bits()).collect();
+                let exp: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
+                prop_assert_eq!(got, exp, "{} d={} m={} k={}", isa, cb.dim(), cb.m(), cb.k());
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn pq_adc_equals_distance_to_reconstruction() {
+    check("pq_adc_vs_decode", 48, pq_case(), |(cb, q, codes, _n)| {
+        let l2 = pq::adc_table_l2(&q, &cb);
+        let dt = pq::adc_table_dot(&q, &cb);
+        let mut recon = vec![0.0f32; cb.dim()];
+        for code in codes.chunks_exact(cb.m()) {
+            if code.iter().any(|&c| usize::from(c) >= cb.k()) {
+                prop_assert_eq!(l2.distance(code), f32::INFINITY);
+                continue;
+            }
+            cb.decode(code, &mut recon);
+            let what = format!("pq d={} m={} k={}", cb.dim(), cb.m(), cb.k());
+            close(
+                l2.distance(code),
+                canonical::l2sq(&q, &recon) as f32,
+                l2_mag(&q, &recon),
+                &what,
+            )?;
+            close(
+                dt.distance(code),
+                canonical::dot(&q, &recon) as f32,
+                dot_mag(&q, &recon),
+                &what,
+            )?;
+        }
+        Ok(())
+    });
+}
