@@ -484,3 +484,53 @@ fn gc_default_keeps_published_trees_and_reclaims_the_rest() {
         assert_eq!(again.retained.removed_blocks, 1, "{name}");
     });
 }
+
+#[test]
+fn readers_see_live_blocks_throughout_collections() {
+    let seed = seed();
+    for (name, subj) in subjects() {
+        let store: Arc<dyn BlockStore> = Arc::from(subj.store);
+        let mut rng = Rng::new(seed ^ 0x77);
+        let live_blocks: Vec<(Cid, Vec<u8>)> = (0..150u32)
+            .map(|i| {
+                let mut b = rng.block(600);
+                b.extend_from_slice(&i.to_le_bytes());
+                (store.put(&b).unwrap(), b)
+            })
+            .collect();
+        let live: HashSet<Cid> = live_blocks.iter().map(|(c, _)| *c).collect();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for r in 0..2u64 {
+                let (store, live_blocks, done) = (&store, &live_blocks, &done);
+                scope.spawn(move || {
+                    let mut rng = Rng::new(seed ^ (r + 10));
+                    let mut held = Vec::new();
+                    while !done.load(std::sync::atomic::Ordering::Acquire) {
+                        let (cid, bytes) = &live_blocks[rng.below(150) as usize];
+                        let got = store.get(cid).unwrap();
+                        assert_eq!(got.as_deref(), Some(bytes.as_slice()), "{name}");
+                        // Keep some handles across collections.
+                        if held.len() < 64 {
+                            held.push((got.unwrap(), bytes.clone()));
+                        }
+                    }
+                    for (b, want) in held {
+                        assert_eq!(b.as_ref(), want.as_slice(), "{name}: held handle");
+                    }
+                });
+            }
+            for round in 0..12u32 {
+                for _ in 0..40 {
+                    let mut g = rng.block(500);
+                    g.extend_from_slice(&round.to_le_bytes());
+                    store.put(&g).unwrap();
+                }
+                store.commit().unwrap();
+                let stats = store.retain(&live).unwrap();
+                assert_eq!(stats.kept_blocks, 150, "{name}");
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+    }
+}
