@@ -409,5 +409,20 @@ impl<'s> Searcher<'s> {
     }
 }
 
+impl<'s> crate::proximity::ProximityMap<'s> {
+    /// Opens this map for search. Keep the [`Searcher`] for repeated
+    /// queries: it owns the decoded-node cache.
+    pub fn searcher(&self) -> Result<Searcher<'s>> {
+        Searcher::new(self.store(), self.descriptor().clone())
+    }
+
+    /// One search through a fresh [`Searcher`] (decodes the nodes it
+    /// visits; use [`crate::proximity::ProximityMap::searcher`] for more
+    /// than one query).
+    pub fn search(&self, query: &[f32], req: &SearchRequest) -> Result<SearchResult> {
+        self.searcher()?.search(query, req)
+    }
+}
+
 #[cfg(test)]
 mod tests;
