@@ -9,16 +9,22 @@
 //!
 //! * [`format`]: byte-exact codecs for every object (PRVR, PRXI, PRXN, PRXV,
 //!   PQS8, PQPQ, HNSW, HNSN, CRMF).
+//! * [`ProximityMap`]: canonical build (12), load (6.6), lookups and the
+//!   whole-index audit (13).
 //! * [`math`]: the canonical scalar math (preparation, `sqrt_floor`,
 //!   covering radii, lower bounds, promotion levels).
 //! * [`search`]: best-first k-NN search (exact, budgeted, adaptive; filters).
 
+mod build;
 pub mod format;
+mod map;
 pub mod math;
 pub mod search;
 
+pub use build::InputRecord;
 pub use format::{
     Codebook, ContentRoot, Descriptor, DirectoryBlock, ExternalVector, HnswConfig, HnswManifest,
     HnswNode, NodeEntry, NodeKind, PqConfig, PqManifest, ProxNode, ProximityConfig, Quantizer,
     Record, RootKind, VectorRef,
 };
+pub use map::{ProximityMap, VerifyReport};

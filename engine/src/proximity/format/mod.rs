@@ -26,6 +26,7 @@ mod tests;
 pub use content_root::{ContentRoot, RootKind, CONTENT_ROOT_VERSION, MAX_METADATA};
 pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
+pub(crate) use node::{entry_len, header_len};
 pub use node::{NodeEntry, NodeKind, ProxNode, VectorRef};
 pub use pq::{Codebook, PqConfig, PqManifest};
 pub use quantizer::Quantizer;
