@@ -12,6 +12,8 @@
 //!   stderr is not a terminal.
 //! * [`gmm`]: the seeded Gaussian-mixture generator and exact ground truth
 //!   used by `prox datagen`, `prox demo` and the tests.
+//! * [`map`]: named maps (publish/resolve a root) and one query entry
+//!   point over the native, HNSW and PQ paths.
 //! * [`plot`]: recall-vs-QPS plots (SVG or PNG); [`results`]: the JSON-lines
 //!   benchmark schema they are drawn from.
 //! * [`out`]: stdout helpers that treat a closed pipe as a normal end.
@@ -22,6 +24,7 @@
 pub mod cmd;
 pub mod gmm;
 pub mod io;
+pub mod map;
 pub mod out;
 pub mod plot;
 pub mod progress;

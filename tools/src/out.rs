@@ -27,8 +27,10 @@ impl Stdout {
 
     /// Writes one JSON value as a line.
     pub fn json(&mut self, v: &impl serde::Serialize) -> anyhow::Result<()> {
-        serde_json::to_writer(&mut self.inner, v)?;
-        self.inner.write_all(b"\n")?;
+        // Serialise first so that write errors stay io::Errors (a
+        // serde_json error hides the io error from the anyhow chain).
+        let line = serde_json::to_string(v)?;
+        writeln!(self.inner, "{line}")?;
         Ok(())
     }
 

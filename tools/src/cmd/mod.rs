@@ -8,9 +8,14 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub mod accel;
 pub mod bench;
+pub mod build;
+pub mod daemon;
 pub mod datagen;
+pub mod gc;
 pub mod inspect;
+pub mod query;
 pub mod store_arg;
+pub mod sync;
 
 /// Top-level examples shown by `prox --help`.
 const EXAMPLES: &str = "\
@@ -54,6 +59,18 @@ pub struct GlobalArgs {
 /// Every subcommand, in help order.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Build a proximity map from a vector file and publish it under a name.
+    #[command(after_help = build::EXAMPLES)]
+    Build(build::BuildArgs),
+    /// Reclaim blocks no named root or pin reaches.
+    #[command(after_help = gc::EXAMPLES)]
+    Gc(gc::GcArgs),
+    /// Run k-NN queries against a named map.
+    #[command(after_help = query::EXAMPLES)]
+    Query(query::QueryArgs),
+    /// Build HNSW/PQ sidecars for an existing map.
+    #[command(after_help = accel::EXAMPLES)]
+    Accel(accel::AccelArgs),
     /// Benchmark a map (recall vs QPS), kernels, or plot saved results.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
@@ -63,6 +80,12 @@ pub enum Command {
     /// Generate a seeded Gaussian-mixture dataset with exact ground truth.
     #[command(after_help = datagen::EXAMPLES)]
     Datagen(datagen::DatagenArgs),
+    /// Run the sync daemon: serve and replicate named roots over libp2p.
+    #[command(after_help = daemon::EXAMPLES)]
+    Daemon(daemon::DaemonArgs),
+    /// Pull, push, status and peers, through a running daemon or one-shot.
+    #[command(after_help = sync::EXAMPLES)]
+    Sync(sync::SyncArgs),
 }
 
 /// Subcommand groups for the top-level help, by task.
@@ -147,9 +170,15 @@ pub fn init_logging() {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
+        Command::Accel(a) => accel::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Build(a) => build::run(a),
         Command::Datagen(a) => datagen::run(a),
+        Command::Daemon(a) => daemon::run(a),
+        Command::Sync(a) => sync::run(a),
+        Command::Gc(a) => gc::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Query(a) => query::run(a),
     }
 }
 
