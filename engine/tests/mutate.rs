@@ -1,0 +1,262 @@
+//! Mutation batches equal fresh builds (proximity-format.md 12.13), keep the
+//! PRXN root on value-only edits, and write few new objects.
+
+use bytes::Bytes;
+use prox_engine::proximity::{Mutation, ProximityConfig, ProximityMap};
+use prox_engine::store::{BlockStore, RetainStats};
+use prox_engine::{Cid, Error, MemStore, Result};
+use prox_kernels::Metric;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("PROX_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xBADC0DE)
+}
+
+/// Counts puts of blocks the store did not hold yet.
+struct Counting {
+    inner: MemStore,
+    new_puts: AtomicU64,
+}
+
+impl BlockStore for Counting {
+    fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
+        self.inner.get(cid)
+    }
+    fn put(&self, data: &[u8]) -> Result<Cid> {
+        if !self.inner.has(&Cid::of(data))? {
+            self.new_puts.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.put(data)
+    }
+    fn has(&self, cid: &Cid) -> Result<bool> {
+        self.inner.has(cid)
+    }
+    fn cids(&self) -> Result<Vec<Cid>> {
+        self.inner.cids()
+    }
+    fn commit(&self) -> Result<()> {
+        self.inner.commit()
+    }
+    fn root(&self, name: &str) -> Result<Option<Bytes>> {
+        self.inner.root(name)
+    }
+    fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
+        self.inner.set_root(name, value)
+    }
+    fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
+        self.inner.cas_root(name, expected, new)
+    }
+    fn roots(&self) -> Result<Vec<(String, Bytes)>> {
+        self.inner.roots()
+    }
+    fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
+        self.inner.retain(live)
+    }
+}
+
+fn counting() -> Counting {
+    Counting {
+        inner: MemStore::new(),
+        new_puts: AtomicU64::new(0),
+    }
+}
+
+type Set = BTreeMap<Vec<u8>, (Vec<f32>, Vec<u8>)>;
+
+fn records(set: &Set) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
+    set.iter()
+        .map(|(k, (v, val))| (k.clone(), v.clone(), val.clone()))
+        .collect()
+}
+
+fn small_config(metric: Metric, dims: u32, sq8: bool) -> ProximityConfig {
+    let mut c = ProximityConfig::new(dims);
+    c.metric = metric;
+    c.log_chunk_size = 2;
+    c.min_page_bytes = 128;
+    c.target_page_bytes = 512;
+    c.max_page_bytes = 4096;
+    c.inline_threshold_bytes = 4096;
+    c.sq8_group_size = sq8.then_some(2);
+    c
+}
+
+#[test]
+fn batches_equal_fresh_builds() {
+    let s = seed();
+    let mut rng = Rng(s);
+    for (metric, sq8) in [
+        (Metric::L2, false),
+        (Metric::Cosine, true),
+        (Metric::InnerProduct, false),
+    ] {
+        let dims = 3u32;
+        let cfg = small_config(metric, dims, sq8);
+        let store = MemStore::new();
+        let mut set = Set::new();
+        let vec_of = |rng: &mut Rng| -> Vec<f32> {
+            let v: Vec<f32> = (0..dims)
+                .map(|_| (rng.unit() * 8.0).round() / 2.0)
+                .collect();
+            if v.iter().all(|&x| x == 0.0) {
+                vec![1.0; dims as usize]
+            } else {
+                v
+            }
+        };
+        for _ in 0..60 {
+            let k = vec![(rng.next() % 97) as u8, (rng.next() % 3) as u8];
+            set.insert(k, (vec_of(&mut rng), vec![1]));
+        }
+        let mut map = ProximityMap::build(&store, &cfg, records(&set)).unwrap();
+        for round in 0..25 {
+            let mut batch = BTreeMap::new();
+            for _ in 0..(1 + rng.next() % 6) {
+                let k = if rng.next() % 3 == 0 || set.is_empty() {
+                    vec![(rng.next() % 97) as u8, (rng.next() % 3) as u8]
+                } else {
+                    let i = (rng.next() % set.len() as u64) as usize;
+                    set.keys().nth(i).unwrap().clone()
+                };
+                let m = match rng.next() % 4 {
+                    0 => Mutation::Delete { key: k.clone() },
+                    1 if set.contains_key(&k) => Mutation::Put {
+                        key: k.clone(),
+                        vector: set[&k].0.clone(),
+                        value: vec![round as u8, 9],
+                    },
+                    _ => Mutation::Put {
+                        key: k.clone(),
+                        vector: vec_of(&mut rng),
+                        value: vec![round as u8],
+                    },
+                };
+                batch.insert(k, m);
+            }
+            for m in batch.values() {
+                match m {
+                    Mutation::Put { key, vector, value } => {
+                        set.insert(key.clone(), (vector.clone(), value.clone()));
+                    }
+                    Mutation::Delete { key } => {
+                        set.remove(key);
+                    }
+                }
+            }
+            let next = map.apply(batch.into_values().collect()).unwrap();
+            let fresh_store = MemStore::new();
+            let fresh = ProximityMap::build(&fresh_store, &cfg, records(&set)).unwrap();
+            assert_eq!(
+                next.descriptor_cid(),
+                fresh.descriptor_cid(),
+                "seed {s} metric {metric:?} round {round}"
+            );
+            next.verify().unwrap();
+            map = next;
+        }
+    }
+}
+
+#[test]
+fn value_only_edits_keep_the_hierarchy_and_small_edits_write_little() {
+    let s = seed();
+    let mut rng = Rng(s ^ 5);
+    let dims = 8u32;
+    let mut cfg = ProximityConfig::new(dims);
+    cfg.log_chunk_size = 3;
+    let store = counting();
+    let recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> = (0..3000u64)
+        .map(|i| {
+            let v = (0..dims).map(|_| rng.unit()).collect();
+            (i.to_be_bytes().to_vec(), v, b"x".to_vec())
+        })
+        .collect();
+    let map = ProximityMap::build(&store, &cfg, recs.clone()).unwrap();
+    let total = store.inner.cids().unwrap().len() as u64;
+
+    store.new_puts.store(0, Ordering::Relaxed);
+    let (edited, stats) = map
+        .apply_with_stats(vec![Mutation::Put {
+            key: recs[17].0.clone(),
+            vector: recs[17].1.clone(),
+            value: b"new value".to_vec(),
+        }])
+        .unwrap();
+    assert!(!stats.hierarchy_rebuilt);
+    assert_eq!(edited.root_cid(), map.root_cid());
+    assert_eq!(edited.get(&recs[17].0).unwrap().unwrap().1, b"new value");
+    let value_puts = store.new_puts.load(Ordering::Relaxed);
+
+    store.new_puts.store(0, Ordering::Relaxed);
+    // One moved record and one deleted record.
+    let (moved, stats) = edited
+        .apply_with_stats(vec![
+            Mutation::Put {
+                key: recs[100].0.clone(),
+                vector: vec![0.5; dims as usize],
+                value: Vec::new(),
+            },
+            Mutation::Delete {
+                key: recs[2000].0.clone(),
+            },
+        ])
+        .unwrap();
+    assert!(stats.hierarchy_rebuilt);
+    assert_eq!((stats.moved, stats.deleted), (1, 1));
+    let structural_puts = store.new_puts.load(Ordering::Relaxed);
+    moved.verify().unwrap();
+    assert!(
+        value_puts <= 8 && structural_puts < total / 4,
+        "seed {s}: value edit wrote {value_puts}, structural edit wrote {structural_puts} of {total}"
+    );
+}
+
+#[test]
+fn bad_batches_are_refused_before_writing() {
+    let store = MemStore::new();
+    let cfg = ProximityConfig::new(2);
+    let map =
+        ProximityMap::build(&store, &cfg, vec![(b"a".to_vec(), vec![1.0, 2.0], vec![])]).unwrap();
+    let before = store.cids().unwrap().len();
+    let dup = vec![
+        Mutation::Delete { key: b"b".to_vec() },
+        Mutation::Delete { key: b"b".to_vec() },
+    ];
+    assert!(matches!(map.apply(dup), Err(Error::DuplicateKey { .. })));
+    let bad = vec![
+        Mutation::Delete { key: b"a".to_vec() },
+        Mutation::Put {
+            key: b"z".to_vec(),
+            vector: vec![1.0],
+            value: vec![],
+        },
+    ];
+    match map.apply(bad) {
+        Err(Error::WrongDimension { key: Some(k), .. }) => assert_eq!(k, b"z"),
+        other => panic!("expected WrongDimension naming z, got {other:?}"),
+    }
+    assert_eq!(store.cids().unwrap().len(), before);
+    // Deleting an absent key changes nothing.
+    let same = map
+        .apply(vec![Mutation::Delete { key: b"q".to_vec() }])
+        .unwrap();
+    assert_eq!(same.descriptor_cid(), map.descriptor_cid());
+}
