@@ -4,16 +4,29 @@
 //! Records follow the JSON-lines schema of [`crate::results`] (documented
 //! in docs/cli.md), shared with the peer script benches/peers/peers.py.
 
-use crate::{out::Stdout, plot, progress, results};
-use anyhow::{bail, Result};
+use super::store_arg::StoreArg;
+use crate::map::{ModeChoice, OpenMap, PathChoice, QuerySpec};
+use crate::results::BenchRecord;
+use crate::{io, out::Stdout, plot, progress, results};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use prox_engine::accel::Path;
 use std::path::PathBuf;
 
 /// Examples for `prox bench --help`.
 pub const EXAMPLES: &str = "\
 Examples:
-  prox bench plot --results prox.jsonl --results peers.jsonl --plot recall-qps.svg
-";
+  prox bench --store db --name gmm --queries data/query.fvecs --gt data/gt.ivecs --k 10 > prox.jsonl
+  prox bench --store db --name gmm --queries q.fvecs --gt gt.ivecs --sweep --threads 1 \\
+             --peers peers.jsonl --plot recall-qps.svg
+  prox bench --store db --name gmm --queries q.fvecs --gt gt.ivecs --path hnsw --ef 16,32,64
+  prox bench kernels --dims 128,384
+  prox bench plot --results prox.jsonl --results peers.jsonl --plot recall-qps.png
+
+The map benchmark runs every setting of every available path (native: exact,
+budgets and adaptive presets; hnsw: ef; pq: rerank multiplier) over the whole
+query set and prints one JSON object per setting (schema: docs/cli.md), with
+a summary table on stderr. --sweep uses the long sweep (ef 10..800).";
 
 /// Arguments of `prox bench`.
 #[derive(Debug, Args)]
@@ -22,11 +35,61 @@ pub struct BenchArgs {
     /// A sub-benchmark; without one, benchmarks a map.
     #[command(subcommand)]
     pub sub: Option<BenchSub>,
+    /// The map benchmark's arguments.
+    #[command(flatten)]
+    pub map: MapBenchArgs,
+}
+
+/// Arguments of the map benchmark (`prox bench` without a subcommand).
+#[derive(Debug, Clone, Args)]
+pub struct MapBenchArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Root name of the map.
+    #[arg(long, required = true)]
+    pub name: Option<String>,
+    /// Query vectors.
+    #[arg(long, required = true)]
+    pub queries: Option<PathBuf>,
+    /// Ground truth ids (.ivecs), at least k per query.
+    #[arg(long, required = true)]
+    pub gt: Option<PathBuf>,
+    /// Neighbours per query.
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// The long sweep (more budgets, ef from 10 to 800).
+    #[arg(long)]
+    pub sweep: bool,
+    /// Paths to measure (comma-separated; default: native and every sidecar).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub path: Vec<PathChoice>,
+    /// HNSW ef values (comma-separated) instead of the default sweep.
+    #[arg(long, value_delimiter = ',')]
+    pub ef: Vec<usize>,
+    /// Native budgets (distance evaluations, comma-separated) instead of the default sweep.
+    #[arg(long, value_delimiter = ',')]
+    pub budget: Vec<u64>,
+    /// Search threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Dataset name in the records (default: the queries' directory name).
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// Peer results (JSON lines from benches/peers/peers.py) to overlay on the plot.
+    #[arg(long)]
+    pub peers: Option<PathBuf>,
+    /// Draw recall vs QPS to this .svg or .png.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 /// Sub-benchmarks of `prox bench`.
 #[derive(Debug, Subcommand)]
 pub enum BenchSub {
+    /// Micro-benchmark the distance kernels (one query against many rows).
+    #[command(after_help = super::bench_kernels::EXAMPLES)]
+    Kernels(super::bench_kernels::BenchKernelsArgs),
     /// Plot saved result files (prox bench and peers.py output) as recall vs QPS.
     #[command(after_help = PLOT_EXAMPLES)]
     Plot(PlotArgs),
@@ -60,8 +123,9 @@ pub struct PlotArgs {
 /// Runs `prox bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.sub {
+        Some(BenchSub::Kernels(k)) => super::bench_kernels::run(k),
         Some(BenchSub::Plot(p)) => run_plot(p),
-        None => bail!("choose a benchmark: see prox bench --help"),
+        None => run_map(&args.map),
     }
 }
 
@@ -104,5 +168,253 @@ fn run_plot(args: &PlotArgs) -> Result<()> {
     draw(&args.plot, &title, &records)?;
     let mut out = Stdout::new();
     out.line(args.plot.display())?;
+    out.flush()
+}
+
+/// One setting of the map sweep.
+#[derive(Debug, Clone, PartialEq)]
+struct Setting {
+    spec: QuerySpec,
+    mode: String,
+    ef: Option<u64>,
+    budget: Option<u64>,
+}
+
+const EF_SHORT: &[usize] = &[16, 32, 64, 128, 256];
+const EF_LONG: &[usize] = &[10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 800];
+const BUDGET_SHORT: &[u64] = &[1_000, 4_000, 16_000];
+const BUDGET_LONG: &[u64] = &[500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000];
+const RERANK: &[usize] = &[1, 2, 4, 8, 16, 32];
+
+fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
+    let k = args.k;
+    let base = QuerySpec {
+        k,
+        path: PathChoice::Native,
+        mode: ModeChoice::Balanced,
+        budget: None,
+        ef: None,
+    };
+    let mut out = Vec::new();
+    for &p in paths {
+        match p {
+            PathChoice::Native | PathChoice::Auto => {
+                let budgets: Vec<u64> = if !args.budget.is_empty() {
+                    args.budget.clone()
+                } else if args.sweep {
+                    BUDGET_LONG.to_vec()
+                } else {
+                    BUDGET_SHORT.to_vec()
+                };
+                for b in budgets {
+                    out.push(Setting {
+                        spec: QuerySpec {
+                            budget: Some(b),
+                            ..base
+                        },
+                        mode: format!("budget={b}"),
+                        ef: None,
+                        budget: Some(b),
+                    });
+                }
+                for (m, name) in [
+                    (ModeChoice::Fast, "fast"),
+                    (ModeChoice::Balanced, "balanced"),
+                    (ModeChoice::High, "high"),
+                    (ModeChoice::Exact, "exact"),
+                ] {
+                    out.push(Setting {
+                        spec: QuerySpec { mode: m, ..base },
+                        mode: name.into(),
+                        ef: None,
+                        budget: None,
+                    });
+                }
+            }
+            PathChoice::Hnsw => {
+                let efs: Vec<usize> = if !args.ef.is_empty() {
+                    args.ef.clone()
+                } else if args.sweep {
+                    EF_LONG.to_vec()
+                } else {
+                    EF_SHORT.to_vec()
+                };
+                for ef in efs.into_iter().filter(|&e| e >= k) {
+                    out.push(Setting {
+                        spec: QuerySpec {
+                            path: PathChoice::Hnsw,
+                            ef: Some(ef),
+                            ..base
+                        },
+                        mode: format!("ef={ef}"),
+                        ef: Some(ef as u64),
+                        budget: None,
+                    });
+                }
+            }
+            PathChoice::Pq => {
+                for &r in RERANK {
+                    out.push(Setting {
+                        spec: QuerySpec {
+                            path: PathChoice::Pq,
+                            ef: Some(r),
+                            ..base
+                        },
+                        mode: format!("rerank={r}"),
+                        ef: Some(r as u64),
+                        budget: None,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Measures one setting: all queries in one parallel batch.
+fn measure(
+    map: &OpenMap<'_>,
+    queries: &io::Matrix,
+    truth: &[Vec<u32>],
+    s: &Setting,
+    threads: u32,
+    dataset: &str,
+) -> Result<BenchRecord> {
+    let (answers, secs) = super::query::run_all(map, queries, &s.spec)?;
+    let found = answers
+        .iter()
+        .map(super::query::answer_ids)
+        .collect::<Result<Vec<_>>>()?;
+    let n = answers.len().max(1) as f64;
+    let path = answers.first().map(|a| a.path).unwrap_or(Path::Native);
+    let mut completions: Vec<&str> = answers.iter().map(|a| a.completion).collect();
+    completions.sort_unstable();
+    completions.dedup();
+    let native = path == Path::Native;
+    Ok(BenchRecord {
+        engine: "prox".into(),
+        path: path.name().into(),
+        dataset: dataset.into(),
+        mode: s.mode.clone(),
+        ef: s.ef,
+        recall: crate::gmm::recall_at(&found, truth, s.spec.k),
+        qps: queries.len() as f64 / secs.max(1e-9),
+        threads,
+        build_seconds: None,
+        index_bytes: None,
+        k: Some(s.spec.k as u32),
+        budget: s.budget,
+        mean_distance_evals: native
+            .then(|| answers.iter().map(|a| a.distance_evals as f64).sum::<f64>() / n),
+        mean_nodes: native.then(|| answers.iter().map(|a| a.nodes as f64).sum::<f64>() / n),
+        p50_us: None,
+        p99_us: None,
+        completion: Some(completions.join(",")),
+    })
+}
+
+fn run_map(args: &MapBenchArgs) -> Result<()> {
+    let (Some(name), Some(qpath), Some(gtpath)) = (&args.name, &args.queries, &args.gt) else {
+        bail!("prox bench needs --name, --queries and --gt (or a subcommand: see --help)");
+    };
+    if args.k == 0 {
+        bail!("--k must be at least 1");
+    }
+    let queries = io::read_matrix(qpath)?;
+    let truth = io::read_ivecs(gtpath)?;
+    if truth.len() != queries.len() {
+        bail!(
+            "{}: {} rows for {} queries",
+            gtpath.display(),
+            truth.len(),
+            queries.len()
+        );
+    }
+    if let Some((i, row)) = truth.iter().enumerate().find(|(_, r)| r.len() < args.k) {
+        bail!(
+            "{}: row {i} has {} ids, fewer than --k {}",
+            gtpath.display(),
+            row.len(),
+            args.k
+        );
+    }
+    let store = args.store.open_read_only()?;
+    let published = crate::map::resolve(store.as_ref(), name)?;
+    let mut paths = args.path.clone();
+    if paths.is_empty() {
+        paths.push(PathChoice::Native);
+        if published.hnsw.is_some() {
+            paths.push(PathChoice::Hnsw);
+        }
+        if published.pq.is_some() {
+            paths.push(PathChoice::Pq);
+        }
+    }
+    let load = if paths
+        .iter()
+        .any(|p| matches!(p, PathChoice::Hnsw | PathChoice::Pq | PathChoice::Auto))
+    {
+        PathChoice::Auto
+    } else {
+        PathChoice::Native
+    };
+    let sp = progress::spinner("loading map");
+    let map = OpenMap::open_published(store.as_ref(), published, load);
+    sp.finish_and_clear();
+    let map = map.with_context(|| format!("map {name:?}"))?;
+    if queries.dim != map.dims() {
+        bail!(
+            "{}: queries have {} dimensions, map {name:?} has {}",
+            qpath.display(),
+            queries.dim,
+            map.dims()
+        );
+    }
+    map.searcher.warm().context("loading the map's nodes")?;
+    let dataset = args.dataset.clone().unwrap_or_else(|| {
+        qpath
+            .canonicalize()
+            .ok()
+            .and_then(|p| {
+                p.parent()
+                    .and_then(|d| d.file_name())
+                    .map(|s| s.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "unnamed".into())
+    });
+    let all = settings(args, &paths);
+    let threads = args.threads.unwrap_or_else(rayon::current_num_threads) as u32;
+    let mut out = Stdout::new();
+    let mut records = Vec::new();
+    progress::note(format_args!(
+        "{:>8} {:>16} {:>8} {:>10} {:>12}",
+        "path", "mode", "recall", "qps", "evals/query"
+    ));
+    for s in &all {
+        let rec = super::build::with_threads(args.threads, || {
+            measure(&map, &queries, &truth, s, threads, &dataset)
+        })??;
+        progress::note(format_args!(
+            "{:>8} {:>16} {:>8.4} {:>10.0} {:>12}",
+            rec.path,
+            rec.mode,
+            rec.recall,
+            rec.qps,
+            rec.mean_distance_evals
+                .map(|e| format!("{e:.0}"))
+                .unwrap_or_else(|| "-".into())
+        ));
+        out.json(&rec)?;
+        out.flush()?;
+        records.push(rec);
+    }
+    if let Some(plot_path) = &args.plot {
+        if let Some(peers) = &args.peers {
+            records.extend(results::read(peers)?);
+        }
+        draw(plot_path, &default_title(&records), &records)?;
+    } else if args.peers.is_some() {
+        bail!("--peers is only used with --plot");
+    }
     out.flush()
 }

@@ -8,6 +8,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub mod accel;
 pub mod bench;
+pub mod bench_kernels;
 pub mod build;
 pub mod daemon;
 pub mod datagen;
@@ -16,6 +17,7 @@ pub mod inspect;
 pub mod query;
 pub mod store_arg;
 pub mod sync;
+pub mod update;
 
 /// Top-level examples shown by `prox --help`.
 const EXAMPLES: &str = "\
@@ -68,6 +70,9 @@ pub enum Command {
     /// Run k-NN queries against a named map.
     #[command(after_help = query::EXAMPLES)]
     Query(query::QueryArgs),
+    /// Apply a JSON-lines batch of puts and deletes to a named map.
+    #[command(after_help = update::EXAMPLES)]
+    Update(update::UpdateArgs),
     /// Build HNSW/PQ sidecars for an existing map.
     #[command(after_help = accel::EXAMPLES)]
     Accel(accel::AccelArgs),
@@ -179,6 +184,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gc(a) => gc::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Query(a) => query::run(a),
+        Command::Update(a) => update::run(a),
     }
 }
 
