@@ -38,7 +38,7 @@ impl Rng {
 }
 
 fn blocks(n: usize, size: usize, seed: u64) -> Vec<Vec<u8>> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng(seed.wrapping_mul(2) | 1);
     (0..n)
         .map(|_| {
             let mut b = vec![0u8; size];
