@@ -226,10 +226,18 @@ fn f32_known_values_against_f64() {
 fn dispatched_isa_is_available_and_respects_env() {
     let chosen = prox_kernels::isa();
     assert!(chosen.is_available());
-    if let Ok(forced) = std::env::var("PROX_ISA") {
-        assert_eq!(chosen.name(), forced.trim().to_ascii_lowercase());
-    } else {
-        assert_eq!(chosen, prox_kernels::best_isa());
+    match prox_kernels::requested_isa() {
+        Ok(Some(forced)) => {
+            assert_eq!(chosen, forced);
+            assert_eq!(prox_kernels::try_isa(), Ok(forced));
+        }
+        Ok(None) => assert_eq!(chosen, prox_kernels::best_isa()),
+        // An unknown or unavailable override: `isa()` warned and fell back,
+        // `try_isa()` reports the error.
+        Err(e) => {
+            assert_eq!(chosen, prox_kernels::best_isa());
+            assert_eq!(prox_kernels::try_isa(), Err(e));
+        }
     }
 }
 

@@ -16,9 +16,9 @@
 //!
 //! Tiers for the scan: scalar (row by row); portable and NEON (8 / 4 rows in
 //! vector lanes, entries fetched with scalar loads, since neither has a
-//! gather); AVX2 (8 rows in lanes, codes and entries fetched with
-//! `vpgatherdd` / `vgatherdps`). No 4-bit fast-scan variant exists yet (see
-//! docs/kernels.md).
+//! gather); AVX2 (four rows interleaved with scalar accumulators: AVX2
+//! gathers measured slower than scalar lookups on Zen 3). No 4-bit
+//! fast-scan variant exists yet (see docs/kernels.md).
 
 mod scalar;
 
