@@ -495,7 +495,7 @@ impl EventLoop {
                     max_want: crate::protocol::limits::MAX_WANT_CIDS,
                     bulk: self.access.bulk_allowed(&peer),
                 }),
-                Request::GetRoot { name } => self.get_root(&name),
+                Request::GetRoot { name } => self.get_root(&name, self.access.bulk_allowed(&peer)),
                 Request::ListRoots { after, limit } => self.list_roots(after, limit),
                 Request::Announce { name, target, .. } => {
                     if !self.access.bulk_allowed(&peer) {
@@ -531,19 +531,20 @@ impl EventLoop {
             .send_response(channel, response);
     }
 
-    fn get_root(&self, name: &str) -> Response {
+    fn get_root(&self, name: &str, bulk: bool) -> Response {
         if !self.access.serves(name) {
-            return Response::Root { value: None };
+            return Response::Root { value: None, bulk };
         }
         match self.store.root(name) {
             Ok(Some(v)) if v.len() <= MAX_ROOT_VALUE => Response::Root {
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
+                bulk,
             },
             Ok(Some(_)) => Response::Error {
                 code: ErrorCode::Internal,
                 message: "root value too large".into(),
             },
-            Ok(None) => Response::Root { value: None },
+            Ok(None) => Response::Root { value: None, bulk },
             Err(e) => Response::Error {
                 code: ErrorCode::Internal,
                 message: e.to_string(),

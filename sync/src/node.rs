@@ -282,7 +282,7 @@ impl<L: Linker> Node<L> {
         let expected = tokio::task::spawn_blocking(move || main.root(&local_name))
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
-        let value = match inner
+        let (value, bulk_offered) = match inner
             .client
             .request(
                 peer,
@@ -292,8 +292,11 @@ impl<L: Linker> Node<L> {
             )
             .await?
         {
-            Response::Root { value: Some(v) } => bytes::Bytes::from(v.into_vec()),
-            Response::Root { value: None } => {
+            Response::Root {
+                value: Some(v),
+                bulk,
+            } => (bytes::Bytes::from(v.into_vec()), bulk),
+            Response::Root { value: None, .. } => {
                 return Err(Error::NoSuchRoot {
                     peer,
                     name: name.to_string(),
@@ -333,7 +336,8 @@ impl<L: Linker> Node<L> {
             planner
         } else {
             let empty = expected.is_none() && planner.nothing_local();
-            let bulk = (inner.bulk && empty).then(|| (name.to_string(), Cid::of(&value)));
+            let bulk =
+                (inner.bulk && bulk_offered && empty).then(|| (name.to_string(), Cid::of(&value)));
             let stream = {
                 let mut control = inner.control.lock().await;
                 tokio::time::timeout(

@@ -256,10 +256,10 @@ async fn clone_then_incremental_pull_fetches_exactly_the_difference() {
             Some(&root1[..])
         );
         assert_eq!(closure(&*dst.main, &root1), c1);
-        // No bulk for an untrusted peer: level by level, one round per level
-        // plus the refused bulk attempt and GetRoot.
-        assert!(!r.bulk || r.round_trips <= 2);
-        assert!(r.round_trips <= height as u64 + 3, "{r:?}");
+        // No bulk for an untrusted peer (GetRoot says so): one round per
+        // level (height + 1 levels) plus GetRoot.
+        assert!(!r.bulk);
+        assert_eq!(r.round_trips, height as u64 + 2, "{r:?}");
 
         // Change 10 records on the source.
         let v2 = changed(&v1, 10, seed);

@@ -150,7 +150,10 @@ mod tests {
     #[test]
     fn round_trip_and_byte_strings_are_compact() {
         let value = serde_bytes::ByteBuf::from(vec![7u8; 4096]);
-        let resp = Response::Root { value: Some(value) };
+        let resp = Response::Root {
+            value: Some(value),
+            bulk: false,
+        };
         let body = encode(&resp).unwrap();
         // A byte string costs a few header bytes, not one CBOR item per byte.
         assert!(body.len() < 4096 + 32, "{}", body.len());

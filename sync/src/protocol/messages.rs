@@ -109,6 +109,9 @@ pub enum Response {
     Root {
         /// RootManifest bytes.
         value: Option<ByteBuf>,
+        /// Whether this peer may fetch the closure with `WANT_CLOSURE`
+        /// (saves a refused round trip).
+        bulk: bool,
     },
     /// Answer to `ListRoots`.
     Roots {

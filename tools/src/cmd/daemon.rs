@@ -1,0 +1,102 @@
+//! `prox daemon`: run the sync daemon on a store.
+
+use crate::cmd::store_arg::StoreArg;
+use anyhow::{Context, Result};
+use clap::Args;
+use prox_sync::{Config, Follow, RefsLinker};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Examples for `prox daemon --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  prox daemon --store a/ --listen /ip4/127.0.0.1/tcp/4001 --serve docs
+  prox daemon --store b/ --listen /ip4/127.0.0.1/tcp/4002 \\
+      --follow /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...:docs
+  prox daemon --store a/ --config sync.json --allow 12D3KooW...
+
+Prints `peer_id <id>`, one `listen <multiaddr>` per address and
+`control <socket>` on stdout once listening, then logs to stderr (RUST_LOG).
+SIGINT/SIGTERM stop it cleanly: running pulls are abandoned (their blocks
+stay staged for a retry) and no named root moves.";
+
+/// Arguments of `prox daemon`.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// The store to serve and replicate into.
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// Listen multiaddr (repeatable; default /ip4/127.0.0.1/tcp/0).
+    #[arg(long)]
+    pub listen: Vec<String>,
+    /// Identity key file (ed25519, created with mode 0600; default <store>/sync.key).
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+    /// Only these peer ids may connect (repeatable; default: anyone).
+    #[arg(long = "allow", value_name = "PEER_ID")]
+    pub allow: Vec<String>,
+    /// Serve only these root names (repeatable; default: all).
+    #[arg(long = "serve", value_name = "NAME")]
+    pub serve: Vec<String>,
+    /// Keep a local root in step with a peer's: MULTIADDR:NAME (repeatable).
+    #[arg(long = "follow", value_name = "PEER:NAME")]
+    pub follow: Vec<String>,
+    /// JSON config file (flags add to it).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Enable mDNS discovery on the local network.
+    #[arg(long)]
+    pub mdns: bool,
+    /// Without an allowlist, let every peer use the bulk path and push.
+    #[arg(long)]
+    pub trust_all: bool,
+}
+
+/// Builds the effective config: file first, then flags.
+pub fn config(args: &DaemonArgs) -> Result<Config> {
+    let mut cfg = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    cfg.listen.extend(args.listen.iter().cloned());
+    if cfg.listen.is_empty() {
+        cfg.listen.push("/ip4/127.0.0.1/tcp/0".into());
+    }
+    if args.key.is_some() {
+        cfg.key = args.key.clone();
+    }
+    cfg.allow.extend(args.allow.iter().cloned());
+    cfg.serve.extend(args.serve.iter().cloned());
+    for f in &args.follow {
+        cfg.follow.push(f.parse::<Follow>()?);
+    }
+    cfg.mdns |= args.mdns;
+    cfg.trust_all |= args.trust_all;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Runs `prox daemon` until SIGINT/SIGTERM.
+pub fn run(args: &DaemonArgs) -> Result<()> {
+    let cfg = config(args)?;
+    let stores = super::sync::open_stores(&args.store)?;
+    let rt = super::sync::runtime()?;
+    let dir = args.store.store.clone();
+    rt.block_on(prox_sync::daemon::run(
+        &dir,
+        cfg,
+        stores,
+        RefsLinker,
+        |s| {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "peer_id {}", s.peer_id);
+            for a in &s.listen {
+                let _ = writeln!(out, "listen {a}");
+            }
+            let _ = writeln!(out, "control {}", s.socket.display());
+            let _ = out.flush();
+        },
+        std::future::pending(),
+    ))
+    .with_context(|| format!("daemon on {}", args.store))
+}

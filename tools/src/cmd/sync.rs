@@ -1,0 +1,166 @@
+//! `prox sync pull|push|status|peers`: talk to a running daemon through its
+//! control socket, or do the same operation one-shot when none runs.
+
+use crate::cmd::store_arg::StoreArg;
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use prox_sync::control::{self, Op};
+use prox_sync::{Config, Node, RefsLinker, Stores};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Examples for `prox sync --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  prox sync pull --store b/ --peer /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --name docs --json
+  prox sync pull --store b/ --peer ADDR --name docs --as docs-mirror
+  prox sync push --store a/ --peer ADDR --name docs
+  prox sync status --store b/
+
+With a daemon running on the store, the command goes through its control
+socket (<store>/sync.sock); otherwise it runs one-shot with the store's identity.
+`pull --json` prints {\"root\",\"blocks_fetched\",\"bytes_fetched\",\"blocks_skipped\",
+\"round_trips\",\"seconds\",...}.";
+
+/// Arguments of `prox sync`.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// The operation.
+    #[command(subcommand)]
+    pub op: SyncOp,
+}
+
+/// `prox sync` operations.
+#[derive(Debug, Subcommand)]
+pub enum SyncOp {
+    /// Fetch a peer's named root (only the blocks missing here) and publish it.
+    Pull(TransferArgs),
+    /// Ask a peer to pull one of our roots.
+    Push(TransferArgs),
+    /// Identity, listen addresses, roots, running pulls.
+    Status(LocalArgs),
+    /// Connected and banned peers.
+    Peers(LocalArgs),
+}
+
+/// Arguments of `pull` and `push`.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// Local store.
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// The peer's multiaddr (ending in /p2p/<peer id> to check its identity).
+    #[arg(long)]
+    pub peer: String,
+    /// Root name (remote for pull, local for push).
+    #[arg(long)]
+    pub name: String,
+    /// Name on the other side (local for pull, remote for push; default NAME).
+    #[arg(long = "as")]
+    pub as_name: Option<String>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `status` and `peers`.
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    /// Local store.
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+/// A multi-threaded tokio runtime for network commands.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Opens the store and its staging area (`<store>/sync-staging`).
+pub fn open_stores(store: &StoreArg) -> Result<Stores> {
+    let main = store.open()?;
+    let staging_dir = store.store.join("sync-staging");
+    let staging = prox_engine::store::MmapStore::open(&staging_dir)
+        .with_context(|| format!("cannot open staging store {}", staging_dir.display()))?;
+    Ok(Stores::new(Arc::new(main), Arc::new(staging)))
+}
+
+/// Runs `prox sync`.
+pub fn run(args: &SyncArgs) -> Result<()> {
+    let (store, op, json) = match &args.op {
+        SyncOp::Pull(a) => (
+            &a.store,
+            Op::Pull {
+                peer: a.peer.clone(),
+                name: a.name.clone(),
+                local: a.as_name.clone(),
+            },
+            a.json,
+        ),
+        SyncOp::Push(a) => (
+            &a.store,
+            Op::Push {
+                peer: a.peer.clone(),
+                name: a.name.clone(),
+                remote: a.as_name.clone(),
+            },
+            a.json,
+        ),
+        SyncOp::Status(a) => (&a.store, Op::Status, true),
+        SyncOp::Peers(a) => (&a.store, Op::Peers, true),
+    };
+    let rt = runtime()?;
+    let timeout = prox_sync::Limits::default().announce_timeout;
+    let value = rt.block_on(async {
+        let socket = control::socket_path(&store.store);
+        if socket.exists() {
+            if let Some(reply) = control::request(&socket, op.clone(), timeout).await? {
+                return match (reply.ok, reply.result, reply.error) {
+                    (true, Some(v), _) => Ok(v),
+                    (_, _, e) => bail!("daemon: {}", e.unwrap_or_else(|| "no result".into())),
+                };
+            }
+        }
+        one_shot(store, &op).await
+    })?;
+    print(&op, &value, json)
+}
+
+async fn one_shot(store: &StoreArg, op: &Op) -> Result<serde_json::Value> {
+    let stores = open_stores(store)?;
+    let key = prox_sync::identity::load_or_create(&store.store.join("sync.key"))?;
+    let node = Node::start(&Config::default(), key, stores, RefsLinker).await?;
+    let out = tokio::time::timeout(Duration::from_secs(3600), control::execute(&node, op)).await;
+    node.shutdown().await;
+    Ok(out.context("one-shot sync timed out")??)
+}
+
+fn print(op: &Op, v: &serde_json::Value, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(v)?);
+        return Ok(());
+    }
+    match op {
+        Op::Pull { .. } => {
+            let g = |k: &str| v.get(k).cloned().unwrap_or(serde_json::Value::Null);
+            if g("up_to_date") == serde_json::Value::Bool(true) {
+                println!("up to date at {}", g("root"));
+            } else {
+                println!(
+                    "pulled root {}: {} blocks, {} bytes fetched, {} subtrees skipped, {} round trips, {:.3} s",
+                    g("root"),
+                    g("blocks_fetched"),
+                    g("bytes_fetched"),
+                    g("blocks_skipped"),
+                    g("round_trips"),
+                    g("seconds").as_f64().unwrap_or(0.0)
+                );
+            }
+        }
+        _ => println!("{}", serde_json::to_string_pretty(v)?),
+    }
+    Ok(())
+}
