@@ -18,6 +18,7 @@ pub mod query;
 pub mod store_arg;
 pub mod sync;
 pub mod update;
+pub mod verify;
 
 /// Top-level examples shown by `prox --help`.
 const EXAMPLES: &str = "\
@@ -64,6 +65,9 @@ pub enum Command {
     /// Build a proximity map from a vector file and publish it under a name.
     #[command(after_help = build::EXAMPLES)]
     Build(build::BuildArgs),
+    /// Audit a whole named map; report the first broken object.
+    #[command(after_help = verify::EXAMPLES)]
+    Verify(verify::VerifyArgs),
     /// Reclaim blocks no named root or pin reaches.
     #[command(after_help = gc::EXAMPLES)]
     Gc(gc::GcArgs),
@@ -185,6 +189,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(a) => inspect::run(a),
         Command::Query(a) => query::run(a),
         Command::Update(a) => update::run(a),
+        Command::Verify(a) => verify::run(a),
     }
 }
 
