@@ -6,6 +6,9 @@
 //! * [`is_boundary`]: the xxHash64 chunk predicate.
 //! * [`build_sorted`], [`build`]: canonical bulk construction; the root is a
 //!   function of the entries and the config only.
+//! * [`Tree`]: an immutable snapshot over a `&dyn BlockStore` with lookups,
+//!   [`Cursor`]s, lazy [`Range`]s, canonical [`Mutation`] batches, [`Diff`]
+//!   and [`TreeStats`].
 //!
 //! Every writer in this module is canonical: an edited tree has the same
 //! root as a fresh build of its entries (history independence).
@@ -14,9 +17,17 @@ mod boundary;
 mod build;
 pub(crate) mod cbor;
 mod config;
+mod diff;
+mod edit;
 mod node;
+mod stats;
+mod tree;
 
 pub use boundary::{boundary_hash, hash_test, is_boundary};
 pub use build::{build, build_sorted};
 pub use config::{Config, Encoding};
+pub use diff::{Diff, DiffEntry};
+pub use edit::Mutation;
 pub use node::{Node, MAGIC, VERSION};
+pub use stats::TreeStats;
+pub use tree::{Cursor, Range, Tree};
