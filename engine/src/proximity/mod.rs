@@ -11,6 +11,8 @@
 //!   PQS8, PQPQ, HNSW, HNSN, CRMF).
 //! * [`ProximityMap`]: canonical build (12), load (6.6), lookups and the
 //!   whole-index audit (13).
+//! * [`publish`], [`resolve`]: named roots pointing at a map and its
+//!   HNSW/PQ sidecars through a typed `CRMF` content root.
 //! * [`math`]: the canonical scalar math (preparation, `sqrt_floor`,
 //!   covering radii, lower bounds, promotion levels).
 //! * [`search`]: best-first k-NN search (exact, budgeted, adaptive; filters).
@@ -19,6 +21,8 @@ mod build;
 pub mod format;
 mod map;
 pub mod math;
+mod mutate;
+mod publish;
 pub mod search;
 
 pub use build::InputRecord;
@@ -28,3 +32,5 @@ pub use format::{
     Record, RootKind, VectorRef,
 };
 pub use map::{ProximityMap, VerifyReport};
+pub use mutate::{ApplyStats, Mutation};
+pub use publish::{publish, resolve, Sidecars};

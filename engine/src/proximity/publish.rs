@@ -1,0 +1,151 @@
+//! Named roots for proximity maps (docs/formats-proximity.md, "Named roots").
+//!
+//! A named root points at a map through two small objects:
+//!
+//! ```text
+//! root name -> RootManifest { root: CRMF cid, config: typed-root config }
+//! CRMF { kind 2 (descriptor), root: PRXI cid, no dimensions,
+//!        logical version, created_at,
+//!        metadata (sorted): "prox.hnsw" -> HNSW manifest CID (32 bytes),
+//!                           "prox.pq"   -> PQPQ manifest CID (32 bytes) }
+//! ```
+//!
+//! The typed-root config (min 1, max 1, factor 1, seed 0, custom encoding
+//! `typed-content-root-v1`, cache limits 0/0) is what tells a walker that
+//! the manifest's root is a `CRMF` rather than an ordered tree node
+//! ([`crate::refs::root_links`]); [`crate::refs::links`] then follows the
+//! descriptor and both sidecars, so GC keeps and sync transfers all of them.
+
+use super::format::{ContentRoot, HnswManifest, PqManifest, RootKind};
+use super::map::{fetch, ProximityMap};
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::manifest::RootManifest;
+use crate::refs::{is_typed_root_config, typed_root_config, META_HNSW, META_PQ};
+use crate::store::{validate_root_name, BlockStore};
+
+/// Accelerator sidecars published next to a map.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sidecars {
+    /// CID of an `HNSW` manifest built from the map.
+    pub hnsw: Option<Cid>,
+    /// CID of a `PQPQ` manifest trained on the map.
+    pub pq: Option<Cid>,
+}
+
+/// Reads the `CRMF` a typed named root points at; `None` when the root is
+/// absent or empty.
+fn current(store: &dyn BlockStore, name: &str) -> Result<Option<(Vec<u8>, Cid, ContentRoot)>> {
+    let Some(bytes) = store.root(name)? else {
+        return Ok(None);
+    };
+    let m = RootManifest::decode(&bytes)?;
+    if !is_typed_root_config(&m.config) {
+        return Err(Error::InvalidArgument(format!(
+            "root {name:?} is an ordered tree, not a typed content root"
+        )));
+    }
+    let Some(cid) = m.root else {
+        return Ok(None);
+    };
+    let crmf = ContentRoot::decode(&fetch(store, &cid)?).map_err(|e| Error::Corrupt {
+        cid,
+        reason: e.to_string(),
+    })?;
+    Ok(Some((bytes.to_vec(), cid, crmf)))
+}
+
+/// Points the named root `name` at `map` and its `sidecars` (each must be in
+/// the store and name this map's descriptor as its source). The logical
+/// version is one more than the one previously published under `name`
+/// (0 for a new name). Returns the new `CRMF` CID.
+pub fn publish(
+    store: &dyn BlockStore,
+    name: &str,
+    map: &ProximityMap<'_>,
+    sidecars: &Sidecars,
+) -> Result<Cid> {
+    validate_root_name(name)?;
+    let source = map.descriptor_cid();
+    let mut crmf = ContentRoot::new(RootKind::ProximityDescriptor, source);
+    if let Some(c) = sidecars.hnsw {
+        let m = HnswManifest::decode(&fetch(store, &c)?)?;
+        if m.source != source {
+            return Err(Error::InvalidArgument(format!(
+                "HNSW manifest {c} was built from {}, not {source}",
+                m.source
+            )));
+        }
+        crmf.metadata.insert(META_HNSW.to_vec(), c.0.to_vec());
+    }
+    if let Some(c) = sidecars.pq {
+        let m = PqManifest::decode(&fetch(store, &c)?)?;
+        if m.source != source {
+            return Err(Error::InvalidArgument(format!(
+                "PQ manifest {c} was trained on {}, not {source}",
+                m.source
+            )));
+        }
+        crmf.metadata.insert(META_PQ.to_vec(), c.0.to_vec());
+    }
+    crmf.created_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    for _ in 0..16 {
+        let prev = match current(store, name) {
+            Ok(p) => p,
+            // A name holding something else is replaced.
+            Err(Error::InvalidArgument(_)) | Err(Error::Corrupt { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        crmf.logical_version = prev.as_ref().map_or(0, |p| p.2.logical_version + 1);
+        let cid = store.put(&crmf.encode()?)?;
+        let manifest = RootManifest::new(Some(cid), typed_root_config()).encode();
+        let expected = store.root(name)?;
+        if prev.is_some() && expected.as_deref() != prev.as_ref().map(|p| p.0.as_slice()) {
+            continue;
+        }
+        if store.cas_root(name, expected.as_deref(), Some(&manifest))? {
+            return Ok(cid);
+        }
+    }
+    Err(Error::InvalidArgument(format!(
+        "root {name:?} kept changing while publishing"
+    )))
+}
+
+/// The descriptor CID and sidecars published under `name`, or `None` when
+/// the name is absent or empty. A name holding an ordered tree or a typed
+/// root of another kind is [`Error::InvalidArgument`].
+pub fn resolve(store: &dyn BlockStore, name: &str) -> Result<Option<(Cid, Sidecars)>> {
+    let Some((_, cid, crmf)) = current(store, name)? else {
+        return Ok(None);
+    };
+    if crmf.kind != RootKind::ProximityDescriptor {
+        return Err(Error::InvalidArgument(format!(
+            "root {name:?} names a {:?}, not a proximity descriptor",
+            crmf.kind
+        )));
+    }
+    let side = |key: &[u8]| -> Result<Option<Cid>> {
+        match crmf.metadata.get(key) {
+            None => Ok(None),
+            Some(v) => Cid::from_slice(v).map(Some).ok_or_else(|| Error::Corrupt {
+                cid,
+                reason: format!(
+                    "metadata {} is {} bytes, not a CID",
+                    String::from_utf8_lossy(key),
+                    v.len()
+                ),
+            }),
+        }
+    };
+    Ok(Some((
+        crmf.root,
+        Sidecars {
+            hnsw: side(META_HNSW)?,
+            pq: side(META_PQ)?,
+        },
+    )))
+}
