@@ -141,6 +141,45 @@ pub(crate) unsafe fn dot_norm(a: &[f32], b: &[f32]) -> (f32, f32) {
     (sd, sn)
 }
 
+/// Distance ahead (bytes) at which one-to-many scans prefetch rows. DRAM
+/// scans of one query are latency-bound; asking early for the lines a few
+/// rows ahead keeps more misses in flight than the hardware prefetcher does.
+const PREFETCH_AHEAD: usize = 6144;
+
+/// Prefetches the row `ahead` bytes past `row` (clamped to `end`) into L1.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn prefetch(row: *const f32, row_bytes: usize, end: *const f32) {
+    let start = row.cast::<u8>().wrapping_add(PREFETCH_AHEAD);
+    let end = end.cast::<u8>();
+    let mut off = 0;
+    while off < row_bytes {
+        let p = start.wrapping_add(off);
+        if p >= end {
+            break;
+        }
+        // Prefetch never faults and the address is inside `rows` (p < end).
+        _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
+        off += 64;
+    }
+}
+
+/// Applies `f` to every row, prefetching ahead (rows.len() == q.len()·out.len()).
+#[inline(always)]
+fn scan_rows(q: &[f32], rows: &[f32], out: &mut [f32], f: impl Fn(&[f32], &[f32]) -> f32) {
+    let dim = q.len();
+    if dim == 0 {
+        out.fill(f(&[], &[]));
+        return;
+    }
+    let end = rows.as_ptr_range().end;
+    for (o, r) in out.iter_mut().zip(rows.chunks_exact(dim)) {
+        // SAFETY: AVX2 (implying SSE) is enabled in every caller.
+        unsafe { prefetch(r.as_ptr(), 4 * dim, end) };
+        *o = f(q, r);
+    }
+}
+
 /// `l2sq(q, row)` for every row; `rows.len() == q.len() · out.len()`.
 ///
 /// # Safety
@@ -148,7 +187,7 @@ pub(crate) unsafe fn dot_norm(a: &[f32], b: &[f32]) -> (f32, f32) {
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn l2sq_many(q: &[f32], rows: &[f32], out: &mut [f32]) {
     // SAFETY: same target features as this function.
-    super::scalar::for_rows(q, rows, out, |q, r| unsafe { l2sq(q, r) });
+    scan_rows(q, rows, out, |q, r| unsafe { l2sq(q, r) });
 }
 
 /// `dot(q, row)` for every row.
@@ -158,7 +197,7 @@ pub(crate) unsafe fn l2sq_many(q: &[f32], rows: &[f32], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_many(q: &[f32], rows: &[f32], out: &mut [f32]) {
     // SAFETY: same target features as this function.
-    super::scalar::for_rows(q, rows, out, |q, r| unsafe { dot(q, r) });
+    scan_rows(q, rows, out, |q, r| unsafe { dot(q, r) });
 }
 
 /// Cosine distance of `q` (squared norm `q_norm2`) against every row.
@@ -167,7 +206,7 @@ pub(crate) unsafe fn dot_many(q: &[f32], rows: &[f32], out: &mut [f32]) {
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn cosine_many(q: &[f32], q_norm2: f32, rows: &[f32], out: &mut [f32]) {
-    super::scalar::for_rows(q, rows, out, |q, r| {
+    scan_rows(q, rows, out, |q, r| {
         // SAFETY: same target features as this function.
         let (d, nr) = unsafe { dot_norm(q, r) };
         super::cosine_from_parts(d, q_norm2, nr)
