@@ -189,6 +189,20 @@ struct State {
 /// payload length, verification state).
 type KeepEntry = (Cid, u32, u64, u32, u8);
 
+/// Largest run of records written with one `pwrite`.
+const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// Records of one `put_many` on their way to the active segment.
+#[derive(Debug, Default)]
+struct Batch {
+    /// Encoded records not yet written.
+    buf: Vec<u8>,
+    /// (cid, offset in `buf`, payload length) of the records in `buf`.
+    pending: Vec<(Cid, u64, u32)>,
+    /// (cid, segment, record offset, payload length) of written records.
+    placed: Vec<(Cid, u32, u64, u32)>,
+}
+
 /// The segment being appended to.
 #[derive(Debug)]
 struct Active {
@@ -679,8 +693,8 @@ impl MmapStore {
         if let Some(a) = w.active.as_mut() {
             let mut marker = Vec::with_capacity(format::COMMIT_LEN);
             format::encode_commit(&mut marker);
-            // The marker may exceed the nominal segment size but always fits
-            // the mapping: capacity is only a read bound, the file can grow.
+            // The marker may run past the mapping's capacity: it is never
+            // read through this mapping, only by the scan of a later open.
             a.file.write_all_at(&marker, a.len)?;
             a.len += marker.len() as u64;
             a.file.sync_data()?;
@@ -733,7 +747,7 @@ impl MmapStore {
         let mut todo: Vec<(Cid, &[u8])> = Vec::new();
         {
             let st = read(&self.state);
-            let mut seen = HashSet::new();
+            let mut seen: HashSet<Cid, BuildHasherDefault<CidHasher>> = HashSet::default();
             for (cid, data) in blocks {
                 let present = st.index.get(cid).is_some_and(|l| !l.damaged());
                 if !present && seen.insert(*cid) {
@@ -741,26 +755,19 @@ impl MmapStore {
                 }
             }
         }
-        let mut placed: Vec<(Cid, u32, u64, u32)> = Vec::with_capacity(todo.len());
-        let mut buf = Vec::new();
-        let mut pending: Vec<(Cid, u64, u32)> = Vec::new();
-        let flush = |w: &mut Writer,
-                     buf: &mut Vec<u8>,
-                     pending: &mut Vec<(Cid, u64, u32)>,
-                     placed: &mut Vec<(Cid, u32, u64, u32)>|
-         -> Result<()> {
-            if buf.is_empty() {
-                return Ok(());
-            }
-            let (seg, off) = self.append(w, buf)?;
-            placed.extend(
-                pending
-                    .drain(..)
-                    .map(|(c, rel, len)| (c, seg, off + rel, len)),
-            );
-            buf.clear();
-            Ok(())
-        };
+        let mut batch = Batch::default();
+        let result = self.write_batch(&mut w, &todo, &mut batch);
+        // Publish every record that reached the file, even after an error.
+        let mut st = write(&self.state);
+        for (cid, seg, off, len) in batch.placed {
+            st.index.insert(cid, Loc::new(seg, off, len, VERIFIED));
+        }
+        result
+    }
+
+    /// Encodes `todo` into batches of whole records and appends them,
+    /// starting a new batch where the active segment would overflow.
+    fn write_batch(&self, w: &mut Writer, todo: &[(Cid, &[u8])], b: &mut Batch) -> Result<()> {
         for (cid, data) in todo {
             let rec = (BLOCK_OVERHEAD + data.len()) as u64;
             let room = w
@@ -769,20 +776,30 @@ impl MmapStore {
                 .map_or(self.opts.segment_bytes - SEGMENT_HEADER_LEN as u64, |a| {
                     a.seg.capacity().saturating_sub(a.len)
                 });
-            if !buf.is_empty() && buf.len() as u64 + rec > room {
-                flush(&mut w, &mut buf, &mut pending, &mut placed)?;
+            if !b.buf.is_empty() && b.buf.len() as u64 + rec > room {
+                self.flush_batch(w, b)?;
             }
-            pending.push((cid, buf.len() as u64, data.len() as u32));
-            format::encode_block(&mut buf, &cid, data);
-            if buf.len() >= 4 << 20 {
-                flush(&mut w, &mut buf, &mut pending, &mut placed)?;
+            b.pending
+                .push((*cid, b.buf.len() as u64, data.len() as u32));
+            format::encode_block(&mut b.buf, cid, data);
+            if b.buf.len() >= MAX_BATCH_BYTES {
+                self.flush_batch(w, b)?;
             }
         }
-        flush(&mut w, &mut buf, &mut pending, &mut placed)?;
-        let mut st = write(&self.state);
-        for (cid, seg, off, len) in placed {
-            st.index.insert(cid, Loc::new(seg, off, len, VERIFIED));
+        self.flush_batch(w, b)
+    }
+
+    fn flush_batch(&self, w: &mut Writer, b: &mut Batch) -> Result<()> {
+        if b.buf.is_empty() {
+            return Ok(());
         }
+        let (seg, off) = self.append(w, &b.buf)?;
+        b.placed.extend(
+            b.pending
+                .drain(..)
+                .map(|(c, rel, len)| (c, seg, off + rel, len)),
+        );
+        b.buf.clear();
         Ok(())
     }
 
