@@ -112,11 +112,15 @@ fn main() {
         _ => {
             let p =
                 HnswParams::parse(&get("--hnsw").unwrap_or_else(|| "m=16,efc=200".into())).unwrap();
-            Index::H(
-                Hnsw::build(metric, dims, &records, &p)
-                    .unwrap()
-                    .search_graph(),
-            )
+            let g = Hnsw::build(metric, dims, &records, &p)
+                .unwrap()
+                .search_graph();
+            // `--sq8`: traverse on SQ8 codes, rerank exactly.
+            Index::H(if args.iter().any(|a| a == "--sq8") {
+                g.with_sq8().unwrap()
+            } else {
+                g
+            })
         }
     });
     let build_s = t.elapsed().as_secs_f64();

@@ -24,9 +24,11 @@ mod kernel;
 mod params;
 mod planner;
 pub mod pq;
+mod source;
 mod vectors;
 
 pub use hnsw::{Filter, Hit, Hnsw, SearchGraph};
 pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;
+pub use source::{build_sidecars, map_records, Records, Sidecars};

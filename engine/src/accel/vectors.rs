@@ -142,8 +142,8 @@ mod tests {
     fn rows_are_aligned_and_exact() {
         let rows: Vec<Vec<f32>> = (0..5).map(|i| vec![i as f32; 3]).collect();
         let a = Arena::from_rows(3, rows.iter().map(Vec::as_slice));
-        for i in 0..5 {
-            assert_eq!(a.row(i), rows[i].as_slice());
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(a.row(i), row.as_slice());
             assert_eq!(a.row(i).as_ptr() as usize % 64, 0);
         }
         let b = a.extended([[9f32, 9.0, 9.0].as_slice()].into_iter());

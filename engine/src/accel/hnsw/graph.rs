@@ -19,6 +19,24 @@ pub(crate) struct UpperLayer {
     links: Vec<u32>,
 }
 
+/// SQ8 traversal codes: one global symmetric scale, `i8` codes row-major
+/// (`dims` per node) and each row's exact `Σ c²` (for L2).
+#[derive(Debug, Clone)]
+pub(crate) struct Sq8Codes {
+    pub(crate) quantizer: prox_kernels::sq8::Quantizer,
+    pub(crate) codes: Vec<i8>,
+    pub(crate) norms: Vec<i32>,
+}
+
+impl Sq8Codes {
+    /// Code row of node `id`.
+    #[inline]
+    pub(crate) fn row(&self, id: u32, dims: usize) -> &[i8] {
+        let i = id as usize * dims;
+        &self.codes[i..i + dims]
+    }
+}
+
 /// Read-only HNSW search layout; build with [`Hnsw::search_graph`] or load
 /// with [`super::load`].
 #[derive(Debug, Clone)]
@@ -36,6 +54,8 @@ pub struct SearchGraph {
     pub(crate) masked: Vec<bool>,
     /// Ids of masked nodes, ascending.
     pub(crate) masked_ids: Vec<u32>,
+    /// Optional SQ8 codes used for traversal (exact rerank from `vectors`).
+    pub(crate) sq8: Option<Sq8Codes>,
 }
 
 impl Adjacency for SearchGraph {
@@ -58,6 +78,7 @@ impl Adjacency for SearchGraph {
 impl SearchGraph {
     /// Lays out `parts` (already in key order): keys, vectors, per-node
     /// levels and per-node per-layer lists of ids, entry, masked flags.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn assemble(
         metric: Metric,
         vectors: Arena,
@@ -117,7 +138,45 @@ impl SearchGraph {
             max_level,
             masked,
             masked_ids,
+            sq8: None,
         }
+    }
+
+    /// Adds SQ8 codes (one global scale `max|x| / 127`) and makes queries
+    /// traverse with the exact integer `i8 · i8` kernel instead of f32; the
+    /// best candidates are then reranked from the f32 vectors (fast kernel,
+    /// then canonical). Codes take a quarter of the f32 vectors' memory
+    /// traffic. Dimensions above 130 000 are refused (i32 accumulator bound
+    /// of `prox_kernels::sq8::dot_i8`).
+    pub fn with_sq8(mut self) -> crate::error::Result<SearchGraph> {
+        let d = self.dims();
+        if d > 130_000 {
+            return Err(crate::error::Error::InvalidArgument(
+                "SQ8 traversal supports at most 130000 dimensions".into(),
+            ));
+        }
+        let n = self.node_count();
+        let mut max = 0f32;
+        for i in 0..n {
+            for &x in self.vectors.row(i) {
+                max = max.max(x.abs());
+            }
+        }
+        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+        let quantizer = prox_kernels::sq8::Quantizer::new(d, d, vec![scale])
+            .map_err(|e| crate::error::Error::InvalidArgument(format!("sq8 quantizer: {e}")))?;
+        let mut codes = vec![0i8; n * d];
+        let mut norms = Vec::with_capacity(n);
+        for (i, row) in codes.chunks_exact_mut(d).enumerate() {
+            quantizer.encode(self.vectors.row(i), row);
+            norms.push(row.iter().map(|&c| i32::from(c) * i32::from(c)).sum());
+        }
+        self.sq8 = Some(Sq8Codes {
+            quantizer,
+            codes,
+            norms,
+        });
+        Ok(self)
     }
 
     /// The search layout of `h`: all nodes (masked ones flagged) renumbered
@@ -217,6 +276,10 @@ impl SearchGraph {
     /// Approximate heap bytes of the layout (vectors, links, keys).
     pub fn heap_bytes(&self) -> usize {
         self.vectors.heap_bytes()
+            + self
+                .sq8
+                .as_ref()
+                .map_or(0, |q| q.codes.capacity() + q.norms.capacity() * 4)
             + self.key_bytes.capacity()
             + self.key_offsets.capacity() * 8
             + self.l0_offsets.capacity() * 8

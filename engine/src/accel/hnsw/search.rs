@@ -12,7 +12,7 @@ use super::{LayerSearch, Scored};
 use crate::accel::kernel::{fast_score, touch};
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
-use prox_kernels::canonical;
+use prox_kernels::{canonical, Metric};
 
 /// A search result: node id in the graph (key order) and canonical score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,6 +50,7 @@ pub struct SearchContext {
     cands: Vec<Scored>,
     set_ids: Vec<u32>,
     bits: Vec<u64>,
+    qcodes: Vec<i8>,
 }
 
 impl SearchContext {
@@ -163,27 +164,72 @@ impl SearchGraph {
         };
         let metric = self.metric;
         let vectors = &self.vectors;
-        let mut score = |id: u32| fast_score(metric, q, vectors.row(id as usize));
+        if let Some(sq) = &self.sq8 {
+            let d = self.dims();
+            ctx.qcodes.resize(d, 0);
+            sq.quantizer.encode(q, &mut ctx.qcodes);
+            let qc = std::mem::take(&mut ctx.qcodes);
+            let qn: i64 = qc.iter().map(|&c| i64::from(c) * i64::from(c)).sum();
+            let mut score = |id: u32| {
+                let dot = i64::from(prox_kernels::sq8::dot_i8(&qc, sq.row(id, d)));
+                match metric {
+                    Metric::L2 => (qn + i64::from(sq.norms[id as usize]) - 2 * dot) as f32,
+                    Metric::Cosine | Metric::InnerProduct => -dot as f32,
+                }
+            };
+            let prefetch = |id: u32| {
+                std::hint::black_box(sq.codes.get(id as usize * d).copied());
+            };
+            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+            ctx.qcodes = qc;
+            // Approximate order: rescore the best `sq8_rescore_depth(k)`
+            // with the f32 kernel before the canonical rerank of the best.
+            ctx.cands.truncate(sq8_rescore_depth(k));
+            for c in ctx.cands.iter_mut() {
+                c.score = fast_score(metric, q, vectors.row(c.id as usize));
+            }
+            ctx.cands.sort_unstable();
+        } else {
+            let mut score = |id: u32| fast_score(metric, q, vectors.row(id as usize));
+            let prefetch = |id: u32| touch(vectors.row(id as usize));
+            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+        }
+        self.rerank(q, &ctx.cands, k, rerank_depth(k), out);
+    }
+
+    /// Greedy descent then layer-0 best-first search; leaves the eligible
+    /// candidates in `ctx.cands`, ascending.
+    fn walk<S, E, P>(
+        &self,
+        ctx: &mut SearchContext,
+        entry: u32,
+        ef: usize,
+        score: &mut S,
+        eligible: &E,
+        prefetch: &P,
+    ) where
+        S: FnMut(u32) -> f32,
+        E: Fn(u32) -> bool,
+        P: Fn(u32),
+    {
         let mut cur = Scored {
             score: score(entry),
             id: entry,
         };
         for layer in (1..=usize::from(self.max_level)).rev() {
-            cur = LayerSearch::greedy(self, layer, cur, &mut score);
+            cur = LayerSearch::greedy(self, layer, cur, score);
         }
-        let prefetch = |id: u32| touch(vectors.row(id as usize));
         ctx.ls.search_layer(
             self,
             self.node_count(),
             0,
             &[cur],
             ef,
-            &mut score,
+            score,
             eligible,
-            &prefetch,
+            prefetch,
         );
         ctx.ls.drain_sorted(&mut ctx.cands);
-        self.rerank(q, &ctx.cands, k, rerank_depth(k), out);
     }
 
     /// Scores every eligible node with the fast kernel, then reranks the best
@@ -242,7 +288,14 @@ impl SearchGraph {
 }
 
 /// Candidates rescored canonically per query: enough to absorb the f32
-/// ranking error around the k-th result.
+/// ranking error (relative ~1e-7) around the k-th result.
 fn rerank_depth(k: usize) -> usize {
-    2 * k + 8
+    k + k / 2 + 4
+}
+
+/// SQ8 traversal candidates rescored with f32: the SQ8 ranking error (one
+/// global scale, step `max|x|/127`) is far larger than f32's, so a wider
+/// band around the k-th result is rescored.
+fn sq8_rescore_depth(k: usize) -> usize {
+    3 * k + 8
 }

@@ -1,0 +1,73 @@
+//! Reading a proximity map's records for sidecar builds, and building both
+//! sidecars in one call (used by `prox build --hnsw/--pq` and
+//! `prox accel build`).
+
+use super::hnsw::{read_tree, Hnsw, HnswSidecar};
+use super::params::{HnswParams, PqParams};
+use super::pq::{Pq, PqSidecar};
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::proximity::{Descriptor, Record};
+use crate::store::BlockStore;
+
+/// A map's records in key order: `(key, prepared vector)`.
+pub type Records = Vec<(Vec<u8>, Vec<f32>)>;
+
+/// Decodes the `PRXI` descriptor `descriptor` and every `PRVR` record of its
+/// directory tree (hash-checked blocks, strict decoders), in key order.
+pub fn map_records(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descriptor, Records)> {
+    let bytes = store
+        .get(&descriptor)?
+        .ok_or(Error::NotFound { cid: descriptor })?;
+    let desc = Descriptor::decode(&bytes)?;
+    let dims = desc.config.dims;
+    let mut out = Vec::new();
+    if let Some(root) = desc.directory.root {
+        for (key, value) in read_tree(store, root)? {
+            let rec = Record::decode(&value, dims)?;
+            out.push((key, rec.vector));
+        }
+    }
+    if out.len() as u64 != desc.record_count {
+        return Err(Error::Corrupt {
+            cid: descriptor,
+            reason: format!(
+                "descriptor counts {} records, directory holds {}",
+                desc.record_count,
+                out.len()
+            ),
+        });
+    }
+    Ok((desc, out))
+}
+
+/// Sidecars written by [`build_sidecars`].
+#[derive(Debug, Clone, Default)]
+pub struct Sidecars {
+    /// The HNSW sidecar, if requested.
+    pub hnsw: Option<HnswSidecar>,
+    /// The PQ sidecar, if requested.
+    pub pq: Option<PqSidecar>,
+}
+
+/// Builds and persists the requested sidecars of the map `descriptor`.
+pub fn build_sidecars(
+    store: &dyn BlockStore,
+    descriptor: Cid,
+    hnsw: Option<&HnswParams>,
+    pq: Option<&PqParams>,
+) -> Result<Sidecars> {
+    let (desc, records) = map_records(store, descriptor)?;
+    let metric = desc.config.metric;
+    let dims = desc.config.dims as usize;
+    let mut out = Sidecars::default();
+    if let Some(p) = hnsw {
+        let h = Hnsw::build(metric, dims, &records, p)?;
+        out.hnsw = Some(h.persist(store, descriptor)?);
+    }
+    if let Some(p) = pq {
+        let q = Pq::train(metric, dims, &records, p)?;
+        out.pq = Some(q.persist(store, descriptor)?);
+    }
+    Ok(out)
+}

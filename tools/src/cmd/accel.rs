@@ -1,0 +1,155 @@
+//! `prox accel build`: build HNSW and/or PQ sidecars for an existing
+//! proximity map and print their manifest CIDs; plus the `k=v,...`
+//! parameter parsers shared with `prox build --hnsw/--pq`.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use prox_engine::accel::{build_sidecars, HnswParams, PqParams};
+use prox_engine::manifest::RootManifest;
+use prox_engine::proximity::ContentRoot;
+use prox_engine::store::MmapStore;
+use prox_engine::{BlockStore, Cid};
+use std::path::PathBuf;
+
+/// Examples shown by `prox accel --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  prox accel build --store db --name docs --hnsw
+  prox accel build --store db --name docs --hnsw max_connections=32,ef_construction=200 --pq subquantizers=48
+  prox accel build --store db --descriptor <PRXI cid> --hnsw build=canonical
+
+HNSW keys: max_connections (m), ef_construction (efc), ef_search (ef), level_bits,
+  overfetch, seed, build=fast|canonical. Defaults 16,128,64,4,8,0, fast.
+PQ keys: subquantizers (m), centroids (k), iterations, rerank, seed. Defaults 8,256,12,8,0.";
+
+/// `prox accel ...`.
+#[derive(Debug, Args)]
+pub struct AccelArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AccelCommand,
+}
+
+/// Accelerator subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AccelCommand {
+    /// Build sidecars for an existing map and print their manifest CIDs.
+    Build(AccelBuildArgs),
+}
+
+/// `prox accel build`.
+#[derive(Debug, Args)]
+pub struct AccelBuildArgs {
+    /// Store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Named root of the map (a typed content root or a bare descriptor).
+    #[arg(long, required_unless_present = "descriptor")]
+    pub name: Option<String>,
+    /// The map's PRXI descriptor CID (instead of --name).
+    #[arg(long, conflicts_with = "name")]
+    pub descriptor: Option<Cid>,
+    /// Build an HNSW sidecar; optional `k=v,...` parameters.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = parse_hnsw)]
+    pub hnsw: Option<HnswParams>,
+    /// Build a PQ sidecar; optional `k=v,...` parameters.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = parse_pq)]
+    pub pq: Option<PqParams>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// clap value parser for `--hnsw k=v,...` (also used by `prox build`).
+pub fn parse_hnsw(s: &str) -> Result<HnswParams, String> {
+    HnswParams::parse(s).map_err(|e| e.to_string())
+}
+
+/// clap value parser for `--pq k=v,...` (also used by `prox build`);
+/// dimension-dependent checks happen at build time.
+pub fn parse_pq(s: &str) -> Result<PqParams, String> {
+    PqParams::parse(s).map_err(|e| e.to_string())
+}
+
+/// The descriptor a named root points at: the root manifest's root is either
+/// a `CRMF` typed content root (whose root is the descriptor) or the `PRXI`
+/// itself.
+pub fn resolve_descriptor(store: &dyn BlockStore, name: &str) -> Result<Cid> {
+    let bytes = store
+        .root(name)?
+        .with_context(|| format!("no root named {name:?}"))?;
+    let manifest = RootManifest::decode(&bytes).with_context(|| format!("root {name:?}"))?;
+    let cid = manifest
+        .root
+        .with_context(|| format!("root {name:?} is empty"))?;
+    let block = store
+        .get(&cid)?
+        .with_context(|| format!("block {cid} of root {name:?} is missing"))?;
+    match block.get(..4) {
+        Some(b"CRMF") => Ok(ContentRoot::decode(&block)
+            .with_context(|| format!("content root {cid}"))?
+            .root),
+        Some(b"PRXI") => Ok(cid),
+        _ => bail!("root {name:?} does not point at a proximity map"),
+    }
+}
+
+/// Runs `prox accel ...`.
+pub fn run(args: &AccelArgs) -> Result<()> {
+    match &args.command {
+        AccelCommand::Build(b) => run_build(b),
+    }
+}
+
+fn run_build(args: &AccelBuildArgs) -> Result<()> {
+    if args.hnsw.is_none() && args.pq.is_none() {
+        bail!("nothing to build: pass --hnsw and/or --pq");
+    }
+    let store = MmapStore::open(&args.store)
+        .with_context(|| format!("opening store {}", args.store.display()))?;
+    let descriptor = match (&args.descriptor, &args.name) {
+        (Some(c), _) => *c,
+        (None, Some(n)) => resolve_descriptor(&store, n)?,
+        (None, None) => bail!("pass --name or --descriptor"),
+    };
+    let t = std::time::Instant::now();
+    let side = build_sidecars(&store, descriptor, args.hnsw.as_ref(), args.pq.as_ref())
+        .with_context(|| format!("building sidecars of {descriptor}"))?;
+    store.commit()?;
+    let secs = t.elapsed().as_secs_f64();
+    let hnsw = side.hnsw.as_ref().map(|s| s.manifest_cid.to_string());
+    let pq = side.pq.as_ref().map(|s| s.manifest_cid.to_string());
+    let mut out = crate::out::Stdout::new();
+    if args.json {
+        let v = serde_json::json!({
+            "descriptor": descriptor.to_string(),
+            "hnsw": hnsw,
+            "hnsw_canonical": side.hnsw.as_ref().map(|s| s.manifest.canonical),
+            "pq": pq,
+            "pq_mse": side.pq.as_ref().map(|s| s.manifest.mean_squared_error),
+            "seconds": secs,
+        });
+        out.json(&v)?;
+    } else {
+        if let Some(h) = &hnsw {
+            out.line(format!("hnsw {h}"))?;
+        }
+        if let Some(p) = &pq {
+            out.line(format!("pq {p}"))?;
+        }
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers_accept_defaults_and_reject_garbage() {
+        assert_eq!(parse_hnsw("").unwrap(), HnswParams::default());
+        assert_eq!(parse_pq("m=4").unwrap().subquantizers, 4);
+        assert!(parse_hnsw("max_connections=0").is_err());
+        assert!(parse_pq("colour=blue").is_err());
+    }
+}
