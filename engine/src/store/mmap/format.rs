@@ -162,7 +162,7 @@ fn parse_at(buf: &[u8], pos: usize) -> Parsed {
         } else {
             Parsed::Damaged(item, total)
         }
-    } else if rest.len() >= COMMIT_LEN && rest[..4] == COMMIT_MAGIC {
+    } else if rest.len() >= COMMIT_LEN && rest[..4] == COMMIT_MAGIC && rest[4..8] == [0; 4] {
         let mut sum = [0u8; 8];
         sum.copy_from_slice(&rest[8..16]);
         if xxh64(&rest[..8], 0) == u64::from_le_bytes(sum) {
@@ -315,6 +315,77 @@ mod tests {
         assert_eq!(cids, vec![Cid::of(b"one"), Cid::of(b"three")]);
     }
 
+    /// The invariants the fuzz target checks: items tile `[0, end)` in
+    /// order and intact items re-encode to the bytes they came from.
+    fn check_tiling(data: &[u8]) {
+        let s = scan(data);
+        assert!(s.end <= data.len());
+        let mut pos = 0;
+        for item in &s.items {
+            match *item {
+                Item::Block {
+                    cid,
+                    offset,
+                    len,
+                    intact,
+                } => {
+                    assert_eq!(offset, pos);
+                    let end = offset + BLOCK_OVERHEAD + len;
+                    if intact {
+                        let mut again = Vec::new();
+                        let body = &data[offset + BLOCK_HEADER_LEN..end - BLOCK_TRAILER_LEN];
+                        encode_block(&mut again, &cid, body);
+                        assert_eq!(again.as_slice(), &data[offset..end]);
+                    }
+                    pos = end;
+                }
+                Item::Commit { offset } => {
+                    assert_eq!(offset, pos);
+                    pos += COMMIT_LEN;
+                }
+                Item::Garbage { start, end } => {
+                    assert_eq!(start, pos);
+                    assert!(end > start);
+                    pos = end;
+                }
+            }
+        }
+        assert_eq!(pos, s.end);
+    }
+
+    #[test]
+    fn mutated_segments_keep_the_scan_invariants() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..400 {
+            let mut buf = Vec::new();
+            for _ in 0..next() % 6 {
+                let data: Vec<u8> = (0..next() % 200).map(|_| next() as u8).collect();
+                encode_block(&mut buf, &Cid::of(&data), &data);
+                if next() % 3 == 0 {
+                    encode_commit(&mut buf);
+                }
+            }
+            for _ in 0..next() % 4 {
+                if buf.is_empty() {
+                    break;
+                }
+                let at = (next() % buf.len() as u64) as usize;
+                match next() % 3 {
+                    0 => buf[at] ^= 1 << (next() % 8),
+                    1 => buf.truncate(at),
+                    _ => buf.insert(at, next() as u8),
+                }
+            }
+            check_tiling(&buf);
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -326,8 +397,7 @@ mod tests {
                 x ^= x << 17;
                 buf.push(if x.is_multiple_of(7) { b'P' } else { x as u8 });
             }
-            let s = scan(&buf);
-            assert!(s.end <= buf.len());
+            check_tiling(&buf);
         }
     }
 }
