@@ -29,4 +29,4 @@ pub mod store;
 
 pub use cid::{Cid, ParseCidError};
 pub use error::{Error, Result};
-pub use store::{BlockStore, MemStore};
+pub use store::{BlockStore, MemStore, MmapStore};
