@@ -296,7 +296,13 @@ fn damaged(path: &Path, reason: impl Into<String>) -> Error {
 fn load_segment(id: u32, path: &Path, opts: &MmapOptions, recover: bool) -> Result<Loaded> {
     let file = OpenOptions::new().read(true).write(recover).open(path)?;
     let file_len = file.metadata()?.len();
-    let cap = opts.segment_bytes.max(file_len);
+    // Only the newest segment of a writer may grow: map it at full size,
+    // the others exactly.
+    let cap = if recover {
+        opts.segment_bytes.max(file_len)
+    } else {
+        file_len
+    };
     let seg = Segment::map(&file, id, path, cap, file_len)?;
     let whole = seg
         .bytes(0, file_len)
