@@ -130,7 +130,7 @@ fn batches_equal_fresh_builds() {
         for round in 0..25 {
             let mut batch = BTreeMap::new();
             for _ in 0..(1 + rng.next() % 6) {
-                let k = if rng.next() % 3 == 0 || set.is_empty() {
+                let k = if rng.next().is_multiple_of(3) || set.is_empty() {
                     vec![(rng.next() % 97) as u8, (rng.next() % 3) as u8]
                 } else {
                     let i = (rng.next() % set.len() as u64) as usize;

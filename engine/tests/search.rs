@@ -37,6 +37,9 @@ fn seed() -> u64 {
 
 type Rec = (Vec<u8>, Vec<f32>, Vec<u8>);
 
+/// A brute-force eligibility predicate.
+type Eligible<'a> = Box<dyn Fn(&[u8]) -> bool + 'a>;
+
 fn key(i: u64) -> Vec<u8> {
     i.to_be_bytes().to_vec()
 }
@@ -142,7 +145,7 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
                 let set: Vec<Vec<u8>> = {
                     let mut v: Vec<Vec<u8>> = recs
                         .iter()
-                        .filter(|_| rng.next() % 7 == 0)
+                        .filter(|_| rng.next().is_multiple_of(7))
                         .map(|r| r.0.clone())
                         .collect();
                     v.push(b"absent".to_vec());
@@ -151,7 +154,7 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
                     v
                 };
                 let tiny: Vec<Vec<u8>> = set.iter().take(5).cloned().collect();
-                let cases: Vec<(Option<Filter>, Box<dyn Fn(&[u8]) -> bool>)> = vec![
+                let cases: Vec<(Option<Filter>, Eligible)> = vec![
                     (None, Box::new(|_| true)),
                     (
                         Some(Filter::Range {

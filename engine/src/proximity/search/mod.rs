@@ -343,7 +343,7 @@ impl<'s> Searcher<'s> {
     /// [`Searcher::search`] calls.
     pub fn search_batch(&self, queries: &[f32], req: &SearchRequest) -> Result<Vec<SearchResult>> {
         let d = self.dims();
-        if queries.len() % d != 0 {
+        if !queries.len().is_multiple_of(d) {
             return Err(Error::WrongDimension {
                 expected: d,
                 got: queries.len() % d,

@@ -22,6 +22,9 @@ use std::sync::{Arc, OnceLock};
 /// below within real Euclidean distance `r·(1 + RADIUS_SLACK_PER_DIM·(d+4))`.
 const RADIUS_SLACK_PER_DIM: f64 = 256.0 * EPS;
 
+/// `(min_key, max_key)` of an entry.
+type KeyBounds = (Box<[u8]>, Box<[u8]>);
+
 /// One search-ready PRXN node.
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -40,7 +43,7 @@ pub(crate) struct Node {
     key_end: Vec<usize>,
     /// `[min_key, max_key]` of each entry (empty for logical leaves, whose
     /// bounds equal their key).
-    bounds: Vec<(Box<[u8]>, Box<[u8]>)>,
+    bounds: Vec<KeyBounds>,
     /// `len·dims` prepared components, entry-major.
     pub(crate) vectors: Vec<f32>,
     /// `len·dims` codes, entry-major.
