@@ -449,3 +449,138 @@ fn content_root_round_trip_and_rejections() {
         assert_eq!(RootKind::from_id(id).unwrap().id(), id);
     }
 }
+
+/// Replaces the first occurrence of `from` in `bytes` with `to`.
+fn patch(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("pattern present");
+    let mut out = bytes.to_vec();
+    out[at..at + from.len()].copy_from_slice(to);
+    out
+}
+
+#[test]
+fn non_canonical_floats_are_rejected_everywhere() {
+    let nan32 = f32::NAN.to_le_bytes();
+    let neg0_32 = (-0.0f32).to_le_bytes();
+    let inf64 = f64::INFINITY.to_le_bytes();
+    let neg0_64 = (-0.0f64).to_le_bytes();
+    // PRXN inline component and radius.
+    let leaf = leaf().encode().unwrap();
+    let one = 1.0f32.to_le_bytes();
+    for bad in [nan32, neg0_32, f32::INFINITY.to_le_bytes()] {
+        assert!(ProxNode::decode(&patch(&leaf, &one, &bad), 2).is_err());
+    }
+    let mut route = leaf.clone();
+    route[5] = 2;
+    route[7] = 1;
+    let r = ProxNode {
+        kind: NodeKind::Route,
+        level: 1,
+        subtree_count: 1,
+        quantizer: None,
+        entries: vec![NodeEntry {
+            key: b"a".to_vec(),
+            vector: VectorRef::Inline(v(&[0.0, 1.0])),
+            child: Some(Cid([5; 32])),
+            count: 1,
+            radius: 1.5,
+            min_key: b"a".to_vec(),
+            max_key: b"a".to_vec(),
+        }],
+    }
+    .encode()
+    .unwrap();
+    let radius = 1.5f64.to_le_bytes();
+    for bad in [
+        inf64,
+        neg0_64,
+        f64::NAN.to_le_bytes(),
+        (-1.5f64).to_le_bytes(),
+    ] {
+        assert!(ProxNode::decode(&patch(&r, &radius, &bad), 2).is_err());
+    }
+    // PRXV norm and components.
+    let pv = ExternalVector {
+        vector: v(&[1.0, 2.0]),
+        norm: Some(3.0),
+    }
+    .encode()
+    .unwrap();
+    assert!(ExternalVector::decode(&patch(&pv, &3.0f64.to_le_bytes(), &inf64)).is_err());
+    assert!(ExternalVector::decode(&patch(&pv, &one, &neg0_32)).is_err());
+    // PQS8 scale and max error.
+    let q = Quantizer {
+        dims: 2,
+        group_size: 1,
+        count: 1,
+        scales: v(&[0.5, 0.25]),
+        max_error: 0.125,
+        codes: vec![1, -1],
+    }
+    .encode()
+    .unwrap();
+    for from in [0.5f32, 0.125] {
+        assert!(Quantizer::decode(&patch(&q, &from.to_le_bytes(), &nan32)).is_err());
+        assert!(
+            Quantizer::decode(&patch(&q, &from.to_le_bytes(), &(-from).to_le_bytes())).is_err()
+        );
+    }
+    // PQPQ centroid and error statistics.
+    let m = PqManifest {
+        source: Cid([1; 32]),
+        dims: 1,
+        metric: prox_kernels::Metric::L2,
+        config: PqConfig {
+            subquantizers: 1,
+            centroids: 1,
+            iterations: 1,
+            rerank_multiplier: 1,
+            seed: 0,
+        },
+        code_root: Cid([2; 32]),
+        codebooks: vec![Codebook {
+            width: 1,
+            centroids: v(&[7.0]),
+        }],
+        mean_squared_error: 0.5,
+        max_squared_error: 2.0,
+    }
+    .encode()
+    .unwrap();
+    assert!(PqManifest::decode(&patch(&m, &7.0f32.to_le_bytes(), &nan32)).is_err());
+    assert!(PqManifest::decode(&patch(&m, &0.5f64.to_le_bytes(), &neg0_64)).is_err());
+    assert!(
+        PqManifest::decode(&patch(&m, &2.0f64.to_le_bytes(), &(-2.0f64).to_le_bytes())).is_err()
+    );
+}
+
+#[test]
+fn descriptor_rejects_unknown_tags() {
+    let mut d = descriptor();
+    d.config.sq8_group_size = Some(3);
+    d.directory.root = Some(Cid([9; 32]));
+    d.directory.config.node_cache_max_nodes = Some(5);
+    let bytes = d.encode().unwrap();
+    assert_eq!(Descriptor::decode(&bytes).unwrap(), d);
+    // Offsets of the tags in this encoding (see section 14.7's layout).
+    let (sq, root_tag, enc, opt) = (39usize, 41usize, 88usize, 89usize);
+    assert_eq!((bytes[sq], bytes[sq + 1], bytes[root_tag]), (1, 3, 1));
+    assert_eq!((bytes[enc], bytes[opt], bytes[opt + 1]), (0, 1, 5));
+    for (at, val) in [(sq, 2u8), (root_tag, 2), (enc, 4), (opt, 2)] {
+        let mut bad = bytes.clone();
+        bad[at] = val;
+        assert!(Descriptor::decode(&bad).is_err(), "offset {at}");
+    }
+    // Custom encoding name that is not UTF-8.
+    let mut c = descriptor();
+    c.directory.config.encoding = crate::prolly::Encoding::Custom("ab".into());
+    let cb = c.encode().unwrap();
+    assert!(Descriptor::decode(&patch(&cb, b"\x02ab", b"\x02\xff\xfe")).is_err());
+    // Directory chunking rules.
+    let mut z = descriptor();
+    z.directory.config.chunking_factor = 0;
+    assert!(z.encode().is_err());
+}
