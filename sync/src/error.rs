@@ -66,8 +66,8 @@ pub enum Error {
     Misbehaving {
         /// The peer.
         peer: PeerId,
-        /// What it did.
-        violation: Violation,
+        /// What it did (boxed: keeps `Error` small).
+        violation: Box<Violation>,
     },
     /// A peer lacks a block it should have (its root references it).
     #[error("peer {peer} does not have block {cid}")]

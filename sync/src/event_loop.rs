@@ -391,12 +391,10 @@ impl EventLoop {
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
-                num_established,
+                num_established: 0,
                 ..
             } => {
-                if num_established == 0 {
-                    self.peers.remove(&peer_id);
-                }
+                self.peers.remove(&peer_id);
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,

@@ -17,6 +17,7 @@
 //! visible. [`daemon`] adds signals, followed roots and the local
 //! [`control`] socket used by `prox sync`.
 
+pub mod bench;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -62,6 +62,9 @@ struct Want<K> {
     wave: u64,
 }
 
+/// A verified block: what was wanted, its bytes, its typed children.
+type Verified<K> = (Want<K>, Bytes, Vec<(Cid, K)>);
+
 /// A `WANT` batch in flight.
 #[derive(Debug)]
 pub(crate) struct Batch<K> {
@@ -266,12 +269,12 @@ impl<L: Linker> Planner<L> {
     fn violation(&self, violation: Violation) -> Error {
         Error::Misbehaving {
             peer: self.peer,
-            violation,
+            violation: Box::new(violation),
         }
     }
 
     /// Stages or publishes verified blocks, then makes both stores durable.
-    fn accept(&mut self, blocks: Vec<(Want<L::Kind>, Bytes, Vec<(Cid, L::Kind)>)>) -> Result<()> {
+    fn accept(&mut self, blocks: Vec<Verified<L::Kind>>) -> Result<()> {
         let mut local = Vec::new();
         for (want, bytes, children) in blocks {
             if self.wanted.remove(&want.cid).is_none() && !self.known.insert(want.cid) {
@@ -584,7 +587,9 @@ where
                     Group::Batch { .. } => {
                         return Err(Error::Misbehaving {
                             peer,
-                            violation: Violation::Protocol("DONE during a closure stream".into()),
+                            violation: Box::new(Violation::Protocol(
+                                "DONE during a closure stream".into(),
+                            )),
                         })
                     }
                 }
@@ -622,10 +627,10 @@ where
                 _ => {
                     return Err(Error::Misbehaving {
                         peer,
-                        violation: Violation::Protocol(format!(
+                        violation: Box::new(Violation::Protocol(format!(
                             "expected the answer to batch {}",
                             batch.id
-                        )),
+                        ))),
                     })
                 }
             }
@@ -655,7 +660,10 @@ async fn next_group(
 ) -> Result<Group> {
     match rx.recv().await {
         Some(Ok(g)) => Ok(g),
-        Some(Err(ReadError::Violation(violation))) => Err(Error::Misbehaving { peer, violation }),
+        Some(Err(ReadError::Violation(violation))) => Err(Error::Misbehaving {
+            peer,
+            violation: Box::new(violation),
+        }),
         Some(Err(ReadError::Io(e))) => Err(Error::network(peer, e)),
         None => Err(Error::network(peer, "block stream closed")),
     }

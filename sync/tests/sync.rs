@@ -577,7 +577,8 @@ async fn block_of_the_wrong_kind_is_rejected() {
         let b = start(&config(), dst.clone()).await;
         let err = b.pull(&addr(&a), "ds", "ds").await.unwrap_err();
         assert!(
-            matches!(err, Error::Misbehaving { violation: Violation::WrongKind { cid, .. }, .. } if cid == leaf),
+            matches!(&err, Error::Misbehaving { violation, .. }
+                if matches!(**violation, Violation::WrongKind { cid, .. } if cid == leaf)),
             "{err}"
         );
         assert!(!dst.main.has(&leaf).unwrap() && !dst.main.has(&top).unwrap());

@@ -194,9 +194,8 @@ impl ClientFrame {
     /// Reads one frame; `Ok(None)` on a clean end of stream before a frame.
     pub async fn read<R: AsyncRead + Unpin>(io: &mut R) -> Result<Option<ClientFrame>, ReadError> {
         let mut tag = [0u8; 1];
-        match io.read(&mut tag).await? {
-            0 => return Ok(None),
-            _ => {}
+        if io.read(&mut tag).await? == 0 {
+            return Ok(None);
         }
         match tag[0] {
             WANT => {

@@ -93,6 +93,9 @@ pub enum BenchSub {
     /// Plot saved result files (prox bench and peers.py output) as recall vs QPS.
     #[command(after_help = PLOT_EXAMPLES)]
     Plot(PlotArgs),
+    /// Replication cost on loopback: clone and update pulls vs bare stream and raw TCP.
+    #[command(after_help = crate::cmd::bench_sync::EXAMPLES)]
+    Sync(crate::cmd::bench_sync::BenchSyncArgs),
 }
 
 const PLOT_EXAMPLES: &str = "\
@@ -125,6 +128,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.sub {
         Some(BenchSub::Kernels(k)) => super::bench_kernels::run(k),
         Some(BenchSub::Plot(p)) => run_plot(p),
+        Some(BenchSub::Sync(a)) => crate::cmd::bench_sync::run(a),
         None => run_map(&args.map),
     }
 }

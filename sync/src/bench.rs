@@ -1,0 +1,290 @@
+//! Transport baselines and instrumentation for `prox bench sync`.
+//!
+//! * [`CountingProxy`]: a loopback TCP relay that counts every byte in both
+//!   directions, so "bytes on the wire" includes Noise, Yamux, multistream
+//!   and frame headers.
+//! * [`bare_stream_copy`]: the same blocks pushed over one bare
+//!   libp2p-stream on the same transport (TCP + Noise + Yamux), framed as
+//!   `u32 len | bytes`, each block hashed on receipt: the ceiling the sync
+//!   protocol is compared against.
+//! * [`raw_tcp_copy`]: the same framing and hashing over a plain TCP socket.
+
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use futures::{AsyncReadExt, AsyncWriteExt, StreamExt};
+use libp2p::StreamProtocol;
+pub use libp2p::{identity::Keypair, multiaddr::Protocol, Multiaddr};
+use prox_engine::Cid;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// Result of a baseline copy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CopyStats {
+    /// Wall time from the first byte sent to the last block verified.
+    pub seconds: f64,
+    /// Payload bytes copied.
+    pub bytes: u64,
+}
+
+/// A loopback TCP relay counting bytes in both directions.
+#[derive(Debug)]
+pub struct CountingProxy {
+    addr: SocketAddr,
+    bytes: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CountingProxy {
+    /// Relays connections made to [`addr`](Self::addr) to `target`.
+    pub async fn start(target: SocketAddr) -> Result<CountingProxy> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let bytes = Arc::new(AtomicU64::new(0));
+        let counter = bytes.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let _ = inbound.set_nodelay(true);
+                    let _ = outbound.set_nodelay(true);
+                    let (ri, wi) = inbound.into_split();
+                    let (ro, wo) = outbound.into_split();
+                    let a = tokio::spawn(pump(ri, wo, counter.clone()));
+                    let b = tokio::spawn(pump(ro, wi, counter));
+                    let _ = tokio::join!(a, b);
+                });
+            }
+        });
+        Ok(CountingProxy { addr, bytes, task })
+    }
+
+    /// Address to dial instead of the target.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Bytes relayed so far (both directions).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Resets the counter.
+    pub fn reset(&self) {
+        self.bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for CountingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn pump(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    counter: Arc<AtomicU64>,
+) {
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                counter.fetch_add(n as u64, Ordering::Relaxed);
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// A TCP socket address of a `/ip4/A/tcp/P` multiaddr.
+pub fn socket_addr(addr: &Multiaddr) -> Option<SocketAddr> {
+    use libp2p::multiaddr::Protocol;
+    let mut ip = None;
+    let mut port = None;
+    for p in addr.iter() {
+        match p {
+            Protocol::Ip4(a) => ip = Some(std::net::IpAddr::V4(a)),
+            Protocol::Ip6(a) => ip = Some(std::net::IpAddr::V6(a)),
+            Protocol::Tcp(p) => port = Some(p),
+            _ => {}
+        }
+    }
+    Some(SocketAddr::new(ip?, port?))
+}
+
+/// A multiaddr for a socket address.
+pub fn multiaddr(addr: SocketAddr) -> Multiaddr {
+    use libp2p::multiaddr::Protocol;
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(a) => Protocol::Ip4(a),
+        std::net::IpAddr::V6(a) => Protocol::Ip6(a),
+    };
+    Multiaddr::empty().with(ip).with(Protocol::Tcp(addr.port()))
+}
+
+const BARE: StreamProtocol = StreamProtocol::new("/prox/bench-bare/1");
+
+fn bare_swarm() -> Result<libp2p::Swarm<libp2p_stream::Behaviour>> {
+    Ok(libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default().nodelay(true),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )
+        .map_err(|e| Error::Config(e.to_string()))?
+        .with_behaviour(|_| libp2p_stream::Behaviour::new())
+        .map_err(|e| Error::Config(e.to_string()))?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(std::time::Duration::from_secs(60)))
+        .build())
+}
+
+/// Copies `blocks` over one bare libp2p stream (TCP + Noise + Yamux on
+/// loopback, through a [`CountingProxy`] when `count` is set) and returns
+/// the time and the bytes the proxy saw.
+pub async fn bare_stream_copy(blocks: &[Bytes], count: bool) -> Result<(CopyStats, u64)> {
+    let mut server = bare_swarm()?;
+    let mut client = bare_swarm()?;
+    server
+        .listen_on("/ip4/127.0.0.1/tcp/0".parse().expect("valid multiaddr"))
+        .map_err(|e| Error::network("listen", e))?;
+    let listen = loop {
+        if let libp2p::swarm::SwarmEvent::NewListenAddr { address, .. } =
+            server.select_next_some().await
+        {
+            break address;
+        }
+    };
+    let server_peer = *server.local_peer_id();
+    let mut incoming = server
+        .behaviour()
+        .new_control()
+        .accept(BARE)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let mut control = client.behaviour().new_control();
+    let proxy = match (count, socket_addr(&listen)) {
+        (true, Some(sa)) => Some(CountingProxy::start(sa).await?),
+        _ => None,
+    };
+    let dial = proxy
+        .as_ref()
+        .map(|p| multiaddr(p.addr()))
+        .unwrap_or(listen);
+    client
+        .dial(dial.with(libp2p::multiaddr::Protocol::P2p(server_peer)))
+        .map_err(|e| Error::network("dial", e))?;
+    let s_task = tokio::spawn(async move {
+        loop {
+            server.select_next_some().await;
+        }
+    });
+    let c_task = tokio::spawn(async move {
+        loop {
+            client.select_next_some().await;
+        }
+    });
+    let total: u64 = blocks.iter().map(|b| b.len() as u64).sum();
+    let n = blocks.len();
+    let receiver = tokio::spawn(async move {
+        let (_, mut stream) = incoming
+            .next()
+            .await
+            .ok_or_else(|| Error::network("bench", "no stream"))?;
+        let mut got = 0u64;
+        let mut len = [0u8; 4];
+        let mut buf = Vec::new();
+        for _ in 0..n {
+            stream.read_exact(&mut len).await?;
+            buf.resize(u32::from_be_bytes(len) as usize, 0);
+            stream.read_exact(&mut buf).await?;
+            std::hint::black_box(Cid::of(&buf));
+            got += buf.len() as u64;
+        }
+        Ok::<_, Error>(got)
+    });
+    let mut stream = control
+        .open_stream(server_peer, BARE)
+        .await
+        .map_err(|e| Error::network("bench", e))?;
+    let start = Instant::now();
+    let mut w = futures::io::BufWriter::with_capacity(64 << 10, &mut stream);
+    for b in blocks {
+        w.write_all(&(b.len() as u32).to_be_bytes()).await?;
+        w.write_all(b).await?;
+    }
+    w.flush().await?;
+    let got = receiver.await.map_err(|e| Error::network("bench", e))??;
+    let seconds = start.elapsed().as_secs_f64();
+    let _ = stream.close().await;
+    s_task.abort();
+    c_task.abort();
+    if got != total {
+        return Err(Error::network(
+            "bench",
+            format!("copied {got} of {total} bytes"),
+        ));
+    }
+    let wire = proxy.as_ref().map_or(0, |p| p.bytes());
+    Ok((
+        CopyStats {
+            seconds,
+            bytes: total,
+        },
+        wire,
+    ))
+}
+
+/// Copies `blocks` over a plain loopback TCP socket with the same framing
+/// and per-block hashing as [`bare_stream_copy`].
+pub async fn raw_tcp_copy(blocks: &[Bytes]) -> Result<CopyStats> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let n = blocks.len();
+    let receiver = tokio::spawn(async move {
+        let (s, _) = listener.accept().await?;
+        let mut s = tokio::io::BufReader::with_capacity(256 << 10, s);
+        let mut got = 0u64;
+        let mut len = [0u8; 4];
+        let mut buf = Vec::new();
+        for _ in 0..n {
+            s.read_exact(&mut len).await?;
+            buf.resize(u32::from_be_bytes(len) as usize, 0);
+            s.read_exact(&mut buf).await?;
+            std::hint::black_box(Cid::of(&buf));
+            got += buf.len() as u64;
+        }
+        Ok::<_, std::io::Error>(got)
+    });
+    let s = tokio::net::TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let start = Instant::now();
+    let mut w = tokio::io::BufWriter::with_capacity(256 << 10, s);
+    for b in blocks {
+        w.write_all(&(b.len() as u32).to_be_bytes()).await?;
+        w.write_all(b).await?;
+    }
+    w.flush().await?;
+    let got = receiver.await.map_err(|e| Error::network("bench", e))??;
+    let total: u64 = blocks.iter().map(|b| b.len() as u64).sum();
+    if got != total {
+        return Err(Error::network(
+            "bench",
+            format!("copied {got} of {total} bytes"),
+        ));
+    }
+    Ok(CopyStats {
+        seconds: start.elapsed().as_secs_f64(),
+        bytes: total,
+    })
+}
