@@ -8,22 +8,26 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub mod accel;
 pub mod bench;
-pub mod bench_sync;
 pub mod bench_kernels;
+pub mod bench_sync;
 pub mod build;
 pub mod daemon;
 pub mod datagen;
+pub mod demo;
 pub mod gc;
 pub mod inspect;
 pub mod query;
+pub mod roots;
 pub mod store_arg;
 pub mod sync;
+pub mod tree;
 pub mod update;
 pub mod verify;
 
 /// Top-level examples shown by `prox --help`.
 const EXAMPLES: &str = "\
 Examples:
+  prox demo                                   generate data, build, search, report
   prox datagen --n 100000 --dim 128 --queries 1000 --out data/
 
 Environment:
@@ -81,6 +85,9 @@ pub enum Command {
     /// Build HNSW/PQ sidecars for an existing map.
     #[command(after_help = accel::EXAMPLES)]
     Accel(accel::AccelArgs),
+    /// Generate data, build an index, search it every way, report (start here).
+    #[command(after_help = demo::EXAMPLES)]
+    Demo(demo::DemoArgs),
     /// Benchmark a map (recall vs QPS), kernels, or plot saved results.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
@@ -184,6 +191,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(a),
         Command::Build(a) => build::run(a),
         Command::Datagen(a) => datagen::run(a),
+        Command::Demo(a) => demo::run(a),
         Command::Daemon(a) => daemon::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Gc(a) => gc::run(a),

@@ -63,9 +63,9 @@ struct Edit {
 }
 
 fn read_batch(path: &std::path::Path) -> Result<Vec<Mutation>> {
-    let mut lines = JsonLines::<Edit>::open(path)?;
+    let lines = JsonLines::<Edit>::open(path)?;
     let mut out = Vec::new();
-    while let Some(item) = lines.next() {
+    for item in lines {
         let (line, e) = item?;
         let at = || format!("{}: line {line}", path.display());
         let key = parse_hex("key", &e.key).with_context(at)?;

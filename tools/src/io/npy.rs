@@ -53,9 +53,11 @@ impl Reader {
         src.read_exact(&mut text).context("truncated header")?;
         let text = String::from_utf8(text).context("header is not UTF-8")?;
         let h = parse_header(&text)?;
-        if !matches!(h.descr.as_str(), "<f4" | "=f4")
-            && !(cfg!(target_endian = "little") && h.descr == "f4")
-        {
+        // '<f4' is little-endian float32; '=f4' and 'f4' mean the writer's
+        // native order, accepted only on little-endian hosts.
+        let native_le = cfg!(target_endian = "little");
+        let f32_le = h.descr == "<f4" || (native_le && matches!(h.descr.as_str(), "=f4" | "f4"));
+        if !f32_le {
             bail!(
                 "dtype {:?} is not supported: expected little-endian float32 ('<f4'); \
                  convert with array.astype('<f4')",

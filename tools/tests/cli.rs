@@ -1,0 +1,649 @@
+//! End-to-end tests of the `prox` binary on small generated data: every
+//! subcommand's happy path, malformed inputs (exit 1, the file and row
+//! named, the root untouched), usage errors (exit 2) and the `--json`
+//! schemas.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn prox() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_prox"));
+    c.env_remove("PROX_STORE").env_remove("RUST_LOG");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    prox().args(args).output().expect("run prox")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "prox {args:?} failed ({:?}):\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8 stdout")
+}
+
+/// Runs a command that must fail with `code`; returns stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let o = run(args);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "prox {args:?}: stdout {}\nstderr {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn is_cid(line: &str) -> bool {
+    line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn has_keys(v: &Value, keys: &[&str]) {
+    for k in keys {
+        assert!(v.get(k).is_some(), "missing {k:?} in {v}");
+    }
+}
+
+fn seed() -> String {
+    std::env::var("PROX_SEED").unwrap_or_else(|_| "3".into())
+}
+
+/// A small dataset and a store with map "m" built from it.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    store: PathBuf,
+}
+
+fn fixture(extra_build: &[&str]) -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let store = dir.path().join("store");
+    ok(&[
+        "datagen",
+        "--n",
+        "400",
+        "--dim",
+        "8",
+        "--queries",
+        "12",
+        "--k",
+        "10",
+        "--seed",
+        &seed(),
+        "--out",
+        s(&data),
+    ]);
+    let base = data.join("base.fvecs");
+    let mut args = vec![
+        "build",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--input",
+        s(&base),
+    ];
+    args.extend_from_slice(extra_build);
+    let out = ok(&args);
+    assert!(is_cid(out.lines().last().unwrap_or("")), "{out}");
+    Fixture {
+        _dir: dir,
+        data,
+        store,
+    }
+}
+
+#[test]
+fn help_lists_groups_and_every_subcommand_has_examples() {
+    let top = ok(&["--help"]);
+    for g in [
+        "Index:",
+        "Benchmark:",
+        "Storage:",
+        "build",
+        "query",
+        "demo",
+        "inspect",
+        "verify",
+    ] {
+        assert!(top.contains(g), "{g} missing from:\n{top}");
+    }
+    for sub in [
+        "build", "query", "update", "accel", "bench", "datagen", "demo", "inspect", "verify", "gc",
+    ] {
+        let h = ok(&[sub, "--help"]);
+        assert!(
+            h.contains("Examples:"),
+            "prox {sub} --help lacks examples:\n{h}"
+        );
+    }
+    ok(&["--version"]);
+    assert!(fails(&["no-such-command"], 2).contains("unrecognized subcommand"));
+    assert!(fails(&["build", "--name"], 2).contains("error"));
+    fails(&[], 2);
+}
+
+#[test]
+fn datagen_is_deterministic_and_reports_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let args = |out: &Path| {
+        vec![
+            "datagen".to_string(),
+            "--n".into(),
+            "300".into(),
+            "--dim".into(),
+            "5".into(),
+            "--queries".into(),
+            "7".into(),
+            "--k".into(),
+            "4".into(),
+            "--seed".into(),
+            seed(),
+            "--metric".into(),
+            "cosine".into(),
+            "--json".into(),
+            "--out".into(),
+            s(out).into(),
+        ]
+    };
+    let o = prox().args(args(&a)).output().unwrap();
+    assert!(o.status.success());
+    let v = json_lines(&String::from_utf8_lossy(&o.stdout));
+    has_keys(
+        &v[0],
+        &["out", "n", "dim", "queries", "k", "metric", "seed"],
+    );
+    assert!(prox().args(args(&b)).status().unwrap().success());
+    for f in ["base.fvecs", "query.fvecs", "gt.ivecs", "meta.json"] {
+        let (x, y) = (
+            std::fs::read(a.join(f)).unwrap(),
+            std::fs::read(b.join(f)).unwrap(),
+        );
+        assert_eq!(x, y, "{f} differs between runs (seed {})", seed());
+    }
+    assert_eq!(
+        std::fs::metadata(a.join("base.fvecs")).unwrap().len(),
+        300 * (4 + 20)
+    );
+    assert_eq!(
+        std::fs::metadata(a.join("gt.ivecs")).unwrap().len(),
+        7 * (4 + 16)
+    );
+    let meta: Value = serde_json::from_slice(&std::fs::read(a.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["metric"], "cosine");
+    fails(&["datagen", "--n", "0", "--out", s(&a)], 1);
+}
+
+#[test]
+fn build_query_exact_matches_ground_truth_and_json_schema() {
+    let f = fixture(&[]);
+    let q = f.data.join("query.fvecs");
+    let gt = f.data.join("gt.ivecs");
+    let found = f.data.join("found.ivecs");
+    let o = prox()
+        .args([
+            "query",
+            "--store",
+            s(&f.store),
+            "--name",
+            "m",
+            "--queries",
+            s(&q),
+            "--k",
+            "10",
+        ])
+        .args(["--mode", "exact", "--gt", s(&gt), "--out", s(&found)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("recall@10 1.0000") && err.contains("QPS"),
+        "{err}"
+    );
+    // Exact search returns exactly datagen's canonical ground truth.
+    let truth = std::fs::read(&gt).unwrap();
+    assert_eq!(std::fs::read(&found).unwrap(), truth, "seed {}", seed());
+
+    let out = ok(&[
+        "query",
+        "--store",
+        s(&f.store),
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--k",
+        "3",
+        "--json",
+        "--mode",
+        "exact",
+    ]);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 12);
+    for (i, l) in lines.iter().enumerate() {
+        has_keys(l, &["query", "path", "completion", "results"]);
+        assert_eq!(l["query"], i);
+        assert_eq!(l["completion"], "exact");
+        let r = l["results"].as_array().unwrap();
+        assert_eq!(r.len(), 3);
+        has_keys(&r[0], &["key", "value", "score"]);
+        assert_eq!(r[0]["key"].as_str().unwrap().len(), 16);
+        assert!(r[0]["score"].as_f64().unwrap() <= r[1]["score"].as_f64().unwrap());
+    }
+    // Plain output: one line per query, ids separated by spaces.
+    let plain = ok(&[
+        "query",
+        "--store",
+        s(&f.store),
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--k",
+        "2",
+    ]);
+    assert_eq!(plain.lines().count(), 12);
+    // Wrong dimension and unknown map are failures naming the culprit.
+    let other = f.data.join("other.jsonl");
+    std::fs::write(&other, "{\"vector\": [1, 2, 3]}\n").unwrap();
+    let e = fails(
+        &[
+            "query",
+            "--store",
+            s(&f.store),
+            "--name",
+            "m",
+            "--queries",
+            s(&other),
+        ],
+        1,
+    );
+    assert!(e.contains("other.jsonl") && e.contains("dimensions"), "{e}");
+    let e = fails(
+        &[
+            "query",
+            "--store",
+            s(&f.store),
+            "--name",
+            "nope",
+            "--queries",
+            s(&q),
+        ],
+        1,
+    );
+    assert!(e.contains("nope"), "{e}");
+}
+
+#[test]
+fn malformed_inputs_name_the_row_and_leave_the_root_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let bad = dir.path().join("bad.fvecs");
+    let mut bytes = Vec::new();
+    for row in [[1.0f32, 2.0], [3.0, 4.0], [5.0, 6.0]] {
+        bytes.extend_from_slice(&2i32.to_le_bytes());
+        for x in row {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    bytes.truncate(bytes.len() - 2);
+    std::fs::write(&bad, &bytes).unwrap();
+    let e = fails(
+        &[
+            "build",
+            "--store",
+            s(&store),
+            "--name",
+            "x",
+            "--input",
+            s(&bad),
+        ],
+        1,
+    );
+    assert!(
+        e.contains("bad.fvecs: row 2") && e.contains("truncated"),
+        "{e}"
+    );
+
+    let nan = dir.path().join("nan.jsonl");
+    std::fs::write(
+        &nan,
+        "{\"key\": \"01\", \"vector\": [1, 2]}\n\n{\"key\": \"02\", \"vector\": [1, 2, 3]}\n",
+    )
+    .unwrap();
+    let e = fails(
+        &[
+            "build",
+            "--store",
+            s(&store),
+            "--name",
+            "x",
+            "--input",
+            s(&nan),
+        ],
+        1,
+    );
+    assert!(
+        e.contains("nan.jsonl: line 3 (row 1)") && e.contains("dimension 3"),
+        "{e}"
+    );
+
+    let hdf = dir.path().join("glove.hdf5");
+    std::fs::write(&hdf, b"\x89HDF").unwrap();
+    let e = fails(
+        &[
+            "build",
+            "--store",
+            s(&store),
+            "--name",
+            "x",
+            "--input",
+            s(&hdf),
+        ],
+        1,
+    );
+    assert!(e.contains("HDF5") && e.contains(".npy"), "{e}");
+
+    // None of the failed builds created root "x".
+    if store.exists() {
+        let e = fails(&["inspect", "--store", s(&store), "--root", "x"], 1);
+        assert!(e.contains("\"x\""), "{e}");
+    }
+
+    // Duplicate keys are refused by the builder, root untouched.
+    let dup = dir.path().join("dup.jsonl");
+    std::fs::write(
+        &dup,
+        "{\"key\": \"01\", \"vector\": [1, 2]}\n{\"key\": \"01\", \"vector\": [3, 4]}\n",
+    )
+    .unwrap();
+    fails(
+        &[
+            "build",
+            "--store",
+            s(&store),
+            "--name",
+            "x",
+            "--input",
+            s(&dup),
+        ],
+        1,
+    );
+    fails(&["verify", "--store", s(&store), "x"], 1);
+}
+
+#[test]
+fn json_lines_keys_and_values_round_trip_and_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let input = dir.path().join("in.jsonl");
+    let mut text = String::new();
+    for i in 0..40u32 {
+        let x = i as f32;
+        text.push_str(&format!(
+            "{{\"key\": \"{:04x}\", \"vector\": [{x}, {}, 1.5], \"value\": \"{:02x}\"}}\n",
+            i,
+            40.0 - x,
+            i
+        ));
+    }
+    std::fs::write(&input, text).unwrap();
+    let out = ok(&[
+        "build",
+        "--store",
+        s(&store),
+        "--name",
+        "kv",
+        "--input",
+        s(&input),
+        "--metric",
+        "l2",
+        "--json",
+    ]);
+    let v = &json_lines(&out)[0];
+    has_keys(
+        v,
+        &[
+            "name",
+            "records",
+            "dims",
+            "metric",
+            "descriptor",
+            "hnsw",
+            "pq",
+            "build_seconds",
+        ],
+    );
+    assert_eq!(v["records"], 40);
+    let q = dir.path().join("q.jsonl");
+    std::fs::write(&q, "{\"vector\": [7, 33, 1.5]}\n").unwrap();
+    let out = ok(&[
+        "query",
+        "--store",
+        s(&store),
+        "--name",
+        "kv",
+        "--queries",
+        s(&q),
+        "--k",
+        "1",
+        "--json",
+        "--mode",
+        "exact",
+    ]);
+    let hit = &json_lines(&out)[0]["results"][0];
+    assert_eq!(hit["key"], "0007");
+    assert_eq!(hit["value"], "07");
+    assert_eq!(hit["score"], 0.0);
+
+    let edits = dir.path().join("edits.jsonl");
+    std::fs::write(
+        &edits,
+        "{\"op\": \"del\", \"key\": \"0007\"}\n{\"op\": \"put\", \"key\": \"ffff\", \"vector\": [7, 33, 1.5], \"value\": \"aa\"}\n",
+    )
+    .unwrap();
+    let out = ok(&[
+        "update",
+        "--store",
+        s(&store),
+        "--name",
+        "kv",
+        "--input",
+        s(&edits),
+    ]);
+    assert!(is_cid(out.lines().last().unwrap()), "{out}");
+    let out = ok(&[
+        "query",
+        "--store",
+        s(&store),
+        "--name",
+        "kv",
+        "--queries",
+        s(&q),
+        "--k",
+        "1",
+        "--json",
+        "--mode",
+        "exact",
+    ]);
+    assert_eq!(json_lines(&out)[0]["results"][0]["key"], "ffff");
+    ok(&["verify", "--store", s(&store), "kv"]);
+}
+
+#[test]
+fn inspect_verify_gc_and_sidecar_paths() {
+    let f = fixture(&["--hnsw", "--pq", "subquantizers=4"]);
+    let st = s(&f.store);
+    let text = ok(&["inspect", "--store", st, "--root", "m"]);
+    assert!(text.starts_with("kind: RootManifest"), "{text}");
+    let manifest = &json_lines(&ok(&["inspect", "--store", st, "--root", "m", "--json"]))[0];
+    has_keys(
+        manifest,
+        &["kind", "cid", "bytes", "root", "config", "version"],
+    );
+    let crmf_cid = manifest["root"].as_str().unwrap().to_string();
+    let crmf = &json_lines(&ok(&["inspect", "--store", st, &crmf_cid, "--json"]))[0];
+    assert_eq!(crmf["kind"], "CRMF content root");
+    assert!(crmf["metadata"].get("prox.hnsw").is_some(), "{crmf}");
+    let desc_cid = crmf["root"].as_str().unwrap().to_string();
+    let desc = &json_lines(&ok(&["inspect", "--store", st, &desc_cid, "--json"]))[0];
+    assert_eq!(desc["kind"], "PRXI descriptor");
+    assert_eq!(desc["record_count"], 400);
+    assert_eq!(desc["config"]["dims"], 8);
+    // A PRXN node: dimensions come from the store's named map.
+    let root = desc["root"].as_str().unwrap().to_string();
+    let node = ok(&["inspect", "--store", st, &root]);
+    assert!(node.starts_with("kind: PRXN node"), "{node}");
+    let bad = fails(&["inspect", "--store", st, "00"], 1);
+    assert!(bad.contains("not a CID"), "{bad}");
+    let missing = "ab".repeat(32);
+    assert!(fails(&["inspect", "--store", st, &missing], 1).contains(&missing));
+
+    let v = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0];
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["records"], 400);
+    assert!(v["hnsw"].is_string() && v["pq"].is_string());
+
+    let q = f.data.join("query.fvecs");
+    let gt = f.data.join("gt.ivecs");
+    for path in ["hnsw", "pq", "native"] {
+        let o = prox()
+            .args([
+                "query",
+                "--store",
+                st,
+                "--name",
+                "m",
+                "--queries",
+                s(&q),
+                "--k",
+                "10",
+            ])
+            .args(["--path", path, "--gt", s(&gt)])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && err.contains(&format!("path {path}")),
+            "{err}"
+        );
+    }
+    ok(&["gc", "--store", st, "--dry-run"]);
+    ok(&["verify", "--store", st, "m"]);
+}
+
+#[test]
+fn bench_sweep_records_and_plots() {
+    let f = fixture(&["--hnsw"]);
+    let dir = f.data.clone();
+    let svg = dir.join("plot.svg");
+    let out = ok(&[
+        "bench",
+        "--store",
+        s(&f.store),
+        "--name",
+        "m",
+        "--queries",
+        s(&dir.join("query.fvecs")),
+        "--gt",
+        s(&dir.join("gt.ivecs")),
+        "--k",
+        "10",
+        "--budget",
+        "200,100000",
+        "--ef",
+        "16,64",
+        "--threads",
+        "1",
+        "--plot",
+        s(&svg),
+    ]);
+    let recs = json_lines(&out);
+    assert_eq!(recs.len(), 2 + 4 + 2, "{out}");
+    for r in &recs {
+        has_keys(
+            r,
+            &[
+                "engine",
+                "path",
+                "dataset",
+                "mode",
+                "ef",
+                "recall",
+                "qps",
+                "threads",
+                "build_seconds",
+                "index_bytes",
+            ],
+        );
+        assert_eq!(r["engine"], "prox");
+        assert_eq!(r["threads"], 1);
+        assert_eq!(r["dataset"], "data");
+    }
+    let exact = recs.iter().find(|r| r["mode"] == "exact").unwrap();
+    assert_eq!(exact["recall"], 1.0);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+
+    let saved = dir.join("prox.jsonl");
+    std::fs::write(&saved, &out).unwrap();
+    let png = dir.join("plot.png");
+    ok(&["bench", "plot", "--results", s(&saved), "--plot", s(&png)]);
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let junk = dir.join("junk.jsonl");
+    std::fs::write(&junk, "{\"engine\": 1}\n").unwrap();
+    let e = fails(
+        &["bench", "plot", "--results", s(&junk), "--plot", s(&png)],
+        1,
+    );
+    assert!(e.contains("junk.jsonl: line 1"), "{e}");
+}
+
+#[test]
+fn demo_runs_end_to_end_on_small_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("prox-data");
+    let out = ok(&[
+        "demo",
+        "--store",
+        s(&store),
+        "--n",
+        "600",
+        "--dim",
+        "8",
+        "--queries",
+        "20",
+        "--seed",
+        &seed(),
+        "--json",
+    ]);
+    let recs = json_lines(&out);
+    let exact = recs
+        .iter()
+        .find(|r| r["mode"] == "exact")
+        .expect("exact row");
+    assert_eq!(exact["recall"], 1.0, "{out}");
+    assert!(recs.iter().any(|r| r["path"] == "hnsw"), "{out}");
+    assert!(store.join("datasets/demo/gt.ivecs").exists());
+    ok(&["verify", "--store", s(&store), "demo"]);
+}
