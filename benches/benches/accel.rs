@@ -4,6 +4,9 @@
 //! The full recall-vs-QPS comparison with hnswlib on the shared datasets is
 //! `examples/accel_engine.rs` driven by `peer_bench.py` (docs/performance.md).
 
+// `criterion_group!` emits an undocumented `pub fn`.
+#![allow(missing_docs)]
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
