@@ -355,6 +355,9 @@ fn build_100k_x_128() {
         t.elapsed(),
         store.cids().unwrap().len()
     );
+    let t = std::time::Instant::now();
+    let report = map.verify().unwrap();
+    eprintln!("verified in {:?}: {report:?}", t.elapsed());
 }
 
 /// A cheap in-tree stand-in for the fuzz targets: random byte flips,

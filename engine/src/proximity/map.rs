@@ -13,6 +13,7 @@ use crate::prolly;
 use crate::store::{BlockStore, MemStore};
 use bytes::Bytes;
 use prox_kernels::{canonical, Metric};
+use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 
 /// An opened proximity map: a descriptor and the store holding its objects.
@@ -356,7 +357,7 @@ impl DirRecords {
 #[derive(Clone)]
 struct Context {
     parent: u32,
-    siblings: std::rc::Rc<Vec<u32>>,
+    siblings: std::sync::Arc<Vec<u32>>,
 }
 
 struct Audit<'a, 's> {
@@ -496,29 +497,36 @@ impl Audit<'_, '_> {
                 }
             }
         }
-        // Nearest-representative invariant.
+        // Nearest-representative invariant (entries checked in parallel; the
+        // first violation in entry order is reported).
         if let (false, Some(ctx)) = (directory, ctx) {
             let metric = map.metric();
             let p = ctx.parent;
-            for (&r, v) in recs.iter().zip(&vectors) {
-                if r == p {
-                    continue;
-                }
-                let sp = canonical::score(metric, v, self.dir.vector(p));
-                for &q in ctx.siblings.iter() {
-                    let sq = canonical::score(metric, v, self.dir.vector(q));
-                    if sq < sp || (sq == sp && q < p) {
-                        return Err(corrupt(
-                            cid,
-                            format!(
-                                "entry {} is nearer to {} than to its representative {}",
-                                hex::encode(self.dir.keys[r as usize].as_slice()),
-                                hex::encode(self.dir.keys[q as usize].as_slice()),
-                                hex::encode(self.dir.keys[p as usize].as_slice())
-                            ),
-                        ));
-                    }
-                }
+            let dir = self.dir;
+            let bad = recs
+                .par_iter()
+                .zip(vectors.par_iter())
+                .filter(|(&r, _)| r != p)
+                .find_map_first(|(&r, v)| {
+                    let sp = canonical::score(metric, v, dir.vector(p));
+                    ctx.siblings
+                        .iter()
+                        .find(|&&q| {
+                            let sq = canonical::score(metric, v, dir.vector(q));
+                            sq < sp || (sq == sp && q < p)
+                        })
+                        .map(|&q| (r, q))
+                });
+            if let Some((r, q)) = bad {
+                return Err(corrupt(
+                    cid,
+                    format!(
+                        "entry {} is nearer to {} than to its representative {}",
+                        hex::encode(&dir.keys[r as usize]),
+                        hex::encode(&dir.keys[q as usize]),
+                        hex::encode(&dir.keys[p as usize])
+                    ),
+                ));
             }
         }
         // Children and summaries.
@@ -545,7 +553,7 @@ impl Audit<'_, '_> {
                 .checked_sub(1)
                 .ok_or_else(|| corrupt(cid, "children below level 0"))?
         };
-        let siblings = std::rc::Rc::new(recs.clone());
+        let siblings = std::sync::Arc::new(recs.clone());
         for (i, e) in node.entries.iter().enumerate() {
             let child = e
                 .child
@@ -584,19 +592,20 @@ impl Audit<'_, '_> {
                 ));
             }
             let centre = &vectors[i];
-            for &x in &below {
-                let need = radius_up(canonical::l2sq(centre, self.dir.vector(x)), 0.0);
-                if e.radius < need {
-                    return Err(corrupt(
-                        cid,
-                        format!(
-                            "entry {}: radius {} does not cover record {}",
-                            hex::encode(&e.key),
-                            e.radius,
-                            hex::encode(&self.dir.keys[x as usize])
-                        ),
-                    ));
-                }
+            let dir = self.dir;
+            let uncovered = below.par_iter().find_first(|&&x| {
+                e.radius < radius_up(canonical::l2sq(centre, dir.vector(x)), 0.0)
+            });
+            if let Some(&x) = uncovered {
+                return Err(corrupt(
+                    cid,
+                    format!(
+                        "entry {}: radius {} does not cover record {}",
+                        hex::encode(&e.key),
+                        e.radius,
+                        hex::encode(&dir.keys[x as usize])
+                    ),
+                ));
             }
             all.extend(below);
         }
