@@ -52,6 +52,17 @@ pub(crate) fn down(x: f64) -> f64 {
     }
 }
 
+/// `x` rounded to the nearest integer, ties to even, for `|x| < 2^51`:
+/// adding and subtracting `1.5·2^52` leaves no fraction bits, and IEEE
+/// round-to-nearest-even does the rounding (Rust never reassociates or
+/// contracts these operations). Same result as `f64::round_ties_even`,
+/// without a libm call.
+#[inline]
+fn round_ties_even_small(x: f64) -> f64 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0;
+    (x + SHIFT) - SHIFT
+}
+
 /// Quantizes `x` into `codes` (same length) and returns its scalars.
 pub(crate) fn quantize(x: &[f32], codes: &mut [i8]) -> QuantStats {
     debug_assert_eq!(x.len(), codes.len());
@@ -75,7 +86,7 @@ pub(crate) fn quantize(x: &[f32], codes: &mut [i8]) -> QuantStats {
     let mut err2 = 0.0f64;
     for (c, &v) in codes.iter_mut().zip(x) {
         let v = f64::from(v);
-        let q = (v / scale).round_ties_even().clamp(-127.0, 127.0);
+        let q = round_ties_even_small(v / scale).clamp(-127.0, 127.0);
         *c = q as i8;
         code_norm2 += (q as i64) * (q as i64);
         let e = v - scale * q;
@@ -123,6 +134,17 @@ pub(crate) fn l2_lower(a2: f64, a2_err: f64, q: &QuantStats, x: &QuantStats) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_rounding_matches_round_ties_even() {
+        for i in -1_000_000i64..=1_000_000 {
+            let x = i as f64 / 4096.0 + if i % 3 == 0 { 0.5 } else { 0.0 };
+            assert_eq!(round_ties_even_small(x), x.round_ties_even(), "{x}");
+        }
+        for x in [0.5, 1.5, 2.5, -0.5, -2.5, 126.5, -126.5, 127.49999999999999] {
+            assert_eq!(round_ties_even_small(x), x.round_ties_even(), "{x}");
+        }
+    }
 
     #[test]
     fn reconstruction_error_is_bounded() {
