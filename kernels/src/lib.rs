@@ -6,7 +6,7 @@
 //!   component order, no FMA, no reassociation). Every persisted number and
 //!   every reported score comes from here, so results are bit-identical on
 //!   every machine, thread count and ISA.
-//! * The fast kernels ([`f32`], [`sq8`], [`pq`]), dispatched once per process
+//! * The fast kernels ([`f32`](mod@f32), [`sq8`], [`pq`]), dispatched once per process
 //!   to the best available ISA (AVX2+FMA, NEON, portable `wide`, scalar). They
 //!   rank candidates; their results are never persisted.
 //!
