@@ -313,6 +313,9 @@ fn pq_training_matches_the_spec_model_byte_for_byte() {
     }
 }
 
+/// A filter's expected eligibility by record index.
+type Eligible = Box<dyn Fn(usize) -> bool>;
+
 fn key_of(i: usize) -> Vec<u8> {
     (i as u32).to_be_bytes().to_vec()
 }
@@ -336,7 +339,7 @@ fn filtered_search_returns_min_k_eligible() {
         start: Some(key_of(a)),
         end: Some(key_of(b)),
     };
-    let sets: Vec<(Filter, Box<dyn Fn(usize) -> bool>)> = vec![
+    let sets: Vec<(Filter, Eligible)> = vec![
         (range(100, 103), Box::new(|i| (100..103).contains(&i))),
         (range(0, 0), Box::new(|_| false)),
         (range(500, 3900), Box::new(|i| (500..3900).contains(&i))),
