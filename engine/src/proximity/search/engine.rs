@@ -18,6 +18,9 @@ const UNIT_DELTA: f64 = 1.0 / (1u64 << 23) as f64;
 
 /// A subtree waiting in the frontier.
 struct Item {
+    /// Primary order: the lower bound (exact modes) or the representative's
+    /// approximate score (adaptive mode).
+    prio: f64,
     /// Lower bound on the canonical score of any record below.
     lb: f64,
     /// Approximate score of the subtree's representative (tie-break).
@@ -30,7 +33,7 @@ struct Item {
 
 impl Item {
     fn key(&self) -> (f64, f64, u64) {
-        (self.lb, self.approx, self.seq)
+        (self.prio, self.approx, self.seq)
     }
 }
 
@@ -46,7 +49,7 @@ impl PartialOrd for Item {
     }
 }
 impl Ord for Item {
-    /// Reversed, so `BinaryHeap` pops the smallest `(lb, approx, seq)`.
+    /// Reversed, so `BinaryHeap` pops the smallest `(prio, approx, seq)`.
     fn cmp(&self, other: &Self) -> Ordering {
         let (a, b) = (self.key(), other.key());
         b.0.total_cmp(&a.0)
@@ -307,9 +310,11 @@ impl SearchContext {
                         continue;
                     }
                     seq += 1;
+                    let approx = q.approx(x, dot);
                     self.frontier.push(Item {
+                        prio: if exact { lb } else { approx },
                         lb,
-                        approx: q.approx(x, dot),
+                        approx,
                         seq,
                         node: node.clone(),
                         idx: i as u32,

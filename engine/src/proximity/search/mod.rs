@@ -3,9 +3,10 @@
 //! The hierarchy is a tree of nearest-representative groups whose entries
 //! carry a representative vector, a Euclidean covering radius and the
 //! `[min_key, max_key]` of the records below (proximity-format.md 5, 12.4,
-//! 12.5). Search is best-first: a frontier of subtrees ordered by a lower
-//! bound on the score of anything below them (ties by the representative's
-//! approximate score), expanded one node at a time.
+//! 12.5). Search is best-first: a frontier of subtrees, expanded one node
+//! at a time, ordered by a lower bound on the score of anything below them
+//! (exact and budgeted modes) or by the representative's approximate score
+//! (adaptive mode).
 //!
 //! * **Ranking** uses per-vector 8-bit codes built when a node is first
 //!   loaded ([`quant`]): one SIMD integer kernel call scores a whole node,
