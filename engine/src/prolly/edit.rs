@@ -79,17 +79,46 @@ impl<'s> Tree<'s> {
         if muts.is_empty() {
             return Ok(self.clone());
         }
-        let root = match self.root {
-            None => {
-                let puts = muts.into_iter().filter_map(|m| match m {
-                    Mutation::Put(k, v) => Some((k, v)),
+        // One splice per group of mutations that route to the same leaf:
+        // a splice re-chunks everything between its first and last
+        // mutation, so grouping keeps a batch of k scattered keys at
+        // O(k * height) node writes instead of O(span of the keys).
+        let mut root = self.root;
+        let mut rest: &[Mutation] = &muts;
+        while !rest.is_empty() {
+            let Some(r) = root else {
+                let puts = rest.iter().filter_map(|m| match m {
+                    Mutation::Put(k, v) => Some((k.clone(), v.clone())),
                     Mutation::Delete(_) => None,
                 });
-                build_sorted(self.store, &self.cfg, puts)?
-            }
-            Some(root) => splice(self.store, &self.cfg, root, muts)?,
-        };
+                root = build_sorted(self.store, &self.cfg, puts)?;
+                break;
+            };
+            let n = match leaf_upper_bound(self.store, r, rest[0].key())? {
+                Some(bound) => rest.partition_point(|m| m.key() < bound.as_slice()).max(1),
+                None => rest.len(),
+            };
+            root = splice(self.store, &self.cfg, r, rest[..n].to_vec())?;
+            rest = &rest[n..];
+        }
         Ok(self.with_root(root))
+    }
+}
+
+/// First key of the leaf after the one `key` routes to (`None` for the
+/// last leaf): mutations below it start their splice in the same leaf.
+fn leaf_upper_bound(store: &dyn BlockStore, root: Cid, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut node = load(store, &root)?;
+    let mut bound = None;
+    loop {
+        if node.leaf || node.is_empty() {
+            return Ok(bound);
+        }
+        let i = node.route(key).unwrap_or(0);
+        if let Some(next) = node.keys.get(i + 1) {
+            bound = Some(next.clone());
+        }
+        node = load_child(store, &node, i)?;
     }
 }
 
