@@ -129,6 +129,7 @@ fn help_lists_groups_and_every_subcommand_has_examples() {
     }
     for sub in [
         "build", "query", "update", "accel", "bench", "datagen", "demo", "inspect", "verify", "gc",
+        "tree", "roots",
     ] {
         let h = ok(&[sub, "--help"]);
         assert!(
@@ -173,7 +174,7 @@ fn datagen_is_deterministic_and_reports_json() {
         &v[0],
         &["out", "n", "dim", "queries", "k", "metric", "seed"],
     );
-    assert!(prox().args(args(&b)).status().unwrap().success());
+    assert!(prox().args(args(&b)).output().unwrap().status.success());
     for f in ["base.fvecs", "query.fvecs", "gt.ivecs", "meta.json"] {
         let (x, y) = (
             std::fs::read(a.join(f)).unwrap(),

@@ -73,6 +73,12 @@ pub enum Command {
     /// Audit a whole named map; report the first broken object.
     #[command(after_help = verify::EXAMPLES)]
     Verify(verify::VerifyArgs),
+    /// Build, edit and read ordered prolly trees (CRAB nodes).
+    #[command(after_help = tree::EXAMPLES)]
+    Tree(tree::TreeArgs),
+    /// List, set and compare-and-swap named roots.
+    #[command(after_help = roots::EXAMPLES)]
+    Roots(roots::RootsArgs),
     /// Reclaim blocks no named root or pin reaches.
     #[command(after_help = gc::EXAMPLES)]
     Gc(gc::GcArgs),
@@ -199,6 +205,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Query(a) => query::run(a),
         Command::Update(a) => update::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Tree(a) => tree::run(a.clone()),
+        Command::Roots(a) => roots::run(a.clone()),
     }
 }
 
