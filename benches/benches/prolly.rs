@@ -8,6 +8,9 @@
 //! 16-byte keys (`u64_key` of a scrambled index, 8 bytes padding) and
 //! 32-byte values, default config (4 / 1 MiB / 128 / seed 0).
 
+// `criterion_group!` emits an undocumented `pub fn`.
+#![allow(missing_docs)]
+
 use criterion::{
     black_box, criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput,
 };
