@@ -156,7 +156,8 @@ fn builder_rejects_bad_input_naming_the_record() {
         Error::DuplicateKey { key } => Some(key.clone()),
         other => panic!("unexpected error {other:?}"),
     };
-    let cases: Vec<(InputRecord, fn(&Error) -> bool)> = vec![
+    type Case = (InputRecord, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
         ((b"bad".to_vec(), vec![1.0, 2.0], vec![]), |e| {
             matches!(
                 e,
@@ -272,7 +273,7 @@ fn verify_catches_tampered_objects() {
             .entries
             .iter_mut()
             .find(|e| e.child.is_some() && e.radius > 0.0);
-        e.map(|e| e.radius = e.radius / 4.0).is_some()
+        e.map(|e| e.radius /= 4.0).is_some()
     });
     assert!(is_corrupt(r), "seed {s}: shrunken radius");
 
