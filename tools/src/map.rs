@@ -5,15 +5,13 @@
 //! A named root holds `RootManifest` bytes with the typed-root config whose
 //! root is a `CRMF` content root of kind `ProximityDescriptor` pointing at
 //! the `PRXI` descriptor; its metadata maps `prox.hnsw` / `prox.pq` to the
-//! 32-byte manifest CIDs of the sidecars (docs/formats-proximity.md). A
-//! root holding a bare `PRXI` is accepted too.
+//! 32-byte manifest CIDs of the sidecars (docs/formats-proximity.md).
 
 use anyhow::{anyhow, bail, Context, Result};
 use prox_engine::accel::{self, AccelContext, Accelerators, Path, SearchGraph};
-use prox_engine::manifest::RootManifest;
 use prox_engine::proximity::search::{self, SearchContext, SearchRequest, Searcher};
-use prox_engine::proximity::{ContentRoot, Descriptor, RootKind};
-use prox_engine::{refs, BlockStore, Cid};
+use prox_engine::proximity::{self, Descriptor, ProximityMap, Sidecars};
+use prox_engine::{BlockStore, Cid};
 
 /// What a named root points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,70 +24,33 @@ pub struct Published {
     pub pq: Option<Cid>,
 }
 
-/// Writes a `CRMF` for `p` and points root `name` at it. Returns the CRMF
-/// CID. Only called after every object of the map is stored and committed.
+/// Points root `name` at the map `p` describes (a `CRMF` naming the
+/// descriptor and its sidecars), through the engine's one publisher
+/// ([`prox_engine::proximity::publish`]). Returns the CRMF CID. Only called
+/// after every object of the map is stored.
 pub fn publish(store: &dyn BlockStore, name: &str, p: &Published) -> Result<Cid> {
-    prox_engine::store::validate_root_name(name)?;
-    let mut cr = ContentRoot::new(RootKind::ProximityDescriptor, p.descriptor);
-    if let Some(h) = p.hnsw {
-        cr.metadata
-            .insert(refs::META_HNSW.to_vec(), h.as_bytes().to_vec());
-    }
-    if let Some(q) = p.pq {
-        cr.metadata
-            .insert(refs::META_PQ.to_vec(), q.as_bytes().to_vec());
-    }
-    let crmf = store.put(&cr.encode()?)?;
     store.commit()?;
-    let manifest = RootManifest::new(Some(crmf), refs::typed_root_config());
-    store
-        .set_root(name, Some(&manifest.encode()))
-        .with_context(|| format!("cannot set root {name:?}"))?;
-    Ok(crmf)
+    let map = ProximityMap::load(store, p.descriptor)
+        .with_context(|| format!("loading map {}", p.descriptor))?;
+    let sidecars = Sidecars {
+        hnsw: p.hnsw,
+        pq: p.pq,
+    };
+    proximity::publish(store, name, &map, &sidecars)
+        .with_context(|| format!("cannot set root {name:?}"))
 }
 
-/// Reads root `name`.
+/// Reads root `name` through the engine's resolver
+/// ([`prox_engine::proximity::resolve`]).
 pub fn resolve(store: &dyn BlockStore, name: &str) -> Result<Published> {
-    let bytes = store
-        .root(name)?
-        .ok_or_else(|| anyhow!("no root named {name:?}"))?;
-    let m = RootManifest::decode(&bytes).with_context(|| format!("root {name:?}"))?;
-    let cid = m.root.ok_or_else(|| anyhow!("root {name:?} is empty"))?;
-    let block = store
-        .get(&cid)?
-        .ok_or_else(|| anyhow!("block {cid} named by root {name:?} is missing"))?;
-    match block.get(..4) {
-        Some(b"CRMF") => {
-            let cr = ContentRoot::decode(&block).with_context(|| format!("content root {cid}"))?;
-            if cr.kind != RootKind::ProximityDescriptor {
-                bail!("root {name:?} holds a {:?}, not a proximity map", cr.kind);
-            }
-            let meta = |k: &[u8]| -> Result<Option<Cid>> {
-                cr.metadata
-                    .get(k)
-                    .map(|v| {
-                        Cid::from_slice(v).ok_or_else(|| {
-                            anyhow!(
-                                "content root {cid}: metadata {:?} is not a CID",
-                                String::from_utf8_lossy(k)
-                            )
-                        })
-                    })
-                    .transpose()
-            };
-            Ok(Published {
-                descriptor: cr.root,
-                hnsw: meta(refs::META_HNSW)?,
-                pq: meta(refs::META_PQ)?,
-            })
-        }
-        Some(b"PRXI") => Ok(Published {
-            descriptor: cid,
-            hnsw: None,
-            pq: None,
-        }),
-        _ => bail!("root {name:?} does not point at a proximity map"),
-    }
+    let (descriptor, side) = proximity::resolve(store, name)
+        .with_context(|| format!("root {name:?}"))?
+        .ok_or_else(|| anyhow!("no map is published under root {name:?}"))?;
+    Ok(Published {
+        descriptor,
+        hnsw: side.hnsw,
+        pq: side.pq,
+    })
 }
 
 /// The path a query asks for (`--path`).

@@ -493,6 +493,34 @@ fn json_lines_keys_and_values_round_trip_and_update() {
 }
 
 #[test]
+fn accel_build_attaches_sidecars_to_the_named_root() {
+    let f = fixture(&[]);
+    let st = s(&f.store);
+    let before = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0];
+    assert!(before["hnsw"].is_null(), "{before}");
+    let out = &json_lines(&ok(&[
+        "accel", "build", "--store", st, "--name", "m", "--hnsw", "", "--json",
+    ]))[0];
+    let hnsw = out["hnsw"].as_str().expect("hnsw manifest CID").to_string();
+    let after = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0];
+    assert_eq!(after["hnsw"].as_str(), Some(hnsw.as_str()), "{after}");
+    // A second run adding PQ keeps the published HNSW sidecar.
+    ok(&[
+        "accel",
+        "build",
+        "--store",
+        st,
+        "--name",
+        "m",
+        "--pq",
+        "subquantizers=4",
+    ]);
+    let both = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0];
+    assert_eq!(both["hnsw"].as_str(), Some(hnsw.as_str()), "{both}");
+    assert!(both["pq"].is_string(), "{both}");
+}
+
+#[test]
 fn inspect_verify_gc_and_sidecar_paths() {
     let f = fixture(&["--hnsw", "--pq", "subquantizers=4"]);
     let st = s(&f.store);

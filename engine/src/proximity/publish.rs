@@ -101,6 +101,8 @@ pub fn publish(
         };
         crmf.logical_version = prev.as_ref().map_or(0, |p| p.2.logical_version + 1);
         let cid = store.put(&crmf.encode()?)?;
+        // The root must never name a block that a crash could lose.
+        store.commit()?;
         let manifest = RootManifest::new(Some(cid), typed_root_config()).encode();
         let expected = store.root(name)?;
         if prev.is_some() && expected.as_deref() != prev.as_ref().map(|p| p.0.as_slice()) {

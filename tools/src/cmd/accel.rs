@@ -5,8 +5,6 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::accel::{build_sidecars, HnswParams, PqParams};
-use prox_engine::manifest::RootManifest;
-use prox_engine::proximity::ContentRoot;
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Cid};
 use std::path::PathBuf;
@@ -71,29 +69,6 @@ pub fn parse_pq(s: &str) -> Result<PqParams, String> {
     PqParams::parse(s).map_err(|e| e.to_string())
 }
 
-/// The descriptor a named root points at: the root manifest's root is either
-/// a `CRMF` typed content root (whose root is the descriptor) or the `PRXI`
-/// itself.
-pub fn resolve_descriptor(store: &dyn BlockStore, name: &str) -> Result<Cid> {
-    let bytes = store
-        .root(name)?
-        .with_context(|| format!("no root named {name:?}"))?;
-    let manifest = RootManifest::decode(&bytes).with_context(|| format!("root {name:?}"))?;
-    let cid = manifest
-        .root
-        .with_context(|| format!("root {name:?} is empty"))?;
-    let block = store
-        .get(&cid)?
-        .with_context(|| format!("block {cid} of root {name:?} is missing"))?;
-    match block.get(..4) {
-        Some(b"CRMF") => Ok(ContentRoot::decode(&block)
-            .with_context(|| format!("content root {cid}"))?
-            .root),
-        Some(b"PRXI") => Ok(cid),
-        _ => bail!("root {name:?} does not point at a proximity map"),
-    }
-}
-
 /// Runs `prox accel ...`.
 pub fn run(args: &AccelArgs) -> Result<()> {
     match &args.command {
@@ -107,15 +82,31 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
     }
     let store = MmapStore::open(&args.store)
         .with_context(|| format!("opening store {}", args.store.display()))?;
-    let descriptor = match (&args.descriptor, &args.name) {
+    let published = match &args.name {
+        Some(n) => Some(crate::map::resolve(&store, n)?),
+        None => None,
+    };
+    let descriptor = match (&args.descriptor, &published) {
         (Some(c), _) => *c,
-        (None, Some(n)) => resolve_descriptor(&store, n)?,
+        (None, Some(p)) => p.descriptor,
         (None, None) => bail!("pass --name or --descriptor"),
     };
     let t = std::time::Instant::now();
     let side = build_sidecars(&store, descriptor, args.hnsw.as_ref(), args.pq.as_ref())
         .with_context(|| format!("building sidecars of {descriptor}"))?;
     store.commit()?;
+    // Attach the new sidecars to the named root (keeping a published sidecar
+    // of the other kind), so queries and sync see them.
+    if let (Some(name), Some(p)) = (&args.name, published) {
+        if p.descriptor == descriptor {
+            let attached = crate::map::Published {
+                descriptor,
+                hnsw: side.hnsw.as_ref().map(|s| s.manifest_cid).or(p.hnsw),
+                pq: side.pq.as_ref().map(|s| s.manifest_cid).or(p.pq),
+            };
+            crate::map::publish(&store, name, &attached)?;
+        }
+    }
     let secs = t.elapsed().as_secs_f64();
     let hnsw = side.hnsw.as_ref().map(|s| s.manifest_cid.to_string());
     let pq = side.pq.as_ref().map(|s| s.manifest_cid.to_string());
