@@ -45,6 +45,21 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
+/// `prox VERB --store STORE --name NAME FLAG FILE EXTRA...`: the shape of
+/// every map command (build/query/update) in these tests.
+fn map_cmd<'a>(
+    verb: &'a str,
+    store: &'a Path,
+    name: &'a str,
+    flag: &'a str,
+    file: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut v = vec![verb, "--store", s(store), "--name", name, flag, s(file)];
+    v.extend_from_slice(extra);
+    v
+}
+
 fn is_cid(line: &str) -> bool {
     line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -226,20 +241,14 @@ fn build_query_exact_matches_ground_truth_and_json_schema() {
     let truth = std::fs::read(&gt).unwrap();
     assert_eq!(std::fs::read(&found).unwrap(), truth, "seed {}", seed());
 
-    let out = ok(&[
+    let out = ok(&map_cmd(
         "query",
-        "--store",
-        s(&f.store),
-        "--name",
+        &f.store,
         "m",
         "--queries",
-        s(&q),
-        "--k",
-        "3",
-        "--json",
-        "--mode",
-        "exact",
-    ]);
+        &q,
+        &["--k", "3", "--json", "--mode", "exact"],
+    ));
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 12);
     for (i, l) in lines.iter().enumerate() {
@@ -253,46 +262,24 @@ fn build_query_exact_matches_ground_truth_and_json_schema() {
         assert!(r[0]["score"].as_f64().unwrap() <= r[1]["score"].as_f64().unwrap());
     }
     // Plain output: one line per query, ids separated by spaces.
-    let plain = ok(&[
+    let plain = ok(&map_cmd(
         "query",
-        "--store",
-        s(&f.store),
-        "--name",
+        &f.store,
         "m",
         "--queries",
-        s(&q),
-        "--k",
-        "2",
-    ]);
+        &q,
+        &["--k", "2"],
+    ));
     assert_eq!(plain.lines().count(), 12);
     // Wrong dimension and unknown map are failures naming the culprit.
     let other = f.data.join("other.jsonl");
     std::fs::write(&other, "{\"vector\": [1, 2, 3]}\n").unwrap();
     let e = fails(
-        &[
-            "query",
-            "--store",
-            s(&f.store),
-            "--name",
-            "m",
-            "--queries",
-            s(&other),
-        ],
+        &map_cmd("query", &f.store, "m", "--queries", &other, &[]),
         1,
     );
     assert!(e.contains("other.jsonl") && e.contains("dimensions"), "{e}");
-    let e = fails(
-        &[
-            "query",
-            "--store",
-            s(&f.store),
-            "--name",
-            "nope",
-            "--queries",
-            s(&q),
-        ],
-        1,
-    );
+    let e = fails(&map_cmd("query", &f.store, "nope", "--queries", &q, &[]), 1);
     assert!(e.contains("nope"), "{e}");
 }
 
@@ -310,18 +297,7 @@ fn malformed_inputs_name_the_row_and_leave_the_root_alone() {
     }
     bytes.truncate(bytes.len() - 2);
     std::fs::write(&bad, &bytes).unwrap();
-    let e = fails(
-        &[
-            "build",
-            "--store",
-            s(&store),
-            "--name",
-            "x",
-            "--input",
-            s(&bad),
-        ],
-        1,
-    );
+    let e = fails(&map_cmd("build", &store, "x", "--input", &bad, &[]), 1);
     assert!(
         e.contains("bad.fvecs: row 2") && e.contains("truncated"),
         "{e}"
@@ -333,18 +309,7 @@ fn malformed_inputs_name_the_row_and_leave_the_root_alone() {
         "{\"key\": \"01\", \"vector\": [1, 2]}\n\n{\"key\": \"02\", \"vector\": [1, 2, 3]}\n",
     )
     .unwrap();
-    let e = fails(
-        &[
-            "build",
-            "--store",
-            s(&store),
-            "--name",
-            "x",
-            "--input",
-            s(&nan),
-        ],
-        1,
-    );
+    let e = fails(&map_cmd("build", &store, "x", "--input", &nan, &[]), 1);
     assert!(
         e.contains("nan.jsonl: line 3 (row 1)") && e.contains("dimension 3"),
         "{e}"
@@ -352,18 +317,7 @@ fn malformed_inputs_name_the_row_and_leave_the_root_alone() {
 
     let hdf = dir.path().join("glove.hdf5");
     std::fs::write(&hdf, b"\x89HDF").unwrap();
-    let e = fails(
-        &[
-            "build",
-            "--store",
-            s(&store),
-            "--name",
-            "x",
-            "--input",
-            s(&hdf),
-        ],
-        1,
-    );
+    let e = fails(&map_cmd("build", &store, "x", "--input", &hdf, &[]), 1);
     assert!(e.contains("HDF5") && e.contains(".npy"), "{e}");
 
     // None of the failed builds created root "x".
@@ -379,18 +333,7 @@ fn malformed_inputs_name_the_row_and_leave_the_root_alone() {
         "{\"key\": \"01\", \"vector\": [1, 2]}\n{\"key\": \"01\", \"vector\": [3, 4]}\n",
     )
     .unwrap();
-    fails(
-        &[
-            "build",
-            "--store",
-            s(&store),
-            "--name",
-            "x",
-            "--input",
-            s(&dup),
-        ],
-        1,
-    );
+    fails(&map_cmd("build", &store, "x", "--input", &dup, &[]), 1);
     fails(&["verify", "--store", s(&store), "x"], 1);
 }
 
@@ -410,18 +353,14 @@ fn json_lines_keys_and_values_round_trip_and_update() {
         ));
     }
     std::fs::write(&input, text).unwrap();
-    let out = ok(&[
+    let out = ok(&map_cmd(
         "build",
-        "--store",
-        s(&store),
-        "--name",
+        &store,
         "kv",
         "--input",
-        s(&input),
-        "--metric",
-        "l2",
-        "--json",
-    ]);
+        &input,
+        &["--metric", "l2", "--json"],
+    ));
     let v = &json_lines(&out)[0];
     has_keys(
         v,
@@ -439,20 +378,15 @@ fn json_lines_keys_and_values_round_trip_and_update() {
     assert_eq!(v["records"], 40);
     let q = dir.path().join("q.jsonl");
     std::fs::write(&q, "{\"vector\": [7, 33, 1.5]}\n").unwrap();
-    let out = ok(&[
+    let nearest = map_cmd(
         "query",
-        "--store",
-        s(&store),
-        "--name",
+        &store,
         "kv",
         "--queries",
-        s(&q),
-        "--k",
-        "1",
-        "--json",
-        "--mode",
-        "exact",
-    ]);
+        &q,
+        &["--k", "1", "--json", "--mode", "exact"],
+    );
+    let out = ok(&nearest);
     let hit = &json_lines(&out)[0]["results"][0];
     assert_eq!(hit["key"], "0007");
     assert_eq!(hit["value"], "07");
@@ -464,30 +398,9 @@ fn json_lines_keys_and_values_round_trip_and_update() {
         "{\"op\": \"del\", \"key\": \"0007\"}\n{\"op\": \"put\", \"key\": \"ffff\", \"vector\": [7, 33, 1.5], \"value\": \"aa\"}\n",
     )
     .unwrap();
-    let out = ok(&[
-        "update",
-        "--store",
-        s(&store),
-        "--name",
-        "kv",
-        "--input",
-        s(&edits),
-    ]);
+    let out = ok(&map_cmd("update", &store, "kv", "--input", &edits, &[]));
     assert!(is_cid(out.lines().last().unwrap()), "{out}");
-    let out = ok(&[
-        "query",
-        "--store",
-        s(&store),
-        "--name",
-        "kv",
-        "--queries",
-        s(&q),
-        "--k",
-        "1",
-        "--json",
-        "--mode",
-        "exact",
-    ]);
+    let out = ok(&nearest);
     assert_eq!(json_lines(&out)[0]["results"][0]["key"], "ffff");
     ok(&["verify", "--store", s(&store), "kv"]);
 }
