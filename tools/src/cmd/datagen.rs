@@ -25,12 +25,10 @@ pub enum Kind {
     Gmm,
 }
 
-/// Arguments of `prox datagen`.
+/// The size, seed and metric of a generated Gaussian-mixture dataset
+/// (shared by `prox datagen` and `prox demo`).
 #[derive(Debug, Clone, Args)]
-pub struct DatagenArgs {
-    /// Dataset kind.
-    #[arg(long, value_enum, default_value = "gmm")]
-    pub kind: Kind,
+pub struct GmmArgs {
     /// Number of base vectors.
     #[arg(long, default_value_t = 100_000)]
     pub n: usize,
@@ -43,10 +41,28 @@ pub struct DatagenArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Metric of the ground truth: l2, cosine or ip (cosine and ip produce
-    /// unit vectors).
+    /// Metric of the data and its ground truth: l2, cosine or ip (cosine and ip
+    /// produce unit vectors).
     #[arg(long, default_value = "l2", value_parser = super::parse_metric)]
     pub metric: Metric,
+}
+
+impl GmmArgs {
+    /// The mixture these arguments describe (default cluster count).
+    pub fn spec(&self) -> GmmSpec {
+        GmmSpec::new(self.n, self.dim, self.queries, self.seed, self.metric)
+    }
+}
+
+/// Arguments of `prox datagen`.
+#[derive(Debug, Clone, Args)]
+pub struct DatagenArgs {
+    /// Dataset kind.
+    #[arg(long, value_enum, default_value = "gmm")]
+    pub kind: Kind,
+    /// Size, seed and metric.
+    #[command(flatten)]
+    pub data: GmmArgs,
     /// Neighbours per query in gt.ivecs.
     #[arg(long, default_value_t = 100)]
     pub k: usize,
@@ -64,7 +80,7 @@ pub struct DatagenArgs {
 impl DatagenArgs {
     /// The mixture these arguments describe.
     pub fn spec(&self) -> GmmSpec {
-        let mut spec = GmmSpec::new(self.n, self.dim, self.queries, self.seed, self.metric);
+        let mut spec = self.data.spec();
         if let Some(c) = self.clusters {
             spec.clusters = c;
         }
@@ -74,14 +90,15 @@ impl DatagenArgs {
 
 /// Runs `prox datagen`.
 pub fn run(args: &DatagenArgs) -> Result<()> {
-    if args.n == 0 || args.dim == 0 || args.queries == 0 || args.k == 0 {
+    let shape = &args.data;
+    if shape.n == 0 || shape.dim == 0 || shape.queries == 0 || args.k == 0 {
         bail!("--n, --dim, --queries and --k must all be at least 1");
     }
-    if args.dim > io::MAX_DIM {
-        bail!("--dim {} exceeds the maximum {}", args.dim, io::MAX_DIM);
+    if shape.dim > io::MAX_DIM {
+        bail!("--dim {} exceeds the maximum {}", shape.dim, io::MAX_DIM);
     }
-    if args.n > i32::MAX as usize {
-        bail!("--n {} exceeds what .ivecs ids can hold (i32)", args.n);
+    if shape.n > i32::MAX as usize {
+        bail!("--n {} exceeds what .ivecs ids can hold (i32)", shape.n);
     }
     if args.clusters == Some(0) {
         bail!("--clusters must be at least 1");
@@ -96,8 +113,8 @@ pub fn run(args: &DatagenArgs) -> Result<()> {
     let gen_secs = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    let pb = progress::bar(args.queries as u64, "ground truth", "queries");
-    let gt = gmm::ground_truth(&data.base, &data.queries, args.metric, args.k, &|| {
+    let pb = progress::bar(shape.queries as u64, "ground truth", "queries");
+    let gt = gmm::ground_truth(&data.base, &data.queries, shape.metric, args.k, &|| {
         pb.inc(1)
     });
     pb.finish_and_clear();

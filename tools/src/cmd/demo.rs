@@ -7,8 +7,9 @@
 //! builds the proximity map with an HNSW sidecar into the store, publishes
 //! it as root `demo`, then measures recall@10 and QPS of each search path.
 
+use super::datagen::GmmArgs;
 use super::store_arg::StoreArg;
-use crate::gmm::{self, GmmSpec};
+use crate::gmm;
 use crate::map::{ModeChoice, OpenMap, PathChoice, QuerySpec};
 use crate::results::BenchRecord;
 use crate::{io, out::Stdout, progress};
@@ -16,7 +17,6 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use prox_engine::accel::{HnswParams, PqParams};
 use prox_engine::proximity::{InputRecord, ProximityConfig};
-use prox_kernels::Metric;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -38,21 +38,9 @@ pub struct DemoArgs {
     /// The store.
     #[command(flatten)]
     pub store: StoreArg,
-    /// Base vectors.
-    #[arg(long, default_value_t = 100_000)]
-    pub n: usize,
-    /// Dimension.
-    #[arg(long, default_value_t = 128)]
-    pub dim: usize,
-    /// Queries.
-    #[arg(long, default_value_t = 1000)]
-    pub queries: usize,
-    /// Seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Metric: l2, cosine or ip.
-    #[arg(long, default_value = "l2", value_parser = super::parse_metric)]
-    pub metric: Metric,
+    /// Size, seed and metric of the generated dataset.
+    #[command(flatten)]
+    pub data: GmmArgs,
     /// Skip the HNSW sidecar.
     #[arg(long)]
     pub no_hnsw: bool,
@@ -126,11 +114,12 @@ fn settings(hnsw: bool, pq: bool) -> Vec<(QuerySpec, &'static str)> {
 
 /// Runs `prox demo`.
 pub fn run(args: &DemoArgs) -> Result<()> {
-    if args.n < 10 || args.dim == 0 || args.queries == 0 {
+    let shape = &args.data;
+    if shape.n < 10 || shape.dim == 0 || shape.queries == 0 {
         bail!("--n must be at least 10, --dim and --queries at least 1");
     }
     let total = Instant::now();
-    let spec = GmmSpec::new(args.n, args.dim, args.queries, args.seed, args.metric);
+    let spec = shape.spec();
     progress::note(format_args!(
         "prox demo: {} x {} Gaussian mixture ({} clusters, seed {}), {} queries, metric {}",
         spec.n, spec.dim, spec.clusters, spec.seed, spec.queries, spec.metric
