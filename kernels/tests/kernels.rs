@@ -497,3 +497,108 @@ fn pq_adc_equals_distance_to_reconstruction() {
         Ok(())
     });
 }
+
+// ---- 4-bit PQ fast-scan -------------------------------------------------
+
+use prox_kernels::pq::fastscan::{self, Lut};
+
+/// `(m, rows, codes, table)`: awkward `m` (odd, 1, lane ± 1, the 256 limit)
+/// and row counts around the 32-row block.
+fn fastscan_case() -> impl Strategy<Value = (usize, usize, Vec<u8>, Vec<f32>)> {
+    (
+        prop::sample::select(
+            &[
+                1usize, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 96, 192, 255, 256,
+            ][..],
+        ),
+        prop::sample::select(&[0usize, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100][..]),
+    )
+        .prop_flat_map(|(m, n)| {
+            (
+                Just(m),
+                Just(n),
+                vec(0u8..16, m * n),
+                vec(
+                    prop_oneof![9 => -50f32..50.0, 1 => Just(f32::INFINITY)],
+                    16 * m,
+                ),
+            )
+        })
+}
+
+#[test]
+fn fastscan_is_bit_exact_on_every_isa() {
+    check(
+        "fastscan_vs_scalar_model",
+        96,
+        fastscan_case(),
+        |(m, n, codes, table)| {
+            let lut =
+                Lut::quantize(m, &table, 0.5).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let mut blocks = Vec::new();
+            fastscan::pack(&codes, m, &mut blocks)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let nb = n.div_ceil(fastscan::BLOCK);
+            prop_assert_eq!(blocks.len(), nb * fastscan::block_bytes(m));
+            // The model: unpacked codes, entries summed in u32.
+            let e = lut.entries();
+            let want: Vec<u32> = codes
+                .chunks_exact(m)
+                .map(|c| {
+                    c.iter()
+                        .enumerate()
+                        .map(|(s, &x)| u32::from(e[16 * s + usize::from(x)]))
+                        .sum()
+                })
+                .collect();
+            for isa in available_isas() {
+                let mut out = vec![0u16; nb * fastscan::BLOCK];
+                prop_assert!(fastscan::scan_with(isa, &lut, &blocks, &mut out));
+                for (r, w) in want.iter().enumerate() {
+                    prop_assert_eq!(u32::from(out[r]), *w, "{} m {} row {}", isa, m, r);
+                }
+                // Every row's approximate distance is within m/2 steps of the
+                // f32 table sum (rounding error at most half a step per entry).
+                for (r, c) in codes.chunks_exact(m).enumerate() {
+                    let exact: f32 = 0.5
+                        + c.iter()
+                            .enumerate()
+                            .map(|(s, &x)| table[16 * s + usize::from(x)])
+                            .sum::<f32>();
+                    if exact.is_finite() {
+                        let approx = lut.distance(out[r]);
+                        let tol =
+                            lut.scale() * (m as f32 * 0.5 + 1.0) + 1e-3 * exact.abs().max(1.0);
+                        prop_assert!(
+                            (approx - exact).abs() <= tol,
+                            "{} vs {} (tol {})",
+                            approx,
+                            exact,
+                            tol
+                        );
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn fastscan_max_sum_does_not_overflow() {
+    // m = 256 with every entry quantised to 255: sums of 65 280.
+    let m = fastscan::MAX_SUBSPACES;
+    let mut table = vec![0f32; 16 * m];
+    for row in table.chunks_exact_mut(16) {
+        row[15] = 1.0;
+    }
+    let lut = Lut::quantize(m, &table, 0.0).unwrap();
+    let codes = vec![15u8; 32 * m];
+    let mut blocks = Vec::new();
+    fastscan::pack(&codes, m, &mut blocks).unwrap();
+    for isa in available_isas() {
+        let mut out = vec![0u16; 32];
+        assert!(fastscan::scan_with(isa, &lut, &blocks, &mut out));
+        assert!(out.iter().all(|&x| x == 65_280), "{isa}: {out:?}");
+    }
+}

@@ -17,8 +17,13 @@
 //! Tiers for the scan: scalar (row by row); portable and NEON (8 / 4 rows in
 //! vector lanes, entries fetched with scalar loads, since neither has a
 //! gather); AVX2 (four rows interleaved with scalar accumulators: AVX2
-//! gathers measured slower than scalar lookups on Zen 3). No 4-bit
-//! fast-scan variant exists yet (see docs/kernels.md).
+//! gathers measured slower than scalar lookups on Zen 3).
+//!
+//! [`fastscan`]: the 4-bit variant for `k ≤ 16` (codes packed two per byte
+//! in blocks of 32 rows, u8-quantised tables, `pshufb` / `tbl` lookups,
+//! exact integer sums on every ISA).
+
+pub mod fastscan;
 
 mod scalar;
 

@@ -1,0 +1,379 @@
+//! 4-bit PQ fast-scan: u8-quantised lookup tables and packed 4-bit codes
+//! scanned 32 vectors at a time with in-register table lookups.
+//!
+//! Applies to product quantizers with at most 16 centroids per subspace
+//! (4-bit codes). The persisted codes stay one byte per code (PQPQ); the
+//! packing below is an in-memory, load-time layout.
+//!
+//! # Layout
+//!
+//! `mp` is `m` rounded up to an even number (a padding subspace has code 0
+//! and table row 0). Rows are grouped in **blocks of 32** ([`BLOCK`]). A
+//! block is `16 · mp` bytes ([`block_bytes`]): for each subspace `s` in
+//! order, 16 bytes whose byte `j` holds the code of row `j` in its low
+//! nibble and the code of row `j + 16` in its high nibble. Two consecutive
+//! subspaces are therefore 32 contiguous bytes, one AVX2 register whose two
+//! 128-bit lanes are looked up in the two matching table rows. Missing rows
+//! of a last partial block have code 0 (their sums are meaningless and the
+//! caller ignores them).
+//!
+//! # Tables
+//!
+//! [`Lut::quantize`] turns an `m × 16` f32 table (subspace-major, lower is
+//! better) into `mp × 16` bytes: per subspace the minimum finite entry
+//! `lo_s` is subtracted, every subspace shares one step
+//! `scale = max_s(hi_s − lo_s) / 255`, and entries become
+//! `clamp(round((t − lo_s) / scale), 0, 255)` (`+inf` → 255). A scanned sum
+//! `S` approximates the f32 distance as `offset + scale · S`
+//! ([`Lut::distance`]), `offset = bias + Σ lo_s`. The quantisation is scalar
+//! f32 code, so equal tables give equal bytes on every machine.
+//!
+//! # Exactness
+//!
+//! Each table entry is at most 255 and at most `mp ≤ 256` entries are summed
+//! per row, so a sum is at most `255 · 256 = 65 280 < 2¹⁶`: the `u16`
+//! accumulators never overflow and **every tier returns the exact integer
+//! sum**, bit-identical across ISAs. `m` is therefore limited to
+//! [`MAX_SUBSPACES`] = 256.
+//!
+//! # Tiers
+//!
+//! scalar (reference: unpacks each row's nibbles and sums in `u32`);
+//! portable (fixed 32-lane `u16` arrays the compiler vectorises); AVX2
+//! (`vpshufb` on two subspaces per register, even/odd bytes widened into
+//! four `u16x16` accumulators, lanes folded at the end); NEON (`vqtbl1q_u8`
+//! per subspace, `vaddw_u8`/`vaddw_high_u8` into four `u16x8`
+//! accumulators).
+
+mod portable;
+mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+
+use crate::error::{Error, Result};
+use crate::{isa, Isa};
+
+/// Rows per packed block.
+pub const BLOCK: usize = 32;
+
+/// Largest number of subspaces a fast-scan table may have (keeps every sum
+/// below `2¹⁶`; see the module docs).
+pub const MAX_SUBSPACES: usize = 256;
+
+/// Centroids per subspace addressable by a 4-bit code.
+pub const CODES: usize = 16;
+
+/// `m` rounded up to an even number of subspaces.
+pub fn padded_m(m: usize) -> usize {
+    m + (m & 1)
+}
+
+/// Bytes of one packed block of [`BLOCK`] rows with `m` subspaces.
+pub fn block_bytes(m: usize) -> usize {
+    CODES * padded_m(m)
+}
+
+fn check_m(m: usize) -> Result<()> {
+    if m == 0 || m > MAX_SUBSPACES {
+        return Err(Error::InvalidParameter {
+            what: "fast-scan subquantizers",
+            reason: format!("need 1 <= m <= {MAX_SUBSPACES}, got {m}"),
+        });
+    }
+    Ok(())
+}
+
+/// Appends the packed blocks of `codes` (`n` rows of `m` bytes, record-major,
+/// every byte `< 16`) to `out`: `⌈n / 32⌉ · block_bytes(m)` bytes.
+///
+/// Errors if `m` is out of range, `codes.len()` is not a multiple of `m`, or
+/// a code is `≥ 16` (nothing is appended then).
+pub fn pack(codes: &[u8], m: usize, out: &mut Vec<u8>) -> Result<()> {
+    check_m(m)?;
+    if !codes.len().is_multiple_of(m) {
+        return Err(Error::WrongDimension {
+            what: "fast-scan codes (a multiple of m bytes)",
+            expected: codes.len().div_ceil(m) * m,
+            got: codes.len(),
+        });
+    }
+    if let Some(index) = codes.iter().position(|&c| usize::from(c) >= CODES) {
+        return Err(Error::InvalidParameter {
+            what: "fast-scan code",
+            reason: format!("byte {index} is {} (4-bit codes are < 16)", codes[index]),
+        });
+    }
+    let bb = block_bytes(m);
+    for rows in codes.chunks(BLOCK * m) {
+        let start = out.len();
+        out.resize(start + bb, 0);
+        let block = &mut out[start..];
+        for (r, code) in rows.chunks_exact(m).enumerate() {
+            let (j, shift) = if r < 16 { (r, 0) } else { (r - 16, 4) };
+            for (s, &c) in code.iter().enumerate() {
+                block[s * CODES + j] |= c << shift;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The 4-bit code of row `r < 32`, subspace `s` in a packed block.
+///
+/// # Panics
+/// If `r ≥ 32` or the block is too short for `s`.
+pub fn unpack(block: &[u8], s: usize, r: usize) -> u8 {
+    assert!(r < BLOCK, "fast-scan unpack: row {r} >= 32");
+    let b = block[s * CODES + (r & 15)];
+    if r < 16 {
+        b & 15
+    } else {
+        b >> 4
+    }
+}
+
+/// A u8-quantised lookup table for [`scan`] (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lut {
+    m: usize,
+    offset: f32,
+    scale: f32,
+    /// `padded_m(m) × 16` bytes, subspace-major; padding rows are zero.
+    entries: Vec<u8>,
+}
+
+impl Lut {
+    /// Quantises `table` (`m × 16` f32, subspace-major, lower is better;
+    /// `+inf` marks unused centroid slots) plus a constant `bias`.
+    ///
+    /// Errors if `m` is out of range, `table.len() != 16 · m`, or an entry
+    /// is NaN or `−inf`.
+    pub fn quantize(m: usize, table: &[f32], bias: f32) -> Result<Lut> {
+        let mut lut = Lut {
+            m: 0,
+            offset: 0.0,
+            scale: 1.0,
+            entries: Vec::new(),
+        };
+        lut.requantize(m, table, bias)?;
+        Ok(lut)
+    }
+
+    /// [`Lut::quantize`] into `self`, reusing its allocation (queries call
+    /// this once each and allocate nothing in steady state).
+    pub fn requantize(&mut self, m: usize, table: &[f32], bias: f32) -> Result<()> {
+        check_m(m)?;
+        if table.len() != CODES * m {
+            return Err(Error::WrongDimension {
+                what: "fast-scan table (16 * m floats)",
+                expected: CODES * m,
+                got: table.len(),
+            });
+        }
+        if let Some(index) = table
+            .iter()
+            .position(|x| x.is_nan() || *x == f32::NEG_INFINITY)
+        {
+            return Err(Error::NonFinite {
+                what: "fast-scan table",
+                index,
+            });
+        }
+        let mut offset = bias;
+        let mut range = 0.0f32;
+        for row in table.chunks_exact(CODES) {
+            let (lo, hi) = row
+                .iter()
+                .filter(|x| x.is_finite())
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| {
+                    (lo.min(x), hi.max(x))
+                });
+            if lo.is_finite() {
+                offset += lo;
+                range = range.max(hi - lo);
+            }
+        }
+        // A zero (or overflowed) range quantises every entry to 0.
+        let scale = if range > 0.0 && range.is_finite() {
+            range / 255.0
+        } else {
+            1.0
+        };
+        self.m = m;
+        self.offset = offset;
+        self.scale = scale;
+        self.entries.clear();
+        self.entries.resize(CODES * padded_m(m), 0);
+        for (row, out) in table
+            .chunks_exact(CODES)
+            .zip(self.entries.chunks_exact_mut(CODES))
+        {
+            let lo = row
+                .iter()
+                .filter(|x| x.is_finite())
+                .fold(f32::INFINITY, |lo, &x| lo.min(x));
+            for (&t, o) in row.iter().zip(out.iter_mut()) {
+                *o = if t.is_finite() {
+                    // `as u8` saturates; the clamp documents the range.
+                    ((t - lo) / scale).round().clamp(0.0, 255.0) as u8
+                } else {
+                    255
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Subspaces (before padding).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// Quantisation step shared by every subspace.
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    /// Constant added back by [`Lut::distance`] (`bias + Σ lo_s`).
+    pub fn offset(&self) -> f32 {
+        self.offset
+    }
+
+    /// The quantised entries, `padded_m(m) × 16` bytes.
+    pub fn entries(&self) -> &[u8] {
+        &self.entries
+    }
+
+    /// The approximate f32 distance of a scanned sum: `offset + scale · sum`.
+    pub fn distance(&self, sum: u16) -> f32 {
+        self.offset + self.scale * f32::from(sum)
+    }
+}
+
+#[track_caller]
+fn check_scan(lut: &Lut, blocks: &[u8], out: &[u16]) {
+    let bb = block_bytes(lut.m);
+    assert!(
+        out.len().is_multiple_of(BLOCK) && blocks.len() == bb * (out.len() / BLOCK),
+        "fast-scan: blocks.len() = {} and out.len() = {} do not match {} bytes per 32 rows",
+        blocks.len(),
+        out.len(),
+        bb
+    );
+}
+
+fn scan_on(isa: Isa, lut: &Lut, blocks: &[u8], out: &mut [u16]) {
+    let mp = padded_m(lut.m);
+    match isa {
+        // SAFETY: `isa` is available, so AVX2 is present; `check_scan` held,
+        // so every block has `16·mp` bytes and `out` 32 slots per block.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::scan(&lut.entries, mp, blocks, out) },
+        // SAFETY: as above for NEON.
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => unsafe { aarch64::scan(&lut.entries, mp, blocks, out) },
+        Isa::Portable => portable::scan(&lut.entries, mp, blocks, out),
+        _ => scalar::scan(&lut.entries, mp, blocks, out),
+    }
+}
+
+/// Scans packed blocks: `out[32·b + r]` = the exact sum over subspaces of
+/// `lut` entries selected by row `r` of block `b`. Bit-exact on every ISA.
+///
+/// # Panics
+/// If `out.len()` is not `32 ·` the number of blocks or `blocks.len()` is not
+/// a multiple of `block_bytes(lut.m())`.
+#[track_caller]
+pub fn scan(lut: &Lut, blocks: &[u8], out: &mut [u16]) {
+    check_scan(lut, blocks, out);
+    scan_on(isa(), lut, blocks, out)
+}
+
+/// [`scan`] on an explicit ISA; `false` (and `out` untouched) if unavailable.
+#[track_caller]
+pub fn scan_with(isa: Isa, lut: &Lut, blocks: &[u8], out: &mut [u16]) -> bool {
+    check_scan(lut, blocks, out);
+    isa.is_available() && {
+        scan_on(isa, lut, blocks, out);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_places_nibbles() {
+        // m = 3 (padded to 4), 17 rows: row r has codes (r % 16, 15 - r % 16, 1).
+        let codes: Vec<u8> = (0..17u8).flat_map(|r| [r % 16, 15 - r % 16, 1]).collect();
+        let mut out = Vec::new();
+        pack(&codes, 3, &mut out).unwrap();
+        assert_eq!(out.len(), block_bytes(3));
+        assert_eq!(block_bytes(3), 64);
+        for r in 0..17 {
+            assert_eq!(unpack(&out, 0, r), (r % 16) as u8);
+            assert_eq!(unpack(&out, 1, r), 15 - (r % 16) as u8);
+            assert_eq!(unpack(&out, 2, r), 1);
+            assert_eq!(unpack(&out, 3, r), 0, "padding subspace");
+        }
+        for r in 17..32 {
+            assert_eq!(unpack(&out, 2, r), 0, "missing rows are zero");
+        }
+        assert!(pack(&[16], 1, &mut out).is_err());
+        assert!(pack(&[1, 2, 3], 2, &mut out).is_err());
+        assert!(pack(&[], 0, &mut out).is_err());
+        assert!(pack(&vec![0; 257], 257, &mut out).is_err());
+    }
+
+    #[test]
+    fn quantize_known_values() {
+        // m = 1: entries 0..16 scaled; lo = 2, range = 15 * 3 = 45.
+        let table: Vec<f32> = (0..16).map(|j| 2.0 + 3.0 * j as f32).collect();
+        let lut = Lut::quantize(1, &table, 1.0).unwrap();
+        assert_eq!(lut.offset(), 3.0);
+        assert_eq!(lut.scale(), 45.0 / 255.0);
+        assert_eq!(lut.entries()[0], 0);
+        assert_eq!(lut.entries()[15], 255);
+        assert_eq!(lut.entries()[5], 85);
+        assert_eq!(&lut.entries()[16..], &[0u8; 16], "padding row");
+        assert_eq!(lut.distance(255), 3.0 + 45.0);
+        // +inf slots saturate; a constant table quantises to zero.
+        let mut t = vec![1.0f32; 16];
+        t[9] = f32::INFINITY;
+        let lut = Lut::quantize(1, &t, 0.0).unwrap();
+        assert_eq!(lut.entries()[9], 255);
+        assert_eq!(lut.entries()[0], 0);
+        assert!(Lut::quantize(1, &[f32::NAN; 16], 0.0).is_err());
+        assert!(Lut::quantize(2, &[0.0; 16], 0.0).is_err());
+    }
+
+    #[test]
+    fn scan_sums_every_isa() {
+        let m = 5;
+        let codes: Vec<u8> = (0..40u32)
+            .flat_map(|r| (0..m as u32).map(move |s| ((r * 7 + s * 3) % 16) as u8))
+            .collect();
+        let mut blocks = Vec::new();
+        pack(&codes, m, &mut blocks).unwrap();
+        let table: Vec<f32> = (0..16 * m).map(|i| (i % 17) as f32).collect();
+        let lut = Lut::quantize(m, &table, 0.0).unwrap();
+        let e = lut.entries();
+        for isa in crate::available_isas() {
+            let mut out = vec![0u16; 64];
+            assert!(scan_with(isa, &lut, &blocks, &mut out));
+            for (r, code) in codes.chunks_exact(m).enumerate() {
+                let want: u32 = code
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &c)| u32::from(e[s * 16 + usize::from(c)]))
+                    .sum();
+                assert_eq!(u32::from(out[r]), want, "{isa} row {r}");
+            }
+        }
+    }
+}
