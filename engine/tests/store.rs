@@ -6,7 +6,7 @@
 //! Randomness is seeded; set PROX_SEED to replay a failure.
 
 use bytes::Bytes;
-use prox_engine::store::{BlockStore, MemStore, MmapOptions, MmapStore, RetainStats};
+use prox_engine::store::{BlockStore, MemStore, MmapOptions, MmapStore, RetainStats, Verified};
 use prox_engine::{Cid, Error};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -135,6 +135,68 @@ fn get_put_has_and_batches() {
         assert_eq!(all, expected, "{name}: cids()");
         s.commit().unwrap();
     });
+}
+
+#[test]
+fn verified_puts_store_blocks_hashed_once() {
+    for_each(|name, s, seed| {
+        let mut rng = Rng::new(seed ^ 0x7e41);
+        let blocks: Vec<Bytes> = (0..120).map(|_| Bytes::from(rng.block(2000))).collect();
+        let mut verified: Vec<Verified> = blocks.iter().cloned().map(Verified::new).collect();
+        for (v, b) in verified.iter().zip(&blocks) {
+            assert_eq!(
+                *v.cid(),
+                Cid::of(b),
+                "{name}: Verified::new pairs the real CID"
+            );
+        }
+        verified.push(verified[5].clone()); // duplicate inside one call
+        s.put(&blocks[7]).unwrap(); // already present
+        s.put_verified_many(&verified).unwrap();
+        for b in &blocks {
+            let c = Cid::of(b);
+            assert_eq!(
+                s.get(&c).unwrap().as_ref(),
+                Some(b),
+                "{name}: PROX_SEED={seed}"
+            );
+        }
+        assert_eq!(
+            s.cids().unwrap().len(),
+            blocks.len(),
+            "{name}: no duplicates"
+        );
+        s.commit().unwrap();
+        // `check` is the only way to pair bytes with an expected CID.
+        let good = Verified::check(&Cid::of(&blocks[0]), blocks[0].clone()).unwrap();
+        assert_eq!(
+            good.clone().into_parts(),
+            (Cid::of(&blocks[0]), blocks[0].clone())
+        );
+        let wrong = Cid::of(b"some other block");
+        match Verified::check(&wrong, blocks[0].clone()) {
+            Err(Error::Corrupt { cid, .. }) => assert_eq!(cid, wrong),
+            other => panic!("{name}: expected Corrupt, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn mmap_verified_puts_persist_and_are_verified_on_read_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(seed() ^ 0x11);
+    let blocks: Vec<Bytes> = (0..40).map(|_| Bytes::from(rng.block(5000))).collect();
+    {
+        let s = MmapStore::open_with(dir.path(), tiny()).unwrap();
+        let v: Vec<Verified> = blocks.iter().cloned().map(Verified::new).collect();
+        s.put_verified_many(&v).unwrap();
+        s.commit().unwrap();
+    }
+    let s = MmapStore::open(dir.path()).unwrap();
+    for b in &blocks {
+        assert_eq!(s.get(&Cid::of(b)).unwrap().as_ref(), Some(b));
+    }
+    assert_eq!(s.verify_all().unwrap(), Vec::<Cid>::new());
 }
 
 #[test]

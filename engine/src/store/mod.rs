@@ -15,8 +15,70 @@ pub use mmap::{MmapOptions, MmapStats, MmapStore};
 pub use pins::{PinFreeze, PinSet, Pins};
 
 use crate::cid::Cid;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use bytes::Bytes;
+
+/// A block together with the CID computed from its bytes.
+///
+/// Invariant: `cid == Cid::of(bytes)`. The only constructors hash the bytes
+/// (and [`Verified::check`] also compares with an expected CID), so holding
+/// a `Verified` is proof that the hash was done once. Replication hashes a
+/// block on arrival to check it against the CID it asked for, then hands
+/// the `Verified` to [`BlockStore::put_verified_many`], which trusts the
+/// pairing instead of hashing a second time. Reads are unaffected: stores
+/// still verify what they return.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Verified {
+    cid: Cid,
+    bytes: Bytes,
+}
+
+impl Verified {
+    /// Hashes `bytes` and pairs them with their CID.
+    pub fn new(bytes: Bytes) -> Verified {
+        Verified {
+            cid: Cid::of(&bytes),
+            bytes,
+        }
+    }
+
+    /// Hashes `bytes` and checks that they are the block named `cid`:
+    /// [`Error::Corrupt`] naming `cid` if not.
+    pub fn check(cid: &Cid, bytes: Bytes) -> Result<Verified> {
+        let v = Verified::new(bytes);
+        if v.cid != *cid {
+            return Err(Error::Corrupt {
+                cid: *cid,
+                reason: format!("content hashes to {}", v.cid),
+            });
+        }
+        Ok(v)
+    }
+
+    /// The block's CID.
+    pub fn cid(&self) -> &Cid {
+        &self.cid
+    }
+
+    /// The block's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Splits into CID and bytes.
+    pub fn into_parts(self) -> (Cid, Bytes) {
+        (self.cid, self.bytes)
+    }
+}
+
+impl std::fmt::Debug for Verified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verified")
+            .field("cid", &self.cid)
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
 
 /// Outcome of reclaiming unreachable blocks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,6 +110,15 @@ pub trait BlockStore: Send + Sync {
     /// Stores many blocks; returns their CIDs in order.
     fn put_many(&self, blocks: &[&[u8]]) -> Result<Vec<Cid>> {
         blocks.iter().map(|b| self.put(b)).collect()
+    }
+
+    /// Stores blocks whose CIDs were already computed (see [`Verified`]).
+    /// Same effect as [`put_many`](Self::put_many) of their bytes; stores
+    /// override it to skip the second hash. The default re-hashes, which is
+    /// always correct.
+    fn put_verified_many(&self, blocks: &[Verified]) -> Result<()> {
+        let raw: Vec<&[u8]> = blocks.iter().map(|b| &b.bytes[..]).collect();
+        self.put_many(&raw).map(|_| ())
     }
 
     /// True if the block is present.

@@ -70,7 +70,7 @@ mod segment;
 
 use self::format::{Item, BLOCK_HEADER_LEN, BLOCK_OVERHEAD, SEGMENT_HEADER_LEN};
 use self::segment::{BlockRef, Segment};
-use super::{validate_root_name, BlockStore, RetainStats};
+use super::{validate_root_name, BlockStore, RetainStats, Verified};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -977,6 +977,13 @@ impl BlockStore for MmapStore {
         let pairs: Vec<(Cid, &[u8])> = cids.iter().copied().zip(blocks.iter().copied()).collect();
         self.write_blocks(&pairs)?;
         Ok(cids)
+    }
+
+    /// Appends the blocks with their known CIDs (no second hash); same
+    /// records, durability and repair-of-damaged semantics as `put_many`.
+    fn put_verified_many(&self, blocks: &[Verified]) -> Result<()> {
+        let pairs: Vec<(Cid, &[u8])> = blocks.iter().map(|b| (b.cid, &b.bytes[..])).collect();
+        self.write_blocks(&pairs)
     }
 
     fn has(&self, cid: &Cid) -> Result<bool> {
