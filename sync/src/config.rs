@@ -46,7 +46,10 @@ pub struct Config {
     pub serve: Vec<String>,
     /// Roots to follow.
     pub follow: Vec<Follow>,
-    /// Seconds between polls of followed roots.
+    /// Fallback poll of followed roots, in seconds. Following is
+    /// push-driven (the source announces changes to subscribed followers);
+    /// this slow poll only covers lost announces and sources that do not
+    /// support `Follow`.
     pub follow_interval_secs: u64,
     /// Without an allowlist, trust every peer with the bulk path and pushes.
     pub trust_all: bool,
@@ -66,7 +69,7 @@ impl Default for Config {
             allow: Vec::new(),
             serve: Vec::new(),
             follow: Vec::new(),
-            follow_interval_secs: 30,
+            follow_interval_secs: 300,
             trust_all: false,
             bulk: true,
             mdns: false,

@@ -62,31 +62,22 @@ pub async fn run<L: Linker>(
     };
     on_start(&started);
 
-    let mut followers = Vec::new();
+    // Pulls interrupted by the last stop: followed roots resume in their
+    // first follow round (staged blocks are walked locally, only the rest
+    // is fetched); others stay listed in `prox sync status` until a pull of
+    // that root finishes.
+    for p in crate::pending::list(node.stores())? {
+        let followed = config.follow.iter().any(|f| f.name == p.local);
+        tracing::info!(local = %p.local, peer = %p.peer, name = %p.name, followed, "interrupted pull found");
+    }
     for f in &config.follow {
-        let node = node.clone();
         let addr = control::parse_addr(&f.peer)?;
-        let name = f.name.clone();
         let every = Duration::from_secs(config.follow_interval_secs);
-        followers.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                match node.pull(&addr, &name, &name).await {
-                    Ok(r) if r.up_to_date => tracing::debug!(%name, "followed root up to date"),
-                    Ok(r) => tracing::info!(%name, fetched = r.blocks_fetched, bytes = r.bytes_fetched, "followed root updated"),
-                    Err(e) => tracing::warn!(%name, %e, "follow pull failed; will retry"),
-                }
-            }
-        }));
+        node.follow(addr, f.name.clone(), every);
     }
 
     wait_for_shutdown(shutdown).await;
     tracing::info!("shutting down");
-    for f in followers {
-        f.abort();
-    }
     control_task.abort();
     node.shutdown().await;
     let _ = std::fs::remove_file(&socket);

@@ -4,10 +4,19 @@
 //! Every command carries an id (for logs) and a oneshot reply. Inbound
 //! control requests are answered here when they only need a root read;
 //! `Announce` is handed to the node (bounded channel) and answered when the
-//! announced pull finishes. Block streams do not pass through this task:
-//! sessions open and accept them through `libp2p_stream::Control`.
+//! announced pull finishes, except announces of a root this node follows
+//! from that peer, which wake the follow loop and are answered at once.
+//! Block streams do not pass through this task: sessions open and accept
+//! them through `libp2p_stream::Control`.
+//!
+//! Followers (`Follow` requests) are remembered per connection with the
+//! root value they were last told about; on a local root change (signalled
+//! by the node after its own compare-and-swap, and checked every
+//! [`WATCH_INTERVAL`] for other writers of the store) each follower whose
+//! value is stale gets an `Announce`.
 
 use crate::error::{Error, Result};
+use crate::follow::FollowTable;
 use crate::protocol::codec::CtlCodec;
 use crate::protocol::limits::{Limits, MAX_LIST_ROOTS, MAX_ROOT_VALUE};
 use crate::protocol::messages::{ErrorCode, Hello, Request, Response, RootEntry};
@@ -27,7 +36,16 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// How often subscribed roots are compared with what their followers were
+/// last told (catches root changes made by other writers of the store).
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Most roots one peer may follow on one node.
+const MAX_FOLLOWS_PER_PEER: usize = 64;
+/// Most follow subscriptions a node keeps in total.
+const MAX_FOLLOWS: usize = 4096;
 
 /// The node's combined libp2p behaviour.
 #[derive(NetworkBehaviour)]
@@ -259,6 +277,12 @@ pub(crate) struct EventLoop {
     inbound: HashMap<InboundRequestId, ResponseChannel<Response>>,
     peers: BTreeMap<PeerId, PeerInfo>,
     banned: Vec<Banned>,
+    /// Followers: peer -> root name -> value last announced (or returned).
+    subs: HashMap<PeerId, HashMap<String, Option<bytes::Bytes>>>,
+    /// Roots this node follows (announces from their source wake a loop).
+    follows: Arc<FollowTable>,
+    /// Signalled by the node when one of its roots moved.
+    changed: Arc<Notify>,
 }
 
 impl EventLoop {
@@ -268,6 +292,8 @@ impl EventLoop {
         access: Arc<Access>,
         limits: Limits,
         announces: mpsc::Sender<InboundAnnounce>,
+        follows: Arc<FollowTable>,
+        changed: Arc<Notify>,
     ) -> (EventLoop, Client) {
         let (tx, rx) = mpsc::channel(64);
         let client = Client {
@@ -287,12 +313,18 @@ impl EventLoop {
             inbound: HashMap::new(),
             peers: BTreeMap::new(),
             banned: Vec::new(),
+            subs: HashMap::new(),
+            follows,
+            changed,
         };
         (el, client)
     }
 
     /// Runs until every `Client` is dropped.
     pub(crate) async fn run(mut self) {
+        let mut watch = tokio::time::interval(WATCH_INTERVAL);
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let changed = self.changed.clone();
         loop {
             tokio::select! {
                 cmd = self.rx.recv() => match cmd {
@@ -300,6 +332,8 @@ impl EventLoop {
                     None => break,
                 },
                 event = self.swarm.select_next_some() => self.event(event),
+                _ = changed.notified() => self.announce_changes(),
+                _ = watch.tick(), if !self.subs.is_empty() => self.announce_changes(),
             }
         }
         tracing::debug!("event loop stopped");
@@ -395,6 +429,10 @@ impl EventLoop {
                 ..
             } => {
                 self.peers.remove(&peer_id);
+                // Subscriptions live as long as the connection; a follower
+                // re-subscribes when it reconnects.
+                self.subs.remove(&peer_id);
+                self.follows.disconnected(&peer_id);
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,
@@ -494,9 +532,14 @@ impl EventLoop {
                     bulk: self.access.bulk_allowed(&peer),
                 }),
                 Request::GetRoot { name } => self.get_root(&name, self.access.bulk_allowed(&peer)),
+                Request::Follow { name } => self.follow(peer, name),
                 Request::ListRoots { after, limit } => self.list_roots(after, limit),
                 Request::Announce { name, target, .. } => {
-                    if !self.access.bulk_allowed(&peer) {
+                    if name == target && self.follows.announced(&peer, &name) {
+                        // A root we follow from this peer moved: the follow
+                        // loop pulls it; the announcer need not wait.
+                        Response::Announced(crate::protocol::messages::AnnounceOutcome::Scheduled)
+                    } else if !self.access.bulk_allowed(&peer) {
                         err(
                             ErrorCode::Unauthorized,
                             "pushes are accepted from trusted peers only",
@@ -527,6 +570,66 @@ impl EventLoop {
             .behaviour_mut()
             .ctl
             .send_response(channel, response);
+    }
+
+    /// Answers `Follow` like `GetRoot` and remembers the subscription with
+    /// the value returned.
+    fn follow(&mut self, peer: PeerId, name: String) -> Response {
+        let response = self.get_root(&name, self.access.bulk_allowed(&peer));
+        let Response::Root { value, .. } = &response else {
+            return response;
+        };
+        if !self.access.serves(&name) {
+            return response;
+        }
+        let total: usize = self.subs.values().map(|m| m.len()).sum();
+        let mine = self.subs.entry(peer).or_default();
+        if !mine.contains_key(&name) && (mine.len() >= MAX_FOLLOWS_PER_PEER || total >= MAX_FOLLOWS)
+        {
+            return Response::Error {
+                code: ErrorCode::Busy,
+                message: "too many followed roots".into(),
+            };
+        }
+        let told = value.as_ref().map(|v| bytes::Bytes::copy_from_slice(v));
+        mine.insert(name, told);
+        response
+    }
+
+    /// Sends `Announce` to every follower whose last known value of a root
+    /// differs from the current one.
+    fn announce_changes(&mut self) {
+        let mut sends = Vec::new();
+        for (peer, names) in self.subs.iter_mut() {
+            for (name, told) in names.iter_mut() {
+                let now = match self.store.root(name) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(%name, %e, "cannot read a followed root");
+                        continue;
+                    }
+                };
+                if now != *told {
+                    if let Some(v) = &now {
+                        if v.len() <= MAX_ROOT_VALUE {
+                            sends.push((*peer, name.clone(), v.clone()));
+                        }
+                    }
+                    *told = now;
+                }
+            }
+        }
+        for (peer, name, value) in sends {
+            tracing::debug!(%peer, %name, "announcing root change to follower");
+            let req = Request::Announce {
+                name: name.clone(),
+                value: serde_bytes::ByteBuf::from(value.to_vec()),
+                target: name,
+            };
+            // The answer (`Scheduled`) is not awaited: unknown request ids
+            // are dropped in `ctl_event`.
+            let _ = self.swarm.behaviour_mut().ctl.send_request(&peer, req);
+        }
     }
 
     fn get_root(&self, name: &str, bulk: bool) -> Response {

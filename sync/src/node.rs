@@ -5,7 +5,9 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::event_loop::{Banned, Behaviour, Client, EventLoop, InboundAnnounce, PeerInfo};
+use crate::follow::{FollowState, FollowTable};
 use crate::links::Linker;
+use crate::pending::{self, PendingPull};
 use crate::protocol::limits::Limits;
 use crate::protocol::messages::{AnnounceOutcome, Request, Response};
 use crate::protocol::BLOCKS_PROTOCOL;
@@ -18,8 +20,8 @@ use prox_engine::Cid;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
-use tokio::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Mutex, Notify};
 use tokio::task::JoinHandle;
 
 /// Status of a node, as printed by `prox sync status`.
@@ -39,6 +41,11 @@ pub struct Status {
     pub pinned: usize,
     /// Named roots in the store.
     pub roots: Vec<String>,
+    /// Durable records of pulls started and not finished (running ones and
+    /// ones interrupted by a stop or crash; see [`crate::pending`]).
+    pub pending_pulls: Vec<PendingPull>,
+    /// Followed roots.
+    pub follows: Vec<FollowState>,
 }
 
 struct Inner<L: Linker> {
@@ -52,6 +59,10 @@ struct Inner<L: Linker> {
     control: Mutex<libp2p_stream::Control>,
     pulls: std::sync::Mutex<Vec<String>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    follows: Arc<FollowTable>,
+    /// Signalled after this node moved one of its roots (followers of it
+    /// are announced the change).
+    changed: Arc<Notify>,
 }
 
 /// A running node. Cloning gives another handle to the same node.
@@ -170,12 +181,16 @@ impl<L: Linker> Node<L> {
             .accept(BLOCKS_PROTOCOL)
             .map_err(|e| Error::Config(format!("block protocol: {e}")))?;
         let (ann_tx, mut ann_rx) = mpsc::channel::<InboundAnnounce>(8);
+        let follows = Arc::new(FollowTable::default());
+        let changed = Arc::new(Notify::new());
         let (event_loop, client) = EventLoop::new(
             swarm,
             stores.main.clone(),
             access.clone(),
             limits.clone(),
             ann_tx,
+            follows.clone(),
+            changed.clone(),
         );
         let linker = Arc::new(linker);
         let serve_ctx = Arc::new(ServeCtx::new(
@@ -195,6 +210,8 @@ impl<L: Linker> Node<L> {
             control: Mutex::new(control),
             pulls: std::sync::Mutex::new(Vec::new()),
             tasks: std::sync::Mutex::new(Vec::new()),
+            follows,
+            changed,
         });
         let node = Node { inner };
         let el = tokio::spawn(event_loop.run());
@@ -266,13 +283,26 @@ impl<L: Linker> Node<L> {
     /// Pulls the peer's root `name` at `addr` into local root `local`.
     pub async fn pull(&self, addr: &Multiaddr, name: &str, local: &str) -> Result<PullReport> {
         let peer = self.connect(addr).await?;
-        self.pull_from(peer, name, local).await
+        self.pull_inner(peer, Some(addr), name, local, None).await
     }
 
     /// Pulls root `name` of a connected `peer` into local root `local`:
     /// fetches the missing part of the closure, then compare-and-swaps the
     /// local root against the value it had when the pull started.
     pub async fn pull_from(&self, peer: PeerId, name: &str, local: &str) -> Result<PullReport> {
+        self.pull_inner(peer, None, name, local, None).await
+    }
+
+    /// The pull. `known` is the remote value (and bulk offer) when the
+    /// caller already asked for it (`Follow`), saving the `GetRoot`.
+    async fn pull_inner(
+        &self,
+        peer: PeerId,
+        addr: Option<&Multiaddr>,
+        name: &str,
+        local: &str,
+        known: Option<(bytes::Bytes, bool)>,
+    ) -> Result<PullReport> {
         prox_engine::store::validate_root_name(name)?;
         prox_engine::store::validate_root_name(local)?;
         let start = Instant::now();
@@ -282,16 +312,24 @@ impl<L: Linker> Node<L> {
         let expected = tokio::task::spawn_blocking(move || main.root(&local_name))
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
-        let (value, bulk_offered) = match inner
-            .client
-            .request(
-                peer,
-                Request::GetRoot {
-                    name: name.to_string(),
-                },
-            )
-            .await?
-        {
+        let answer = match known {
+            Some((v, bulk)) => Response::Root {
+                value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
+                bulk,
+            },
+            None => {
+                inner
+                    .client
+                    .request(
+                        peer,
+                        Request::GetRoot {
+                            name: name.to_string(),
+                        },
+                    )
+                    .await?
+            }
+        };
+        let (value, bulk_offered) = match answer {
             Response::Root {
                 value: Some(v),
                 bulk,
@@ -326,6 +364,54 @@ impl<L: Linker> Node<L> {
             });
         }
         let _guard = PullGuard::new(&inner.pulls, local);
+        let record = PendingPull {
+            local: local.to_string(),
+            name: name.to_string(),
+            peer: peer.to_string(),
+            addr: addr.map(|a| a.to_string()),
+            target: hex::encode(&value),
+            expected: expected.as_deref().map(hex::encode),
+            started_unix: pending::now_unix(),
+        };
+        let stores = inner.stores.clone();
+        tokio::task::spawn_blocking(move || pending::record(&stores, &record))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        let result = self
+            .fetch_and_publish(peer, name, local, value, bulk_offered, expected, start)
+            .await;
+        // Keep the record only when a retry can finish the job (network,
+        // timeout, shutdown); drop it when the outcome is final.
+        let finished = match &result {
+            Ok(_) => true,
+            Err(e) => matches!(
+                e,
+                Error::Conflict { .. } | Error::Misbehaving { .. } | Error::RemoteMissing { .. }
+            ),
+        };
+        if finished {
+            let stores = inner.stores.clone();
+            let local = local.to_string();
+            let _ = tokio::task::spawn_blocking(move || pending::clear(&stores, &local)).await;
+        }
+        if result.is_ok() {
+            inner.changed.notify_one();
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_and_publish(
+        &self,
+        peer: PeerId,
+        name: &str,
+        local: &str,
+        value: bytes::Bytes,
+        bulk_offered: bool,
+        expected: Option<bytes::Bytes>,
+        start: Instant,
+    ) -> Result<PullReport> {
+        let inner = &self.inner;
         let linker = inner.linker.clone();
         let stores = inner.stores.clone();
         let v = value.clone();
@@ -434,6 +520,100 @@ impl<L: Linker> Node<L> {
         }
     }
 
+    /// Keeps local root `name` in step with the same root of the peer at
+    /// `addr`, push-driven: subscribes with `Follow` (which also returns the
+    /// current value) and pulls whenever it differs from the local value;
+    /// then waits for the source's `Announce`, a disconnect (re-subscribe),
+    /// or `fallback` (a slow poll, in case announces are lost). Failures
+    /// retry with exponential backoff from 1 s up to `fallback`. A pull
+    /// interrupted by a stop is resumed by the first round after a restart
+    /// (its pending-sync record and staged blocks are durable). Runs until
+    /// [`shutdown`](Self::shutdown).
+    pub fn follow(&self, addr: Multiaddr, name: String, fallback: Duration) {
+        let follows = self.inner.follows.clone();
+        let wake = follows.add(&addr.to_string(), &name);
+        let node = self.clone();
+        let task = tokio::spawn(async move {
+            let mut backoff = Duration::from_secs(1);
+            loop {
+                follows.update(&name, |s| s.checks += 1);
+                let wait = match node.follow_round(&addr, &name).await {
+                    Ok(report) => {
+                        backoff = Duration::from_secs(1);
+                        follows.update(&name, |s| {
+                            s.last_error = None;
+                            if let Some(r) = &report {
+                                s.last_pull = Some(r.clone());
+                            }
+                        });
+                        match report {
+                            Some(r) => {
+                                tracing::info!(%name, fetched = r.blocks_fetched, bytes = r.bytes_fetched, resumed = r.blocks_resumed, "followed root updated")
+                            }
+                            None => tracing::debug!(%name, "followed root up to date"),
+                        }
+                        fallback
+                    }
+                    Err(e) => {
+                        tracing::warn!(%name, %e, "follow round failed; will retry");
+                        follows.update(&name, |s| s.last_error = Some(e.to_string()));
+                        let w = backoff;
+                        backoff = (backoff * 2).min(fallback);
+                        w.min(fallback)
+                    }
+                };
+                tokio::select! {
+                    _ = wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        });
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    /// One follow round: (re)subscribe, pull if the value differs.
+    async fn follow_round(&self, addr: &Multiaddr, name: &str) -> Result<Option<PullReport>> {
+        let inner = &self.inner;
+        let peer = self.connect(addr).await?;
+        inner.follows.set_peer(name, peer);
+        let answer = inner
+            .client
+            .request(
+                peer,
+                Request::Follow {
+                    name: name.to_string(),
+                },
+            )
+            .await;
+        let known = match answer {
+            Ok(Response::Root {
+                value: Some(v),
+                bulk,
+            }) => {
+                inner.follows.update(name, |s| s.subscribed = true);
+                Some((bytes::Bytes::from(v.into_vec()), bulk))
+            }
+            Ok(Response::Root { value: None, .. }) => {
+                return Err(Error::NoSuchRoot {
+                    peer,
+                    name: name.to_string(),
+                })
+            }
+            // An older or refusing source: poll with GetRoot instead.
+            Ok(_) | Err(Error::Network { .. }) => {
+                inner.follows.update(name, |s| s.subscribed = false);
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let report = self.pull_inner(peer, Some(addr), name, name, known).await?;
+        Ok((!report.up_to_date).then_some(report))
+    }
+
     /// Node status.
     pub async fn status(&self) -> Result<Status> {
         let (peers, banned) = self.inner.client.peers().await?;
@@ -458,6 +638,8 @@ impl<L: Linker> Node<L> {
                 .clone(),
             pinned: self.inner.stores.pins.len(),
             roots,
+            pending_pulls: pending::list(&self.inner.stores)?,
+            follows: self.inner.follows.states(),
         })
     }
 

@@ -143,62 +143,108 @@ where
             return;
         }
     };
-    loop {
-        let frame =
-            match tokio::time::timeout(ctx.limits.idle_timeout, ClientFrame::read(&mut reader))
-                .await
-            {
-                Ok(Ok(Some(f))) => f,
-                Ok(Ok(None)) => break,
-                Ok(Err(ReadError::Violation(v))) => {
-                    tracing::warn!(%peer, %v, "bad client frame; closing block session");
-                    break;
-                }
-                Ok(Err(ReadError::Io(e))) => {
-                    tracing::debug!(%peer, %e, "block session ended");
-                    break;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "block session idle; closing");
-                    break;
-                }
-            };
-        let ok = match frame {
-            ClientFrame::Want {
-                batch,
-                max_bytes,
-                cids,
-            } => {
-                let store = ctx.store.clone();
-                let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
-                let max_block = ctx.limits.max_block as usize;
-                let frames = tokio::task::spawn_blocking(move || {
-                    answer_want(&*store, &cids, budget, max_block)
-                })
-                .await;
-                match frames {
-                    Ok(mut frames) => {
-                        frames.push(ServerFrame::Done { batch });
-                        write_frames(&mut writer, &frames).await.is_ok()
-                            && writer.flush().await.is_ok()
+    // The reader computes answers (store reads on a blocking thread) while
+    // the writer is still sending the previous one: at most `QUEUED`
+    // answers wait, so memory stays bounded by that many batch budgets.
+    const QUEUED: usize = 2;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Job>(QUEUED);
+    let read = async {
+        loop {
+            let frame =
+                match tokio::time::timeout(ctx.limits.idle_timeout, ClientFrame::read(&mut reader))
+                    .await
+                {
+                    Ok(Ok(Some(f))) => f,
+                    Ok(Ok(None)) => break,
+                    Ok(Err(ReadError::Violation(v))) => {
+                        tracing::warn!(%peer, %v, "bad client frame; closing block session");
+                        break;
                     }
-                    Err(_) => false,
+                    Ok(Err(ReadError::Io(e))) => {
+                        tracing::debug!(%peer, %e, "block session ended");
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "block session idle; closing");
+                        break;
+                    }
+                };
+            let job = match frame {
+                ClientFrame::Want {
+                    batch,
+                    max_bytes,
+                    cids,
+                } => {
+                    let store = ctx.store.clone();
+                    let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
+                    let max_block = ctx.limits.max_block as usize;
+                    match tokio::task::spawn_blocking(move || {
+                        answer_want(&*store, &cids, budget, max_block)
+                    })
+                    .await
+                    {
+                        Ok(mut frames) => {
+                            frames.push(ServerFrame::Done { batch });
+                            Job::Frames(frames)
+                        }
+                        Err(_) => break,
+                    }
                 }
+                ClientFrame::WantClosure {
+                    batch,
+                    max_bytes,
+                    value_cid,
+                    name,
+                } => Job::Closure {
+                    batch,
+                    max_bytes,
+                    value_cid,
+                    name,
+                },
+            };
+            if tx.send(job).await.is_err() {
+                break;
             }
-            ClientFrame::WantClosure {
-                batch,
-                max_bytes,
-                value_cid,
-                name,
-            } => stream_closure(&ctx, peer, &mut writer, batch, max_bytes, value_cid, name)
-                .await
-                .is_ok(),
-        };
-        if !ok {
-            break;
         }
-    }
+        drop(tx);
+    };
+    let write = async {
+        while let Some(job) = rx.recv().await {
+            let ok = match job {
+                Job::Frames(frames) => {
+                    write_frames(&mut writer, &frames).await.is_ok() && writer.flush().await.is_ok()
+                }
+                Job::Closure {
+                    batch,
+                    max_bytes,
+                    value_cid,
+                    name,
+                } => stream_closure(&ctx, peer, &mut writer, batch, max_bytes, value_cid, name)
+                    .await
+                    .is_ok(),
+            };
+            if !ok {
+                break;
+            }
+        }
+        // Dropping the receiver stops the reader at its next answer.
+        drop(rx);
+    };
+    futures::join!(read, write);
     let _ = writer.close().await;
+}
+
+/// Work for the writer half of a block session, in request order.
+enum Job {
+    /// A whole `WANT` answer, `DONE` included.
+    Frames(Vec<ServerFrame>),
+    /// A `WANT_CLOSURE` to stream.
+    Closure {
+        batch: u32,
+        max_bytes: u64,
+        value_cid: Cid,
+        name: String,
+    },
 }
 
 /// Answers one `WANT`: blocks in order, `MISSING` for absent ones, `DEFER`

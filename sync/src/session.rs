@@ -23,8 +23,9 @@ use crate::stores::Stores;
 use bytes::Bytes;
 use futures::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use libp2p::PeerId;
-use prox_engine::store::PinSet;
+use prox_engine::store::{PinSet, Verified};
 use prox_engine::Cid;
+use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -62,8 +63,15 @@ struct Want<K> {
     wave: u64,
 }
 
-/// A verified block: what was wanted, its bytes, its typed children.
-type Verified<K> = (Want<K>, Bytes, Vec<(Cid, K)>);
+/// A checked block: what was wanted, its hashed bytes, its typed children.
+type Checked<K> = (Want<K>, Verified, Vec<(Cid, K)>);
+
+/// A hashed block and its decoded, typed children.
+type Decoded<K> = (Verified, Vec<(Cid, K)>);
+
+/// Below this many bytes a batch is checked on the calling thread; above,
+/// blocks are hashed and decoded in parallel (rayon).
+const PARALLEL_CHECK_BYTES: usize = 256 << 10;
 
 /// A `WANT` batch in flight.
 #[derive(Debug)]
@@ -100,7 +108,22 @@ pub(crate) struct Planner<L: Linker> {
     roots_missing: usize,
     next_batch: u32,
     pins: PinSet,
+    /// Blocks decided for `main` since the last flush, descendant-first.
+    to_main: Vec<Verified>,
+    /// Received blocks decided for staging since the last flush.
+    to_staging: HashMap<Cid, Verified>,
+    /// Blocks and bytes of the last answered batch (for batch sizing).
+    seen_blocks: u64,
+    seen_bytes: u64,
     pub(crate) report: PullReport,
+}
+
+/// Where the bytes of a block being placed come from.
+enum Placed {
+    /// Received and hashed by this session.
+    Received(Verified),
+    /// Read back from staging (left by an earlier pull).
+    Staged(Bytes),
 }
 
 impl<L: Linker> Planner<L> {
@@ -122,6 +145,10 @@ impl<L: Linker> Planner<L> {
             roots_missing: 0,
             next_batch: 0,
             pins,
+            to_main: Vec::new(),
+            to_staging: HashMap::new(),
+            seen_blocks: 0,
+            seen_bytes: 0,
             report: PullReport {
                 root: roots.first().map(|(c, _)| c.to_hex()),
                 ..PullReport::default()
@@ -138,6 +165,7 @@ impl<L: Linker> Planner<L> {
             }
         }
         p.walk_local(local)?;
+        p.flush()?;
         Ok(p)
     }
 
@@ -189,14 +217,36 @@ impl<L: Linker> Planner<L> {
                 batch.items.len()
             ))));
         }
+        // Hash and decode every block of the batch (in parallel when large)
+        // before anything is stored; the first violation in order wins.
+        let total: usize = frames
+            .iter()
+            .map(|f| f.payload().map_or(0, |p| p.len()))
+            .sum();
+        let check = |(item, frame): (&Want<L::Kind>, &ServerFrame)| match frame {
+            ServerFrame::Block(bytes) => Some(self.verify(&item.cid, &item.kind, bytes.clone())),
+            _ => None,
+        };
+        let checked: Vec<Option<Result<Decoded<L::Kind>>>> = if total >= PARALLEL_CHECK_BYTES {
+            batch
+                .items
+                .par_iter()
+                .zip(frames.par_iter())
+                .map(check)
+                .collect()
+        } else {
+            batch.items.iter().zip(frames.iter()).map(check).collect()
+        };
         let mut accepted = Vec::new();
         let mut missing = None;
         let mut deferred = Vec::new();
-        for (item, frame) in batch.items.into_iter().zip(frames) {
+        for ((item, frame), checked) in batch.items.into_iter().zip(frames).zip(checked) {
             match frame {
-                ServerFrame::Block(bytes) => {
-                    let children = self.verify(&item.cid, &item.kind, &bytes)?;
-                    accepted.push((item, bytes, children));
+                ServerFrame::Block(_) => {
+                    let (block, children) = checked.ok_or_else(|| {
+                        self.violation(Violation::Protocol("unchecked block".into()))
+                    })??;
+                    accepted.push((item, block, children));
                 }
                 ServerFrame::Missing => {
                     missing.get_or_insert(item.cid);
@@ -208,6 +258,10 @@ impl<L: Linker> Planner<L> {
                     ))))
                 }
             }
+        }
+        let blocks = accepted.len() as u64;
+        if blocks > 0 {
+            self.note_batch(blocks, total as u64);
         }
         // Deferred CIDs go back to the front, keeping their wave: deferral is
         // flow control, not a data dependency.
@@ -228,9 +282,18 @@ impl<L: Linker> Planner<L> {
     /// acceptable if it is wanted or referenced by an earlier block of the
     /// chunk; blocks this session already has are ignored.
     pub(crate) fn on_closure_chunk(&mut self, blocks: Vec<(Cid, Bytes)>, wave: u64) -> Result<()> {
+        // Hashing needs no context: do it for the whole chunk in parallel;
+        // kinds come from parents, so decoding stays in stream order.
+        let total: usize = blocks.iter().map(|(_, b)| b.len()).sum();
+        let hash = |(cid, bytes): (Cid, Bytes)| (cid, Verified::new(bytes));
+        let hashed: Vec<(Cid, Verified)> = if total >= PARALLEL_CHECK_BYTES {
+            blocks.into_par_iter().map(hash).collect()
+        } else {
+            blocks.into_iter().map(hash).collect()
+        };
         let mut expect: HashMap<Cid, L::Kind> = HashMap::new();
         let mut accepted = Vec::new();
-        for (cid, bytes) in blocks {
+        for (cid, block) in hashed {
             let kind = match self.wanted.get(&cid) {
                 Some(w) => w.kind.clone(),
                 None => match expect.get(&cid) {
@@ -239,12 +302,18 @@ impl<L: Linker> Planner<L> {
                     None => return Err(self.violation(Violation::Unsolicited { cid })),
                 },
             };
-            let children = self.verify(&cid, &kind, &bytes)?;
+            if *block.cid() != cid {
+                return Err(self.violation(Violation::HashMismatch {
+                    cid,
+                    actual: *block.cid(),
+                }));
+            }
+            let children = self.decode(&cid, &kind, block.bytes())?;
             for (c, k) in &children {
                 expect.entry(*c).or_insert_with(|| k.clone());
             }
             expect.remove(&cid);
-            accepted.push((Want { cid, kind, wave }, bytes, children));
+            accepted.push((Want { cid, kind, wave }, block, children));
         }
         // Children precede parents so that a block whose subtree arrived in
         // the same chunk is published right after it.
@@ -252,11 +321,21 @@ impl<L: Linker> Planner<L> {
         self.accept(accepted)
     }
 
-    fn verify(&self, cid: &Cid, kind: &L::Kind, bytes: &Bytes) -> Result<Vec<(Cid, L::Kind)>> {
-        let actual = Cid::of(bytes);
-        if actual != *cid {
-            return Err(self.violation(Violation::HashMismatch { cid: *cid, actual }));
+    /// Hashes `bytes` (the one hash a received block gets: the stores take
+    /// the resulting [`Verified`] as is) and decodes them as `kind`.
+    fn verify(&self, cid: &Cid, kind: &L::Kind, bytes: Bytes) -> Result<Decoded<L::Kind>> {
+        let block = Verified::new(bytes);
+        if block.cid() != cid {
+            return Err(self.violation(Violation::HashMismatch {
+                cid: *cid,
+                actual: *block.cid(),
+            }));
         }
+        let children = self.decode(cid, kind, block.bytes())?;
+        Ok((block, children))
+    }
+
+    fn decode(&self, cid: &Cid, kind: &L::Kind, bytes: &[u8]) -> Result<Vec<(Cid, L::Kind)>> {
         self.linker.links(kind, bytes).map_err(|e| {
             self.violation(Violation::WrongKind {
                 cid: *cid,
@@ -274,9 +353,9 @@ impl<L: Linker> Planner<L> {
     }
 
     /// Stages or publishes verified blocks, then makes both stores durable.
-    fn accept(&mut self, blocks: Vec<Verified<L::Kind>>) -> Result<()> {
+    fn accept(&mut self, blocks: Vec<Checked<L::Kind>>) -> Result<()> {
         let mut local = Vec::new();
-        for (want, bytes, children) in blocks {
+        for (want, block, children) in blocks {
             if self.wanted.remove(&want.cid).is_none() && !self.known.insert(want.cid) {
                 // Already handled (duplicate in a closure stream).
                 continue;
@@ -285,16 +364,58 @@ impl<L: Linker> Planner<L> {
                 continue;
             }
             self.report.blocks_fetched += 1;
-            self.report.bytes_fetched += bytes.len() as u64;
+            self.report.bytes_fetched += block.bytes().len() as u64;
             self.report.round_trips = self.report.round_trips.max(want.wave);
             self.place(
-                want.cid, want.kind, bytes, children, want.wave, true, &mut local,
+                want.cid,
+                want.kind,
+                Placed::Received(block),
+                children,
+                want.wave,
+                &mut local,
             )?;
         }
         self.walk_local(local)?;
+        self.flush()?;
         self.stores.staging.commit()?;
         self.stores.main.commit()?;
         Ok(())
+    }
+
+    /// Writes the blocks decided on since the last flush: staging first,
+    /// then `main` in the order they were published (descendant-first), each
+    /// store in one call and without a second hash.
+    fn flush(&mut self) -> Result<()> {
+        if !self.to_staging.is_empty() {
+            let staged: Vec<Verified> =
+                std::mem::take(&mut self.to_staging).into_values().collect();
+            self.stores.staging.put_verified_many(&staged)?;
+        }
+        if !self.to_main.is_empty() {
+            let blocks = std::mem::take(&mut self.to_main);
+            self.stores.main.put_verified_many(&blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Mean block size of the last answered batch, which sizes the next
+    /// `WANT`s so that one batch fits the server's byte budget (several
+    /// then pipeline, instead of one batch coming back mostly `DEFER`red).
+    /// The last batch, not the whole pull: blocks of one tree level are
+    /// alike and levels differ by orders of magnitude.
+    fn note_batch(&mut self, blocks: u64, bytes: u64) {
+        self.seen_blocks = blocks;
+        self.seen_bytes = bytes;
+    }
+
+    /// CIDs per `WANT`: `max`, or fewer once the mean block size says that
+    /// `max` blocks would not fit the per-batch byte budget.
+    pub(crate) fn batch_len(&self, max: usize, budget: u32) -> usize {
+        if self.seen_blocks == 0 {
+            return max;
+        }
+        let mean = (self.seen_bytes / self.seen_blocks).max(1);
+        ((u64::from(budget) / mean) as usize).clamp(1, max.max(1))
     }
 
     /// Records `cid` as a child of `parent`. Returns true if the parent must
@@ -350,7 +471,7 @@ impl<L: Linker> Planner<L> {
             match decoded {
                 Some((bytes, Ok(children))) => {
                     self.report.blocks_resumed += 1;
-                    self.place(cid, kind, bytes, children, 0, false, &mut stack)?;
+                    self.place(cid, kind, Placed::Staged(bytes), children, 0, &mut stack)?;
                 }
                 _ => {
                     self.queue.push_back(cid);
@@ -367,10 +488,9 @@ impl<L: Linker> Planner<L> {
         &mut self,
         cid: Cid,
         kind: L::Kind,
-        bytes: Bytes,
+        block: Placed,
         children: Vec<(Cid, L::Kind)>,
         wave: u64,
-        from_network: bool,
         local: &mut Vec<(Cid, L::Kind)>,
     ) -> Result<()> {
         let mut waiting = 0usize;
@@ -381,10 +501,10 @@ impl<L: Linker> Planner<L> {
             }
         }
         if waiting == 0 {
-            self.publish(cid, Some(bytes))
+            self.publish(cid, Some(block))
         } else {
-            if from_network {
-                self.stores.staging.put(&bytes)?;
+            if let Placed::Received(v) = block {
+                self.to_staging.insert(cid, v);
             }
             self.pending.insert(cid, (kind, waiting));
             Ok(())
@@ -393,23 +513,30 @@ impl<L: Linker> Planner<L> {
 
     /// Moves `cid` into `main` (its children are all there), then every
     /// waiting parent whose last missing child this was, descendant-first.
-    fn publish(&mut self, cid: Cid, bytes: Option<Bytes>) -> Result<()> {
-        let mut stack = vec![(cid, bytes)];
-        while let Some((cid, bytes)) = stack.pop() {
-            let bytes = match bytes {
-                Some(b) => b,
-                // A concurrent pull may have published it and cleaned staging.
-                None => match self.stores.staging.get(&cid)? {
-                    Some(b) => b,
-                    None => self
-                        .stores
-                        .main
-                        .get(&cid)?
-                        .ok_or(prox_engine::Error::NotFound { cid })?,
+    fn publish(&mut self, cid: Cid, block: Option<Placed>) -> Result<()> {
+        let mut stack = vec![(cid, block)];
+        while let Some((cid, block)) = stack.pop() {
+            let block = match block {
+                Some(Placed::Received(v)) => v,
+                Some(Placed::Staged(b)) => Verified::check(&cid, b)?,
+                None => match self.to_staging.remove(&cid) {
+                    Some(v) => v,
+                    None => match self.stores.staging.get(&cid)? {
+                        Some(b) => Verified::check(&cid, b)?,
+                        // A concurrent pull may have published it and
+                        // cleaned staging.
+                        None => Verified::check(
+                            &cid,
+                            self.stores
+                                .main
+                                .get(&cid)?
+                                .ok_or(prox_engine::Error::NotFound { cid })?,
+                        )?,
+                    },
                 },
             };
             self.pins.add(cid);
-            self.stores.main.put(&bytes)?;
+            self.to_main.push(block);
             self.complete.insert(cid);
             for parent in self.parents.remove(&cid).unwrap_or_default() {
                 match parent {
@@ -600,7 +727,8 @@ where
         while !planner.done() {
             while inflight.len() < limits.inflight_batches as usize {
                 let flush = inflight.is_empty();
-                let Some(batch) = planner.next_batch(limits.want_cids as usize, flush) else {
+                let len = planner.batch_len(limits.want_cids as usize, limits.batch_bytes);
+                let Some(batch) = planner.next_batch(len, flush) else {
                     break;
                 };
                 let mut buf = Vec::new();

@@ -19,7 +19,8 @@ use std::sync::Arc;
 pub struct Stores {
     /// Visible blocks and named roots.
     pub main: Arc<dyn BlockStore>,
-    /// Blocks of unfinished pulls (never holds named roots).
+    /// Blocks of unfinished pulls. Its only named roots are the durable
+    /// pending-sync records of [`crate::pending`] (`pending-sync:<name>`).
     pub staging: Arc<dyn BlockStore>,
     /// CIDs that garbage collection of `main` must keep: a pull pins every
     /// block of `main` its new root depends on (skipped subtree roots, and

@@ -673,6 +673,167 @@ async fn push_asks_a_trusting_peer_to_pull() {
     .await;
 }
 
+/// Waits (bounded by the caller) until `store`'s root `name` equals `want`.
+async fn wait_root(store: &dyn BlockStore, name: &str, want: &[u8]) {
+    while store.root(name).unwrap().as_deref() != Some(want) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_is_push_driven() {
+    bounded(async {
+        let src = mem_stores();
+        let base = vec![1; 2_000];
+        let (v1, _) = build(&*src.main, &base);
+        src.main.set_root("ds", Some(&v1)).unwrap();
+        let a = start(&config(), src.clone()).await;
+        let dst = mem_stores();
+        let b = start(&config(), dst.clone()).await;
+        // A fallback poll of an hour: only announces can move the replica
+        // within this test's time bound.
+        b.follow(addr(&a), "ds".into(), Duration::from_secs(3600));
+        wait_root(&*dst.main, "ds", &v1).await;
+
+        // A root change made behind the node's back (the 1 s watch sees it).
+        let (v2, _) = build(&*src.main, &changed(&base, 10, seed()));
+        src.main.set_root("ds", Some(&v2)).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), wait_root(&*dst.main, "ds", &v2))
+            .await
+            .expect("announce moved the follower");
+
+        // A change by the source's own pull (announced at once).
+        let other = mem_stores();
+        let (v3, _) = build(&*other.main, &changed(&base, 20, seed() ^ 1));
+        other.main.set_root("ds", Some(&v3)).unwrap();
+        let c = start(&config(), other).await;
+        a.pull(&addr(&c), "ds", "ds").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(20), wait_root(&*dst.main, "ds", &v3))
+            .await
+            .expect("announce moved the follower");
+        let st = b.status().await.unwrap();
+        let f = &st.follows[0];
+        assert_eq!(f.name, "ds");
+        assert!(f.subscribed, "{f:?}");
+        assert!(f.announces >= 2, "{f:?}");
+        // Initial round + one per announce (+ possibly reconnects): never a
+        // fallback poll.
+        assert!(f.checks >= 3, "{f:?}");
+        let last = f.last_pull.as_ref().expect("a pull report");
+        assert_eq!(
+            last.blocks_fetched as usize,
+            closure(&*dst.main, &v3)
+                .difference(&closure(&*dst.main, &v2))
+                .count(),
+            "the last announced pull fetched exactly the difference"
+        );
+        assert!(st.pending_pulls.is_empty(), "{:?}", st.pending_pulls);
+        for n in [a, b, c] {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_stopped_mid_pull_resumes_after_restart_with_the_remainder() {
+    bounded(async {
+        let mem = Arc::new(MemStore::new());
+        let (root, _) = build(&*mem, &vec![3; 20_000]);
+        mem.set_root("ds", Some(&root)).unwrap();
+        let total = closure(&*mem, &root).len() as u64;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let trip = Arc::new(Tripwire {
+            inner: mem.clone(),
+            reads: AtomicU64::new(0),
+            trip: total / 2,
+            fired: std::sync::Mutex::new(Some(tx)),
+        });
+        let a = start(&config(), Stores::new(trip, Arc::new(MemStore::new()))).await;
+        let dir = tempfile::tempdir().unwrap();
+        // The receiver's stores outlive its daemon (they stand for its
+        // durable store directory).
+        let dst = mem_stores();
+        let mut cfg = config();
+        cfg.limits.want_cids = 128;
+        cfg.limits.inflight_batches = 2;
+        cfg.follow = vec![prox_sync::Follow {
+            peer: addr(&a).to_string(),
+            name: "ds".into(),
+        }];
+        cfg.follow_interval_secs = 3600;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let daemon = {
+            let (cfg, dst, path) = (cfg.clone(), dst.clone(), dir.path().to_path_buf());
+            tokio::spawn(async move {
+                prox_sync::daemon::run(&path, cfg, dst, TestLinker, |_| {}, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            })
+        };
+        // Stop the follower while the source holds back a batch.
+        tokio::task::spawn_blocking(move || rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let _ = stop_tx.send(());
+        daemon.await.unwrap().unwrap();
+
+        assert_eq!(dst.main.root("ds").unwrap(), None, "old root intact");
+        let pending = prox_sync::pending::list(&dst).unwrap();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert_eq!(pending[0].local, "ds");
+        assert_eq!(pending[0].name, "ds");
+        assert_eq!(pending[0].peer, a.peer_id().to_string());
+        assert_eq!(pending[0].target, hex::encode(&root));
+        let in_main: HashSet<Cid> = dst.main.cids().unwrap().into_iter().collect();
+        let staged: HashSet<Cid> = dst.staging.cids().unwrap().into_iter().collect();
+        let kept = in_main.union(&staged).count() as u64;
+        assert!(kept > 0 && kept < total, "kept {kept} of {total}");
+
+        // Restart: the first follow round resumes the recorded pull.
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let daemon = {
+            let (dst, path) = (dst.clone(), dir.path().to_path_buf());
+            tokio::spawn(async move {
+                prox_sync::daemon::run(&path, cfg, dst, TestLinker, |_| {}, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            })
+        };
+        wait_root(&*dst.main, "ds", &root).await;
+        let socket = prox_sync::control::socket_path(dir.path());
+        let reply = prox_sync::control::request(
+            &socket,
+            prox_sync::control::Op::Status,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+        .expect("daemon answers on its socket");
+        let status = reply.result.expect("status");
+        let last = &status["follows"][0]["last_pull"];
+        assert_eq!(
+            last["blocks_fetched"].as_u64().unwrap() + kept,
+            total,
+            "resume fetched only the remainder: {last}"
+        );
+        assert_eq!(
+            last["blocks_resumed"].as_u64().unwrap(),
+            staged.difference(&in_main).count() as u64
+        );
+        assert_eq!(status["pending_pulls"].as_array().map(|a| a.len()), Some(0));
+        assert!(prox_sync::pending::list(&dst).unwrap().is_empty());
+        assert_eq!(closure(&*dst.main, &root).len() as u64, total);
+        let _ = stop_tx.send(());
+        daemon.await.unwrap().unwrap();
+        a.shutdown().await;
+    })
+    .await;
+}
+
 mod proximity {
     use super::*;
     use prox_engine::accel::{build_sidecars, HnswParams};

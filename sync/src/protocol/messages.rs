@@ -58,6 +58,16 @@ pub enum Request {
         /// Root name to update on the receiver.
         target: String,
     },
+    /// `GetRoot`, and "announce changes of `name` to me": the server
+    /// remembers the subscription for the life of the connection and sends
+    /// `Announce{name, value, target: name}` whenever the root's value
+    /// changes. Answered with `Root`. Added in version 1 (additive: a server
+    /// that does not know it fails the request, and the follower falls back
+    /// to polling).
+    Follow {
+        /// Root name.
+        name: String,
+    },
 }
 
 /// Machine-readable failure class of [`Response::Error`].
@@ -97,6 +107,10 @@ pub enum AnnounceOutcome {
         /// Why.
         reason: String,
     },
+    /// The receiver follows this root from the sender: its follow loop
+    /// pulls it now (answered at once, so the announcing side does not wait
+    /// for the transfer).
+    Scheduled,
 }
 
 /// A control response.
