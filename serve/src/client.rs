@@ -1,0 +1,269 @@
+//! A minimal blocking HTTP/1.1 client with keep-alive, for the crate's
+//! tests and the `prox bench serve` load generator (not a general client:
+//! plain `http://` only, one request at a time per connection).
+//!
+//! Bounds: response headers are capped at 64 KiB and bodies at 256 MiB;
+//! every read and write has the client's timeout.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+const MAX_HEADERS: usize = 64 << 10;
+const MAX_BODY: usize = 256 << 20;
+
+/// A response: status, headers (names lower-cased) and the whole body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// HTTP status code.
+    pub status: u16,
+    /// Headers in order, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes (chunked bodies decoded).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body parsed as JSON.
+    pub fn json(&self) -> io::Result<serde_json::Value> {
+        serde_json::from_slice(&self.body)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}
+
+/// One keep-alive connection to a server (reconnects when needed).
+#[derive(Debug)]
+pub struct Client {
+    addr: SocketAddr,
+    token: Option<String>,
+    timeout: Duration,
+    conn: Option<BufReader<TcpStream>>,
+}
+
+/// Resolves `http://host:port[/...]` (or `host:port`) to a socket address.
+pub fn resolve_url(url: &str) -> io::Result<SocketAddr> {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    if url.starts_with("https://") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "https is not supported by this client",
+        ));
+    }
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    hostport.to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{url:?} resolves to no address"),
+        )
+    })
+}
+
+fn bad(m: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, m.into())
+}
+
+impl Client {
+    /// A client for `addr` with a 10 s timeout and no token.
+    pub fn new(addr: SocketAddr) -> Client {
+        Client {
+            addr,
+            token: None,
+            timeout: Duration::from_secs(10),
+            conn: None,
+        }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request.
+    pub fn with_token(mut self, token: impl Into<String>) -> Client {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Sets the per-read/write timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `GET path`.
+    pub fn get(&mut self, path: &str) -> io::Result<Response> {
+        self.request("GET", path, None)
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(&mut self, path: &str, body: &[u8]) -> io::Result<Response> {
+        self.request("POST", path, Some(body))
+    }
+
+    /// Sends one request, reusing the connection; a request that fails on a
+    /// reused connection before any response byte is retried once on a new
+    /// one (the server may have closed an idle connection).
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> io::Result<Response> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        if let Some(t) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        if let Some(b) = body {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        head.push_str("\r\n");
+        let reused = self.conn.is_some();
+        match self.exchange(head.as_bytes(), body) {
+            Err(e) if reused && e.kind() != io::ErrorKind::TimedOut => {
+                self.conn = None;
+                let _ = e;
+                self.exchange(head.as_bytes(), body)
+            }
+            r => r,
+        }
+    }
+
+    fn exchange(&mut self, head: &[u8], body: Option<&[u8]>) -> io::Result<Response> {
+        if self.conn.is_none() {
+            let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
+            s.set_read_timeout(Some(self.timeout))?;
+            s.set_write_timeout(Some(self.timeout))?;
+            s.set_nodelay(true)?;
+            self.conn = Some(BufReader::new(s));
+        }
+        let r = self.conn.as_mut().map(|c| {
+            let mut msg = Vec::with_capacity(head.len() + body.map_or(0, <[u8]>::len));
+            msg.extend_from_slice(head);
+            if let Some(b) = body {
+                msg.extend_from_slice(b);
+            }
+            c.get_mut().write_all(&msg)?;
+            read_response(c)
+        });
+        match r {
+            Some(Ok((resp, keep))) => {
+                if !keep {
+                    self.conn = None;
+                }
+                Ok(resp)
+            }
+            Some(Err(e)) => {
+                self.conn = None;
+                Err(e)
+            }
+            None => Err(bad("no connection")),
+        }
+    }
+}
+
+fn read_line(r: &mut impl BufRead, budget: &mut usize) -> io::Result<String> {
+    let mut line = Vec::new();
+    let n = r.take(*budget as u64 + 1).read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
+    }
+    if n > *budget {
+        return Err(bad("response headers too large"));
+    }
+    *budget -= n;
+    let s = String::from_utf8(line).map_err(|_| bad("non-UTF-8 header"))?;
+    Ok(s.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// Reads one response; the flag says whether the connection stays usable.
+fn read_response(r: &mut BufReader<TcpStream>) -> io::Result<(Response, bool)> {
+    let mut budget = MAX_HEADERS;
+    let status_line = read_line(r, &mut budget)?;
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad(format!("bad status line {status_line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        let line = read_line(r, &mut budget)?;
+        if line.is_empty() {
+            break;
+        }
+        let (n, v) = line
+            .split_once(':')
+            .ok_or_else(|| bad(format!("bad header {line:?}")))?;
+        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let mut keep = version == "HTTP/1.1"
+        && !get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+    let mut body = Vec::new();
+    if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut b = MAX_HEADERS;
+            let size_line = read_line(r, &mut b)?;
+            let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|_| bad(format!("bad chunk size {size_line:?}")))?;
+            if size == 0 {
+                // Trailers, then the final empty line.
+                while !read_line(r, &mut b)?.is_empty() {}
+                break;
+            }
+            if body.len() + size > MAX_BODY {
+                return Err(bad("response body too large"));
+            }
+            let at = body.len();
+            body.resize(at + size, 0);
+            r.read_exact(&mut body[at..])?;
+            read_line(r, &mut b)?;
+        }
+    } else if let Some(len) = get("content-length") {
+        let len: usize = len.parse().map_err(|_| bad("bad content-length"))?;
+        if len > MAX_BODY {
+            return Err(bad("response body too large"));
+        }
+        body.resize(len, 0);
+        r.read_exact(&mut body)?;
+    } else if status != 204 && status != 304 {
+        r.take(MAX_BODY as u64).read_to_end(&mut body)?;
+        keep = false;
+    }
+    Ok((
+        Response {
+            status,
+            headers,
+            body,
+        },
+        keep,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_forms() {
+        assert_eq!(
+            resolve_url("http://127.0.0.1:8080/v1").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_url("127.0.0.1:9").unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
+        assert!(resolve_url("https://127.0.0.1:1").is_err());
+    }
+}

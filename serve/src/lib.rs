@@ -1,0 +1,42 @@
+//! prox-serve: a high-throughput HTTP/JSON search API over the proximity
+//! maps of a store.
+//!
+//! # Architecture
+//!
+//! ```text
+//!  HTTP (axum on tokio)          search pool (rayon, N threads)
+//!  parse + validate body  --->   bounded admission (N + queue), deadline
+//!  take Arc<Snapshot>            Snapshot::search: engine planner picks
+//!  serialize the answer   <---   native / HNSW / PQ; values from directory
+//!
+//!  MapRegistry: name -> ArcSwap<Snapshot>   (one atomic swap per publish)
+//!  refresh task: every 250 ms, reload roots that moved, off the request path
+//! ```
+//!
+//! * [`Snapshot`]: one immutable, fully loaded version of a map (searcher
+//!   with its nodes decoded, sidecar layouts loaded). A request holds one
+//!   `Arc<Snapshot>` from start to end: snapshot isolation.
+//! * [`MapRegistry`]: the served maps; [`MapRegistry::refresh_from_store`]
+//!   reloads named roots that changed (sync pulls, `prox update`,
+//!   `prox accel build`) and swaps each in atomically.
+//! * [`Server::start`]: binds, serves, refreshes; [`ServerHandle`] stops it.
+//! * [`ApiError`]: every rejection is a JSON body naming the field at
+//!   fault; nothing in a request can panic the server.
+//! * [`client`]: a tiny blocking HTTP/1.1 client for tests and the load
+//!   generator.
+//!
+//! The endpoints and their JSON are documented in `docs/api.md`.
+
+mod api;
+pub mod client;
+mod error;
+mod metrics;
+mod registry;
+mod server;
+mod snapshot;
+
+pub use api::ApiError;
+pub use error::{Error, Result};
+pub use registry::{MapRegistry, RefreshReport, Source};
+pub use server::{Config, Server, ServerHandle};
+pub use snapshot::{Answer, PathChoice, Query, QueryMode, Scratch, Snapshot};

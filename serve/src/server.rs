@@ -1,0 +1,685 @@
+//! The HTTP server: routes, admission control, the search pool and the
+//! background refresh.
+//!
+//! Request path: axum (tokio executor) parses and validates the body, takes
+//! the map's current `Arc<Snapshot>`, and hands the search to a dedicated
+//! rayon pool through [`Shared::run`]. Admission is bounded: at most
+//! `search_threads + queue` jobs are admitted (running or waiting); beyond
+//! that the answer is 503 with `Retry-After`. Every job carries the
+//! request's deadline: a job that has not started by then is skipped, a
+//! batch stops between vectors, and the request answers 504. The executor
+//! threads never run a search.
+
+use crate::api::{self, ApiError, Limits};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::registry::{MapRegistry, Refresher, Source};
+use crate::snapshot::{PathChoice, Query, Scratch, Snapshot};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listen address. Anything but loopback requires [`Config::token`].
+    pub addr: SocketAddr,
+    /// Bearer token every endpoint but `/healthz` requires, if set.
+    pub token: Option<String>,
+    /// Largest `k` accepted.
+    pub max_k: usize,
+    /// Search jobs that may wait for a thread beyond those running.
+    pub queue: usize,
+    /// Per-request deadline, from arrival.
+    pub deadline: Duration,
+    /// Largest request body, bytes.
+    pub max_body: usize,
+    /// Search pool threads (0: one per core).
+    pub search_threads: usize,
+    /// Most vectors in one `search:batch` request.
+    pub max_batch: usize,
+    /// How often the [`Config::source`] roots are checked.
+    pub refresh_interval: Duration,
+    /// Where to (re)load maps from; `None`: only what is published into
+    /// the registry by hand.
+    pub source: Option<Source>,
+}
+
+impl Default for Config {
+    /// Loopback on an OS-chosen port, no token, k <= 1000, queue 256,
+    /// deadline 1 s, 8 MiB bodies, one search thread per core, batches of
+    /// up to 4096 vectors, refresh every 250 ms, no source.
+    fn default() -> Self {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: None,
+            max_k: 1000,
+            queue: 256,
+            deadline: Duration::from_secs(1),
+            max_body: 8 << 20,
+            search_threads: 0,
+            max_batch: 4096,
+            refresh_interval: Duration::from_millis(250),
+            source: None,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the values and the token rule.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
+        if self.max_k == 0 {
+            return bad("max_k must be >= 1");
+        }
+        if self.max_batch == 0 {
+            return bad("max_batch must be >= 1");
+        }
+        if self.deadline.is_zero() {
+            return bad("deadline must be > 0");
+        }
+        if self.max_body < 64 {
+            return bad("max_body must be >= 64 bytes");
+        }
+        if self.refresh_interval.is_zero() {
+            return bad("refresh_interval must be > 0");
+        }
+        if self.search_threads > 1024 {
+            return bad("search_threads must be <= 1024");
+        }
+        match &self.token {
+            Some(t) if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                bad("the token must be non-empty without whitespace")
+            }
+            None if !self.addr.ip().is_loopback() => Err(Error::TokenRequired { addr: self.addr }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// State shared by every request.
+struct Shared {
+    maps: MapRegistry,
+    pool: rayon::ThreadPool,
+    metrics: Metrics,
+    limits: Limits,
+    deadline: Duration,
+    /// `search_threads + queue`: most jobs admitted at once.
+    capacity: i64,
+    /// Jobs admitted and not finished (waiting or running).
+    pending: AtomicI64,
+    token: Option<String>,
+}
+
+thread_local! {
+    /// Each search thread's reusable buffers.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch (a fresh one if it is in use).
+fn with_scratch<T>(f: impl FnOnce(&mut Scratch) -> T) -> T {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
+/// A job's view of its request's deadline.
+struct Cancel {
+    flag: Arc<AtomicBool>,
+    deadline: Instant,
+}
+
+impl Cancel {
+    fn expired(&self) -> bool {
+        self.flag.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
+}
+
+fn deadline_error() -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "deadline_exceeded",
+        "the request's deadline expired before its search finished; it was cancelled",
+    )
+}
+
+/// Decrements `pending` when a job ends, however it ends.
+struct Admitted(Arc<Shared>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Decrements the in-flight gauge when a request ends (or is dropped).
+struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    /// Runs `job` on the search pool under admission control and the
+    /// deadline counted from `arrived`.
+    async fn run<T, F>(
+        self: &Arc<Self>,
+        arrived: Instant,
+        job: F,
+    ) -> std::result::Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Cancel) -> std::result::Result<T, ApiError> + Send + 'static,
+    {
+        let deadline = arrived + self.deadline;
+        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.capacity {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "the search queue is full; retry later",
+            ));
+        }
+        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+        let admitted = Admitted(self.clone());
+        let flag = Arc::new(AtomicBool::new(false));
+        let cancel = Cancel {
+            flag: flag.clone(),
+            deadline,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pool.spawn(move || {
+            let me = admitted.0.clone();
+            me.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+            if cancel.expired() {
+                return; // dropping `tx` tells the request
+            }
+            me.metrics.running.fetch_add(1, Ordering::Relaxed);
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&cancel)))
+                .unwrap_or_else(|_| {
+                    Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "the search failed unexpectedly",
+                    ))
+                });
+            me.metrics.running.fetch_sub(1, Ordering::Relaxed);
+            drop(admitted);
+            let _ = tx.send(out);
+        });
+        let out = match tokio::time::timeout_at(deadline.into(), rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) | Err(_) => {
+                flag.store(true, Ordering::Relaxed);
+                Err(deadline_error())
+            }
+        };
+        if matches!(&out, Err(e) if e.code == "deadline_exceeded") {
+            self.metrics.expired.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+
+    fn snapshot(&self, name: &str) -> std::result::Result<Arc<Snapshot>, ApiError> {
+        self.maps
+            .get(name)
+            .ok_or_else(|| ApiError::unknown_map(name))
+    }
+}
+
+/// Maps an engine error of a search to a response.
+fn search_error(e: prox_engine::Error, q: &Query) -> ApiError {
+    match e {
+        prox_engine::Error::WrongDimension { expected, got, .. } => ApiError {
+            code: "wrong_dimension",
+            ..ApiError::field(
+                "vector",
+                format!("has {got} components, the map has {expected} dimensions"),
+            )
+        },
+        prox_engine::Error::InvalidArgument(m) if q.path != PathChoice::Auto => {
+            ApiError::field("path", m)
+        }
+        prox_engine::Error::InvalidArgument(m) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", m)
+        }
+        e => internal(e),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(%e, "request failed");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+fn body(b: std::result::Result<Bytes, BytesRejection>) -> std::result::Result<Bytes, ApiError> {
+    b.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(r.status(), "body_too_large", r.body_text()).at("body")
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "bad_body", r.body_text()).at("body")
+        }
+    })
+}
+
+fn micros(t: Instant) -> u64 {
+    t.elapsed().as_micros().min(u64::MAX as u128) as u64
+}
+
+/// `POST /v1/maps/{name}/search`.
+async fn search(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    raw: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Json<api::SearchResponse>, ApiError> {
+    let t = Instant::now();
+    let raw = body(raw)?;
+    let snap = st.snapshot(&name)?;
+    let (vector, q) = api::search_request(&raw, snap.dims(), st.limits)?;
+    let s = snap.clone();
+    let answer = st
+        .run(t, move |_| {
+            with_scratch(|sc| s.search(sc, &vector, &q)).map_err(|e| search_error(e, &q))
+        })
+        .await?;
+    st.metrics.queries.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(api::SearchResponse {
+        descriptor: snap.descriptor().to_string(),
+        generation: snap.generation(),
+        answer: answer.into(),
+        took_us: micros(t),
+    }))
+}
+
+/// `POST /v1/maps/{name}/search:batch`.
+async fn search_batch(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    raw: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Json<api::BatchResponse>, ApiError> {
+    let t = Instant::now();
+    let raw = body(raw)?;
+    let snap = st.snapshot(&name)?;
+    let dims = snap.dims();
+    let (flat, n, q) = api::batch_request(&raw, dims, st.limits)?;
+    let s = snap.clone();
+    let answers = st
+        .run(t, move |cancel| {
+            flat.par_chunks(dims.max(1))
+                .map(|v| {
+                    if cancel.expired() {
+                        return Err(deadline_error());
+                    }
+                    with_scratch(|sc| s.search(sc, v, &q))
+                        .map(api::WireAnswer::from)
+                        .map_err(|e| search_error(e, &q))
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()
+        })
+        .await?;
+    st.metrics.queries.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(Json(api::BatchResponse {
+        descriptor: snap.descriptor().to_string(),
+        generation: snap.generation(),
+        results: answers,
+        took_us: micros(t),
+    }))
+}
+
+fn info(s: &Snapshot) -> api::MapInfo {
+    let side = s.sidecars();
+    api::MapInfo {
+        name: s.name().to_string(),
+        descriptor: s.descriptor().to_string(),
+        generation: s.generation(),
+        count: s.len(),
+        dims: s.dims(),
+        metric: s.metric().name(),
+        sidecars: api::WireSidecars {
+            hnsw: side.hnsw.map(|c| c.to_string()),
+            pq: side.pq.map(|c| c.to_string()),
+        },
+    }
+}
+
+/// `GET /v1/maps`.
+async fn list_maps(State(st): State<Arc<Shared>>) -> Json<serde_json::Value> {
+    let maps: Vec<api::MapInfo> = st.maps.snapshots().iter().map(|s| info(s)).collect();
+    Json(serde_json::json!({ "maps": maps }))
+}
+
+/// `GET /v1/maps/{name}`.
+async fn get_map(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+) -> std::result::Result<Json<api::MapInfo>, ApiError> {
+    Ok(Json(info(&*st.snapshot(&name)?)))
+}
+
+/// `GET /v1/maps/{name}/records/{key}` (key in hex).
+async fn get_record(
+    State(st): State<Arc<Shared>>,
+    Path((name, key)): Path<(String, String)>,
+) -> std::result::Result<Json<api::RecordResponse>, ApiError> {
+    let t = Instant::now();
+    let snap = st.snapshot(&name)?;
+    let key = hex::decode(&key).map_err(|e| ApiError::field("key", format!("bad hex: {e}")))?;
+    let s = snap.clone();
+    let k = key.clone();
+    let found = st
+        .run(t, move |_| s.get(&k).map_err(internal))
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no record {} in map {name:?}", hex::encode(&key)),
+            )
+            .at("key")
+        })?;
+    Ok(Json(api::RecordResponse {
+        descriptor: snap.descriptor().to_string(),
+        generation: snap.generation(),
+        key: hex::encode(&key),
+        value: hex::encode(found.1),
+        vector: found.0,
+    }))
+}
+
+/// `GET /healthz` (no token needed).
+async fn healthz(State(st): State<Arc<Shared>>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok", "maps": st.maps.snapshots().len()}))
+}
+
+/// `GET /metrics` (Prometheus text format).
+async fn metrics(State(st): State<Arc<Shared>>) -> Response {
+    let mut r = st.metrics.render(&st.maps).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this endpoint",
+    )
+}
+
+/// Byte-wise comparison whose time does not depend on where they differ.
+fn same_token(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Requires `Authorization: Bearer <token>` (when a token is set) on every
+/// route but `/healthz`.
+async fn auth(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let Some(token) = &st.token else {
+        return next.run(req).await;
+    };
+    if req.uri().path() == "/healthz" {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if same_token(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
+        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong token")
+            .at("authorization")
+            .into_response(),
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing Authorization: Bearer token",
+        )
+        .at("authorization")
+        .into_response(),
+    }
+}
+
+/// Counts, times and tracks every routed request.
+async fn observe(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("other", |m| m.as_str())
+        .to_string();
+    st.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let _g = InFlight(&st.metrics);
+    let t = Instant::now();
+    let r = next.run(req).await;
+    st.metrics.observe(&route, r.status().as_u16(), t.elapsed());
+    r
+}
+
+fn router(st: Arc<Shared>, max_body: usize) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/maps", get(list_maps))
+        .route("/v1/maps/{name}", get(get_map))
+        .route("/v1/maps/{name}/search", post(search))
+        .route("/v1/maps/{name}/search:batch", post(search_batch))
+        .route("/v1/maps/{name}/records/{key}", get(get_record))
+        .route_layer(middleware::from_fn_with_state(st.clone(), auth))
+        .route_layer(middleware::from_fn_with_state(st.clone(), observe))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(st)
+}
+
+/// Starts servers; see [`Server::start`].
+#[derive(Debug)]
+pub struct Server;
+
+/// A running server. Dropping it stops the server (gracefully, in the
+/// background); [`ServerHandle::shutdown`] stops it and waits.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    maps: MapRegistry,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    serve: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    refresh: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Validates `config`, loads the maps of its [`Config::source`] (if
+    /// any) into `maps`, binds the listener and starts serving on the
+    /// current tokio runtime. Returns once the address is bound and the
+    /// initial maps are published. The registry keeps being refreshed from
+    /// the source every [`Config::refresh_interval`].
+    pub async fn start(config: Config, maps: MapRegistry) -> Result<ServerHandle> {
+        config.validate()?;
+        let threads = match config.search_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("prox-search-{i}"))
+            .build()
+            .map_err(|e| Error::Pool(e.to_string()))?;
+        let st = Arc::new(Shared {
+            maps: maps.clone(),
+            pool,
+            metrics: Metrics::default(),
+            limits: Limits {
+                max_k: config.max_k,
+                max_batch: config.max_batch,
+            },
+            deadline: config.deadline,
+            capacity: (threads + config.queue) as i64,
+            pending: AtomicI64::new(0),
+            token: config.token.clone(),
+        });
+        let refresher = match config.source.clone() {
+            Some(src) => {
+                let mut r = Refresher::new(src);
+                let m = maps.clone();
+                let (r, first) = tokio::task::spawn_blocking(move || {
+                    let first = r.tick(&m);
+                    (r, first)
+                })
+                .await
+                .map_err(|e| Error::Task(e.to_string()))?;
+                let report = first?;
+                for (name, e) in &report.failed {
+                    tracing::warn!(%name, %e, "map not served");
+                }
+                Some(Arc::new(Mutex::new(r)))
+            }
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = router(st.clone(), config.max_body);
+        let serve = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        let refresh = refresher.map(|r| {
+            let every = config.refresh_interval;
+            let st = st.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let (r, m) = (r.clone(), st.maps.clone());
+                    let out = tokio::task::spawn_blocking(move || {
+                        r.lock().unwrap_or_else(|e| e.into_inner()).tick(&m)
+                    })
+                    .await;
+                    st.metrics.refreshes.fetch_add(1, Ordering::Relaxed);
+                    match out {
+                        Ok(Ok(rep)) if rep.failed.is_empty() => {}
+                        Ok(Ok(rep)) => {
+                            st.metrics
+                                .refresh_failures
+                                .fetch_add(rep.failed.len() as u64, Ordering::Relaxed);
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(%e, "refresh failed");
+                            st.metrics.refresh_failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            tracing::warn!(%e, "refresh task failed");
+                            st.metrics.refresh_failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        });
+        tracing::info!(%addr, threads, "serving");
+        Ok(ServerHandle {
+            addr,
+            maps,
+            stop: Some(stop),
+            serve: Some(serve),
+            refresh,
+        })
+    }
+}
+
+impl ServerHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The registry being served.
+    pub fn maps(&self) -> &MapRegistry {
+        &self.maps
+    }
+
+    /// Stops accepting, lets in-flight requests finish, stops the refresh.
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(r) = self.refresh.take() {
+            r.abort();
+        }
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(j) = self.serve.take() {
+            j.await.map_err(|e| Error::Task(e.to_string()))??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if let Some(r) = self.refresh.take() {
+            r.abort();
+        }
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_rules() {
+        let mut c = Config::default();
+        assert!(c.validate().is_ok());
+        c.addr = "0.0.0.0:0".parse().unwrap();
+        assert!(matches!(c.validate(), Err(Error::TokenRequired { .. })));
+        c.token = Some("s3cret".into());
+        assert!(c.validate().is_ok());
+        c.token = Some("two words".into());
+        assert!(c.validate().is_err());
+        let c = Config {
+            max_k: 0,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn token_compare() {
+        assert!(same_token(b"abc", b"abc"));
+        assert!(!same_token(b"abc", b"abd"));
+        assert!(!same_token(b"abc", b"abcd"));
+    }
+}
