@@ -260,3 +260,155 @@ fn bad_batches_are_refused_before_writing() {
         .unwrap();
     assert_eq!(same.descriptor_cid(), map.descriptor_cid());
 }
+
+/// Seeded clustered records: `n` x `dims`, keys 8-byte big-endian indices.
+fn clustered(rng: &mut Rng, n: u64, dims: u32) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
+    let centres: Vec<Vec<f32>> = (0..40)
+        .map(|_| (0..dims).map(|_| rng.unit() * 4.0).collect())
+        .collect();
+    (0..n)
+        .map(|i| {
+            let c = &centres[(rng.next() % 40) as usize];
+            let v = c.iter().map(|&x| x + rng.unit() * 0.5).collect();
+            (i.to_be_bytes().to_vec(), v, Vec::new())
+        })
+        .collect()
+}
+
+fn level(cfg: &ProximityConfig, key: &[u8]) -> u8 {
+    prox_engine::proximity::math::promotion_level(key, cfg.log_chunk_size, cfg.level_hash_seed)
+}
+
+/// Applies one move of `key` to a copy of `recs`, checks the result
+/// against a fresh build and returns the batch's stats.
+fn move_one(
+    cfg: &ProximityConfig,
+    map: &ProximityMap<'_>,
+    recs: &[(Vec<u8>, Vec<f32>, Vec<u8>)],
+    key: &[u8],
+    vector: Vec<f32>,
+    seed: u64,
+) -> prox_engine::proximity::ApplyStats {
+    let (next, stats) = map
+        .apply_with_stats(vec![Mutation::Put {
+            key: key.to_vec(),
+            vector: vector.clone(),
+            value: Vec::new(),
+        }])
+        .unwrap();
+    let mut after = recs.to_vec();
+    let i = after.iter().position(|r| r.0 == key).unwrap();
+    after[i].1 = vector;
+    let fresh_store = MemStore::new();
+    let fresh = ProximityMap::build(&fresh_store, cfg, after).unwrap();
+    assert_eq!(
+        next.descriptor_cid(),
+        fresh.descriptor_cid(),
+        "seed {seed}: key {key:02x?} (level {})",
+        level(cfg, key)
+    );
+    stats
+}
+
+#[test]
+fn one_record_update_on_a_20k_map_decodes_and_encodes_one_path() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0x20_000);
+    let dims = 16u32;
+    let cfg = ProximityConfig::new(dims);
+    let recs = clustered(&mut rng, 20_000, dims);
+    let store = counting();
+    let map = ProximityMap::build(&store, &cfg, recs.clone()).unwrap();
+    let top = map.node(&map.root_cid()).unwrap().level;
+    assert!(top >= 1, "seed {s}: 20k records must promote some key");
+    let i = (0..recs.len())
+        .find(|&i| i >= 777 && level(&cfg, &recs[i].0) == 0)
+        .unwrap();
+    let target = recs[(i * 7 + 3) % recs.len()].1.clone();
+    store.new_puts.store(0, Ordering::Relaxed);
+    let stats = move_one(&cfg, &map, &recs, &recs[i].0, target, s);
+    assert!(
+        stats.hierarchy_rebuilt && !stats.full_rebuild,
+        "seed {s}: {stats:?}"
+    );
+    assert_eq!(stats.records_reassigned, 0, "seed {s}: {stats:?}");
+    // Default pages hold a whole logical node: one root-to-leaf path for
+    // the removal, one for the insertion, plus the root read that checks
+    // the top level.
+    // The two paths share the root: 1 + 2·top logical nodes.
+    let paths = 1 + 2 * u64::from(top);
+    assert!(
+        stats.nodes_decoded <= 1 + paths && stats.nodes_encoded <= paths,
+        "seed {s}: top {top}, {stats:?}"
+    );
+    // New objects: at most the re-encoded nodes, the directory path and
+    // the descriptor.
+    let puts = store.new_puts.load(Ordering::Relaxed);
+    assert!(
+        puts <= stats.nodes_encoded + 8,
+        "seed {s}: {puts} new objects, {stats:?}"
+    );
+}
+
+#[test]
+fn promoted_record_edits_rebuild_only_their_subtree() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0x4b17);
+    let dims = 8u32;
+    let mut cfg = ProximityConfig::new(dims);
+    cfg.log_chunk_size = 4;
+    let n = 20_000u64;
+    let recs = clustered(&mut rng, n, dims);
+    let store = MemStore::new();
+    let map = ProximityMap::build(&store, &cfg, recs.clone()).unwrap();
+    let top = map.node(&map.root_cid()).unwrap().level;
+    let mut checked = 0;
+    for l in 1..top {
+        let Some(i) = (0..recs.len()).find(|&i| level(&cfg, &recs[i].0) == l) else {
+            continue;
+        };
+        let target = recs[(i * 13 + 5) % recs.len()].1.clone();
+        let stats = move_one(&cfg, &map, &recs, &recs[i].0, target, s);
+        assert!(!stats.full_rebuild, "seed {s} level {l}: {stats:?}");
+        // A level-l node's subtree holds about 2^(4·l) records; the move
+        // rebuilds at most two of them (old and new group). Near the top
+        // a subtree can hold most of the map, so only level 1 is bounded
+        // tightly.
+        let bound = if l == 1 { n / 8 } else { 2 * n };
+        assert!(
+            stats.records_reassigned > 0 && stats.records_reassigned <= bound,
+            "seed {s} level {l}: {stats:?}"
+        );
+        checked += 1;
+        // Deleting it is local too.
+        let (next, stats) = map
+            .apply_with_stats(vec![Mutation::Delete {
+                key: recs[i].0.clone(),
+            }])
+            .unwrap();
+        assert!(!stats.full_rebuild, "seed {s} level {l}: {stats:?}");
+        let mut after = recs.clone();
+        after.remove(i);
+        let fresh_store = MemStore::new();
+        let fresh = ProximityMap::build(&fresh_store, &cfg, after).unwrap();
+        assert_eq!(
+            next.descriptor_cid(),
+            fresh.descriptor_cid(),
+            "seed {s} level {l}"
+        );
+    }
+    assert!(
+        checked >= 1,
+        "seed {s}: top {top}, no promoted key below the top"
+    );
+    // A key promoted to the top level edits the root group: full rebuild.
+    let i = (0..recs.len())
+        .find(|&i| level(&cfg, &recs[i].0) >= top)
+        .unwrap();
+    let target = recs[(i + 1) % recs.len()].1.clone();
+    let stats = move_one(&cfg, &map, &recs, &recs[i].0, target, s);
+    assert!(
+        stats.full_rebuild && stats.records_reassigned == n,
+        "seed {s}: {stats:?}"
+    );
+}

@@ -38,6 +38,7 @@ use crate::prolly;
 use crate::store::BlockStore;
 use prox_kernels::{canonical, Metric};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A record as given to the builder: key, raw vector, value.
 pub type InputRecord = (Vec<u8>, Vec<f32>, Vec<u8>);
@@ -51,6 +52,23 @@ pub(crate) struct Records {
 }
 
 impl Records {
+    /// Records from `(key, prepared vector)` rows already sorted by key
+    /// (strictly increasing; the caller guarantees it).
+    pub(crate) fn from_sorted(rows: Vec<(Vec<u8>, Vec<f32>)>, dims: usize) -> Records {
+        let mut keys = Vec::with_capacity(rows.len());
+        let mut vectors = Vec::with_capacity(rows.len() * dims);
+        for (k, v) in rows {
+            debug_assert_eq!(v.len(), dims);
+            keys.push(k);
+            vectors.extend_from_slice(&v);
+        }
+        Records {
+            keys,
+            vectors,
+            dims,
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
@@ -201,17 +219,38 @@ pub(crate) struct Hierarchy {
 impl Hierarchy {
     /// Computes promotion levels and the group assignment.
     pub(crate) fn assign(config: &ProximityConfig, recs: &Records) -> Hierarchy {
-        let n = recs.len();
         let levels: Vec<u8> = recs
             .keys
             .par_iter()
             .map(|k| promotion_level(k, config.log_chunk_size, config.level_hash_seed))
             .collect();
         let top = levels.iter().copied().max().unwrap_or(0);
+        Self::assign_below(config.metric, recs, &levels, top, None)
+    }
+
+    /// The assignment of 12.4 for the subtree of one logical node at level
+    /// `top` (group 0): `levels[i]` must be `min(promotion level, top)`.
+    /// With `root_rep = Some(r)` the node is `G[top][p]` of a larger map
+    /// whose path `p` ends with `r` (so `r`, promoted above `top`, is a
+    /// member like the level-`top` records); `None` is the whole map.
+    ///
+    /// Why this equals the global assignment restricted to the subtree:
+    /// a record's group at level `ℓ` depends only on the members of the
+    /// groups its descent visits above `ℓ`, and the descent of every record
+    /// of the subtree enters it through this node, whose members are
+    /// exactly the records of the subtree with level `top`.
+    pub(crate) fn assign_below(
+        metric: Metric,
+        recs: &Records,
+        levels: &[u8],
+        top: u8,
+        root_rep: Option<u32>,
+    ) -> Hierarchy {
+        let n = recs.len();
         let mut h = Hierarchy {
             groups: vec![Group {
                 level: top,
-                rep: None,
+                rep: root_rep,
                 members: Vec::new(),
             }],
             chain: vec![Vec::new(); n],
@@ -226,9 +265,7 @@ impl Hierarchy {
             // All paths of this level against the current groups first ...
             let targets: Vec<u32> = members
                 .par_iter()
-                .map_init(Vec::new, |buf, &r| {
-                    h.descend(config.metric, recs, r, level, buf)
-                })
+                .map_init(Vec::new, |buf, &r| h.descend(metric, recs, r, level, buf))
                 .collect();
             // ... then register them, in key order.
             for (&r, &g) in members.iter().zip(&targets) {
@@ -283,20 +320,20 @@ impl Hierarchy {
 /// A logical or physical entry whose key and vector are records' (by
 /// index): a point, or a summary of a stored child.
 #[derive(Debug, Clone, Copy)]
-struct Ent {
+pub(crate) struct Ent {
     /// Record whose key and vector the entry carries.
-    rec: u32,
-    child: Option<Cid>,
-    count: u64,
-    radius: f64,
+    pub(crate) rec: u32,
+    pub(crate) child: Option<Cid>,
+    pub(crate) count: u64,
+    pub(crate) radius: f64,
     /// Record with the smallest key below.
-    min: u32,
+    pub(crate) min: u32,
     /// Record with the largest key below.
-    max: u32,
+    pub(crate) max: u32,
 }
 
 impl Ent {
-    fn point(rec: u32) -> Ent {
+    pub(crate) fn point(rec: u32) -> Ent {
         Ent {
             rec,
             child: None,
@@ -309,16 +346,37 @@ impl Ent {
 }
 
 /// Writes the physical hierarchy.
-struct Writer<'a> {
+pub(crate) struct Writer<'a> {
     store: &'a dyn BlockStore,
     config: &'a ProximityConfig,
     recs: &'a Records,
     external: bool,
+    /// Physical PRXN nodes encoded so far (stored or already present).
+    encoded: AtomicU64,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    pub(crate) fn new(
+        store: &'a dyn BlockStore,
+        config: &'a ProximityConfig,
+        recs: &'a Records,
+    ) -> Writer<'a> {
+        Writer {
+            store,
+            config,
+            recs,
+            external: config.external_vectors(),
+            encoded: AtomicU64::new(0),
+        }
+    }
+
+    /// Physical PRXN nodes this writer has encoded.
+    pub(crate) fn encoded(&self) -> u64 {
+        self.encoded.load(Ordering::Relaxed)
+    }
+
     /// `summarize(cid, entries, rep)` of 12.5.
-    fn summarize(&self, cid: Cid, entries: &[Ent], rep: u32) -> Ent {
+    pub(crate) fn summarize(&self, cid: Cid, entries: &[Ent], rep: u32) -> Ent {
         let rv = self.recs.vector(rep);
         let mut radius = 0.0f64;
         let mut count = 0u64;
@@ -329,10 +387,12 @@ impl Writer<'_> {
                 radius = r;
             }
             count += e.count;
-            if i == 0 || e.min < min {
+            // Keys, not indices: in incremental rebuilds the arena is not in
+            // key order (in a full build both orders agree).
+            if i == 0 || self.recs.key(e.min) < self.recs.key(min) {
                 min = e.min;
             }
-            if i == 0 || e.max > max {
+            if i == 0 || self.recs.key(e.max) > self.recs.key(max) {
                 max = e.max;
             }
         }
@@ -425,6 +485,7 @@ impl Writer<'_> {
             entries: out,
         };
         let bytes = node.encode()?;
+        self.encoded.fetch_add(1, Ordering::Relaxed);
         if bytes.len() > self.config.max_page_bytes as usize {
             return Err(self.too_large(level, bytes.len()));
         }
@@ -501,7 +562,7 @@ impl Writer<'_> {
     }
 
     /// `store_logical(kind, L, entries)` of 12.8.
-    fn store_logical(&self, kind: NodeKind, level: u8, entries: &[Ent]) -> Result<Cid> {
+    pub(crate) fn store_logical(&self, kind: NodeKind, level: u8, entries: &[Ent]) -> Result<Cid> {
         if self.size(kind, level, entries) <= self.config.max_page_bytes as usize {
             return self.persist(kind, level, entries);
         }
@@ -515,7 +576,7 @@ impl Writer<'_> {
 
     /// `node(L, prefix)` of 12.5 for group `g`: builds and stores the
     /// subtree and returns the entry its parent stores.
-    fn node(&self, h: &Hierarchy, g: u32) -> Result<Ent> {
+    pub(crate) fn node(&self, h: &Hierarchy, g: u32) -> Result<Ent> {
         let group = &h.groups[g as usize];
         let mut members = group.members.clone();
         members.sort_unstable();
@@ -551,25 +612,23 @@ impl Writer<'_> {
     }
 }
 
-/// Builds the PRXN hierarchy of prepared records and returns its root CID.
+/// Builds the PRXN hierarchy of prepared records; returns its root CID and
+/// the number of physical nodes encoded.
 pub(crate) fn build_hierarchy(
     store: &dyn BlockStore,
     config: &ProximityConfig,
     recs: &Records,
-) -> Result<Cid> {
-    let w = Writer {
-        store,
-        config,
-        recs,
-        external: config.external_vectors(),
-    };
+) -> Result<(Cid, u64)> {
+    let w = Writer::new(store, config, recs);
     if recs.len() == 0 {
-        return w.empty_root();
+        return Ok((w.empty_root()?, 1));
     }
     let h = Hierarchy::assign(config, recs);
-    Ok(w.node(&h, 0)?
+    let root = w
+        .node(&h, 0)?
         .child
-        .expect("node() always summarizes a stored child"))
+        .expect("node() always summarizes a stored child");
+    Ok((root, w.encoded()))
 }
 
 impl<'s> ProximityMap<'s> {
@@ -597,7 +656,7 @@ impl<'s> ProximityMap<'s> {
         let dir_config = prolly::Config::default();
         let dir_root =
             prolly::build_sorted(store, &dir_config, recs.keys.iter().cloned().zip(encoded))?;
-        let root = build_hierarchy(store, config, &recs)?;
+        let (root, _) = build_hierarchy(store, config, &recs)?;
         let descriptor = Descriptor {
             config: config.clone(),
             record_count: recs.len() as u64,
