@@ -108,6 +108,9 @@ pub struct SearchContext {
     /// Adaptive mode: the `rerank·k` best by approximate `(score, key)`.
     pool: BinaryHeap<Cand>,
     rescore: Vec<Cand>,
+    /// Exact modes: eligible entries of the current logical leaf with
+    /// their lower bounds, visited in `(bound, index)` order.
+    order: Vec<(f64, u32)>,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -189,6 +192,7 @@ impl SearchContext {
         self.best.clear();
         self.pool.clear();
         self.rescore.clear();
+        self.order.clear();
     }
 
     /// Runs one search of a prepared query.
@@ -243,7 +247,34 @@ impl SearchContext {
             self.dots.resize(node.len, 0);
             prox_kernels::sq8::dot_i8_many(&self.codes, &node.codes, &mut self.dots);
             let mut improved = false;
-            for i in 0..node.len {
+            if node.leafy && exact {
+                // Points in increasing lower-bound order: the k-th canonical
+                // score tightens as early as possible and the first point
+                // whose bound exceeds it ends the leaf (every later bound is
+                // at least as large). Which points are rescored depends on
+                // the codes only, so it is the same on every ISA; the hits
+                // are the canonical top k either way.
+                self.order.clear();
+                for i in 0..node.len {
+                    if filter.accepts(node.key(i)) {
+                        let lb = q.lower_bound(&node.stats[i], self.dots[i], 0.0);
+                        self.order.push((lb, i as u32));
+                    }
+                }
+                self.order
+                    .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                for &(lb, i) in &self.order {
+                    if self.best.len() == k && lb > self.best[k - 1].score {
+                        break;
+                    }
+                    stats.rescored += 1;
+                    let i = i as usize;
+                    let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i, d));
+                    insert_sorted(&mut self.best, k, score, &node, i);
+                }
+            }
+            let entries = if node.leafy && exact { 0 } else { node.len };
+            for i in 0..entries {
                 let eligible = if node.leafy {
                     filter.accepts(node.key(i))
                 } else {
@@ -256,40 +287,28 @@ impl SearchContext {
                 let x = &node.stats[i];
                 let dot = self.dots[i];
                 if node.leafy {
-                    if exact {
-                        if self.best.len() == k {
-                            let lb = q.lower_bound(x, dot, 0.0);
-                            if lb > self.best[k - 1].score {
-                                continue;
-                            }
-                        }
-                        stats.rescored += 1;
-                        let score =
-                            prox_kernels::canonical::score(q.metric, q.v, node.vector(i, d));
-                        improved |= insert_sorted(&mut self.best, k, score, &node, i);
-                    } else {
-                        let score = q.approx(x, dot);
-                        let key = node.key(i);
-                        if self.pool.len() < pool_cap {
-                            self.pool.push(Cand {
-                                score,
-                                node: node.clone(),
-                                idx: i as u32,
-                            });
-                            improved = true;
-                        } else if self
-                            .pool
-                            .peek()
-                            .is_some_and(|w| w.order(score, key) == Ordering::Greater)
-                        {
-                            self.pool.pop();
-                            self.pool.push(Cand {
-                                score,
-                                node: node.clone(),
-                                idx: i as u32,
-                            });
-                            improved = true;
-                        }
+                    // Adaptive mode (exact leaves were handled above).
+                    let score = q.approx(x, dot);
+                    let key = node.key(i);
+                    if self.pool.len() < pool_cap {
+                        self.pool.push(Cand {
+                            score,
+                            node: node.clone(),
+                            idx: i as u32,
+                        });
+                        improved = true;
+                    } else if self
+                        .pool
+                        .peek()
+                        .is_some_and(|w| w.order(score, key) == Ordering::Greater)
+                    {
+                        self.pool.pop();
+                        self.pool.push(Cand {
+                            score,
+                            node: node.clone(),
+                            idx: i as u32,
+                        });
+                        improved = true;
                     }
                 } else {
                     let lb = q.lower_bound(x, dot, node.radius[i]);
