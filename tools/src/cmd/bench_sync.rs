@@ -273,8 +273,19 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         args.dim,
         t.elapsed().as_secs_f64()
     );
+    // Single-thread CPU cost of the two per-block checks a receiver does
+    // (decode as the declared kind, SHA-256), for reading the ratios.
+    let t = Instant::now();
     let blocks1 = closure(&*src.main, &value1)?;
+    let walk = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let hashed = blocks1.iter().filter(|(c, b)| Cid::of(b) == *c).count();
+    let hash = t.elapsed().as_secs_f64();
     let ideal_bytes: u64 = blocks1.iter().map(|(_, b)| b.len() as u64).sum();
+    eprintln!(
+        "closure: {} blocks, {ideal_bytes} B; decode walk {walk:.3} s, SHA-256 {hash:.3} s ({hashed} ok), one thread",
+        blocks1.len()
+    );
     let payload: Vec<Bytes> = blocks1.iter().map(|(_, b)| b.clone()).collect();
 
     // Baselines on the same bytes.
@@ -283,6 +294,11 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
     for _ in 0..runs {
         bare_s.push(bare_stream_copy(&payload, true).await?.0.seconds);
         tcp_s.push(raw_tcp_copy(&payload).await?.seconds);
+        eprintln!(
+            "  bare-stream {:.3} s, raw-tcp {:.3} s",
+            bare_s[bare_s.len() - 1],
+            tcp_s[tcp_s.len() - 1]
+        );
     }
     let (bare, tcp) = (median(bare_s), median(tcp_s));
     let mut out = Vec::new();
@@ -331,6 +347,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
             let (node, _stores) = receiver().await?;
             pair.proxy.reset();
             let r = node.pull(&pair.addr(), "bench", "bench").await?;
+            eprintln!("  {scenario} hnsw={hnsw}: {:.3} s", r.seconds);
             secs.push(r.seconds);
             last = Some((r, pair.proxy.bytes()));
             node.shutdown().await;
@@ -381,6 +398,10 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         stores.main.set_root("bench", Some(&value1))?;
         pair.proxy.reset();
         let r = node.pull(&pair.addr(), "bench", "bench").await?;
+        eprintln!(
+            "  update-{changes} hnsw={hnsw}: {:.3} s, {} blocks, {} round trips",
+            r.seconds, r.blocks_fetched, r.round_trips
+        );
         secs.push(r.seconds);
         last = Some((r, pair.proxy.bytes()));
         node.shutdown().await;
