@@ -13,7 +13,7 @@
 //! ```
 //! For `--path pq` the sweep values are rerank multipliers.
 
-use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
+use prox_engine::accel::hnsw::{Hit, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
 use prox_engine::accel::{Hnsw, HnswParams, PqParams};
 use prox_kernels::Metric;
@@ -21,17 +21,24 @@ use rayon::prelude::*;
 use std::io::Write;
 use std::time::Instant;
 
+/// Reads `.fvecs` / `.ivecs` row by row (streaming: the file is never held
+/// in memory next to the rows, so it does not inflate peak RSS).
 fn read_vecs(path: &str, int: bool) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let mut r = std::io::BufReader::with_capacity(1 << 20, file);
     let mut out = Vec::new();
-    let mut i = 0;
-    while i + 4 <= bytes.len() {
-        let d = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
-        i += 4;
-        let row: Vec<f32> = bytes[i..i + 4 * d]
+    let mut head = [0u8; 4];
+    let mut buf = Vec::new();
+    while r.read_exact(&mut head).is_ok() {
+        let d = u32::from_le_bytes(head) as usize;
+        buf.resize(4 * d, 0);
+        r.read_exact(&mut buf)
+            .unwrap_or_else(|e| panic!("{path}: truncated row: {e}"));
+        let row: Vec<f32> = buf
             .chunks_exact(4)
             .map(|c| {
-                let b = c.try_into().unwrap();
+                let b = [c[0], c[1], c[2], c[3]];
                 if int {
                     i32::from_le_bytes(b) as f32
                 } else {
@@ -39,10 +46,38 @@ fn read_vecs(path: &str, int: bool) -> Vec<Vec<f32>> {
                 }
             })
             .collect();
-        i += 4 * d;
         out.push(row);
     }
     out
+}
+
+/// Reads a `.fvecs` file straight into one row-major buffer: `(dims, rows)`.
+fn read_flat(path: &str) -> (usize, Vec<f32>) {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let len = file.metadata().map_or(0, |m| m.len() as usize);
+    let mut r = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut head = [0u8; 4];
+    let mut dims = 0;
+    let mut flat: Vec<f32> = Vec::new();
+    let mut buf = Vec::new();
+    while r.read_exact(&mut head).is_ok() {
+        let d = u32::from_le_bytes(head) as usize;
+        if dims == 0 {
+            dims = d;
+            flat.reserve_exact(len / (4 * d + 4) * d);
+        }
+        assert_eq!(d, dims, "{path}: rows of different dimensions");
+        buf.resize(4 * d, 0);
+        r.read_exact(&mut buf)
+            .unwrap_or_else(|e| panic!("{path}: truncated row: {e}"));
+        flat.extend(
+            buf.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+    }
+    assert!(dims > 0, "{path}: no rows");
+    (dims, flat)
 }
 
 fn write_ivecs(path: &std::path::Path, rows: &[Vec<i32>]) {
@@ -54,6 +89,12 @@ fn write_ivecs(path: &std::path::Path, rows: &[Vec<i32>]) {
         }
     }
     std::fs::write(path, buf).expect("write ids");
+}
+
+fn to_row(hits: &[Hit], k: usize) -> Vec<i32> {
+    let mut row: Vec<i32> = hits.iter().map(|h| h.id as i32).collect();
+    row.resize(k, -1);
+    row
 }
 
 fn main() {
@@ -77,19 +118,16 @@ fn main() {
     let reps: usize = get("--reps").map_or(3, |s| s.parse().unwrap());
     let gt = get("--gt").map(|p| read_vecs(&p, true));
 
-    let mut base = read_vecs(&base, false);
+    let (dims, mut flat) = read_flat(&base);
     // `--n N`: only the first N base vectors (profiling; recall then needs
     // a matching ground truth).
     if let Some(n) = get("--n").map(|s| s.parse::<usize>().unwrap()) {
-        base.truncate(n);
+        flat.truncate(n * dims);
     }
     let queries = read_vecs(&query, false);
-    let dims = base[0].len();
     // Key = big-endian index, so key order is index order.
-    let records: Vec<(Vec<u8>, Vec<f32>)> = base
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| ((i as u32).to_be_bytes().to_vec(), v))
+    let mut keys: Vec<Vec<u8>> = (0..(flat.len() / dims) as u32)
+        .map(|i| i.to_be_bytes().to_vec())
         .collect();
     let build_pool = rayon::ThreadPoolBuilder::new()
         .num_threads(build_threads)
@@ -107,14 +145,27 @@ fn main() {
     let index = build_pool.install(|| match path.as_str() {
         "pq" => {
             let p = PqParams::parse(&get("--pq").unwrap_or_default()).unwrap();
+            let records: Vec<(Vec<u8>, Vec<f32>)> = keys
+                .iter()
+                .cloned()
+                .zip(flat.chunks_exact(dims).map(<[f32]>::to_vec))
+                .collect();
             Index::P(Pq::train(metric, dims, &records, &p).unwrap())
         }
         _ => {
             let p =
                 HnswParams::parse(&get("--hnsw").unwrap_or_else(|| "m=16,efc=200".into())).unwrap();
-            let g = Hnsw::build(metric, dims, &records, &p)
-                .unwrap()
-                .search_graph();
+            // The file's one buffer becomes the vector arena and then moves
+            // into the search layout: one copy of the vectors at peak.
+            let g = Hnsw::build_flat(
+                metric,
+                dims,
+                std::mem::take(&mut keys),
+                std::mem::take(&mut flat),
+                &p,
+            )
+            .unwrap()
+            .into_search_graph();
             // `--sq8`: traverse on SQ8 codes, rerank exactly.
             Index::H(if args.iter().any(|a| a == "--sq8") {
                 g.with_sq8().unwrap()
@@ -129,37 +180,32 @@ fn main() {
         Index::P(p) => p.code_bytes(),
     };
     println!(r#"{{"event": "build", "seconds": {build_s}, "index_bytes": {bytes}}}"#);
-    drop(records);
+    drop(flat);
     for p in params.split(',') {
         let v: usize = p.trim().parse().expect("param");
         let mut best = f64::INFINITY;
         let mut ids: Vec<Vec<i32>> = Vec::new();
         for _ in 0..reps {
             let t = Instant::now();
-            let res: Vec<Vec<i32>> = pool.install(|| {
-                queries
+            let res: Vec<Vec<i32>> = pool.install(|| match &index {
+                // The engine's batch API: contiguous chunks, one reusable
+                // context per chunk.
+                Index::H(g) => g
+                    .search_batch(&queries, SearchOptions { k, ef: v })
+                    .unwrap()
+                    .into_iter()
+                    .map(|hits| to_row(&hits, k))
+                    .collect(),
+                Index::P(pq) => queries
                     .par_iter()
                     .map_init(
-                        || {
-                            (
-                                SearchContext::new(),
-                                PqSearchContext::new(),
-                                Vec::<Hit>::new(),
-                            )
-                        },
-                        |(hc, pc, hits), q| {
-                            match &index {
-                                Index::H(g) => {
-                                    g.search(hc, q, SearchOptions { k, ef: v }, hits).unwrap();
-                                }
-                                Index::P(pq) => pq.search(pc, q, k, Some(v), None, hits).unwrap(),
-                            }
-                            let mut row: Vec<i32> = hits.iter().map(|h| h.id as i32).collect();
-                            row.resize(k, -1);
-                            row
+                        || (PqSearchContext::new(), Vec::<Hit>::new()),
+                        |(pc, hits), q| {
+                            pq.search(pc, q, k, Some(v), None, hits).unwrap();
+                            to_row(hits, k)
                         },
                     )
-                    .collect()
+                    .collect(),
             });
             best = best.min(t.elapsed().as_secs_f64());
             ids = res;

@@ -14,17 +14,22 @@
 //! that dispatches), `op/scalar.rs` (the reference), `op/portable.rs`
 //! (`wide`), `op/x86.rs` (AVX2+FMA `#[target_feature]` fns), `op/aarch64.rs`
 //! (NEON). The ISA is detected once and cached ([`isa`]); `PROX_ISA` forces a
-//! tier. [`topk`] selects the best candidates with deterministic tie-breaks.
+//! tier. [`det`] holds f32 kernels with one fixed summation order on every
+//! ISA (for persisted builds), [`prefetch`] safe cache hints, [`cast`]
+//! byte views for packed layouts. [`topk`] selects the best candidates with deterministic tie-breaks.
 //!
 //! No I/O (beyond one stderr warning for a bad `PROX_ISA`), no threads, no
 //! workspace dependencies.
 
 pub mod canonical;
+pub mod cast;
+pub mod det;
 mod error;
 pub mod f32;
 mod isa;
 mod metric;
 pub mod pq;
+pub mod prefetch;
 pub mod sq8;
 pub mod topk;
 

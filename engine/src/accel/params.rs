@@ -3,6 +3,7 @@
 //! `prox build --hnsw/--pq` and `prox accel build`.
 
 use crate::error::{Error, Result};
+use crate::proximity::HnswConfig;
 
 /// How an HNSW graph is constructed. Both write the same format; only the
 /// manifest's canonical flag differs.
@@ -55,27 +56,42 @@ impl Default for HnswParams {
 }
 
 impl HnswParams {
-    /// Checks the loader rules of section 8.1: `max_connections > 0`,
+    /// Checks the loader rules of section 8.1 (`max_connections > 0`,
     /// `ef_construction >= max_connections`, `ef_search > 0`,
-    /// `overfetch > 0`, `1 <= level_bits <= 63`.
+    /// `overfetch > 0`, `1 <= level_bits <= 63`) with the one validator of
+    /// the persisted form, [`HnswConfig::validate`].
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: &str| Err(Error::InvalidConfig(format!("hnsw: {m}")));
-        if self.max_connections == 0 {
-            return bad("max_connections must be > 0");
+        self.config().validate()
+    }
+
+    /// The persisted configuration (manifest fields) of these parameters.
+    pub fn config(&self) -> HnswConfig {
+        HnswConfig {
+            max_connections: self.max_connections,
+            ef_construction: self.ef_construction,
+            ef_search: self.ef_search,
+            level_bits: self.level_bits,
+            overfetch_multiplier: self.overfetch,
+            seed: self.seed,
         }
-        if self.ef_construction < u32::from(self.max_connections) {
-            return bad("ef_construction must be >= max_connections");
+    }
+
+    /// Parameters of a persisted configuration; `canonical` is the
+    /// manifest's flag.
+    pub fn from_config(c: &HnswConfig, canonical: bool) -> HnswParams {
+        HnswParams {
+            max_connections: c.max_connections,
+            ef_construction: c.ef_construction,
+            ef_search: c.ef_search,
+            level_bits: c.level_bits,
+            overfetch: c.overfetch_multiplier,
+            seed: c.seed,
+            build: if canonical {
+                BuildKind::Canonical
+            } else {
+                BuildKind::Fast
+            },
         }
-        if self.ef_search == 0 {
-            return bad("ef_search must be > 0");
-        }
-        if self.overfetch == 0 {
-            return bad("overfetch must be > 0");
-        }
-        if !(1..=63).contains(&self.level_bits) {
-            return bad("level_bits must be in 1..=63");
-        }
-        Ok(())
     }
 
     /// Parses `k=v,...` over the defaults. Keys: `max_connections` (`m`),

@@ -95,6 +95,56 @@ impl Arena {
         }
     }
 
+    /// An arena holding `rows` (each exactly `dims` long), dropping each
+    /// source row right after copying it.
+    pub(crate) fn from_owned_rows(
+        dims: usize,
+        rows: impl ExactSizeIterator<Item = Vec<f32>>,
+    ) -> Arena {
+        let mut arena = Arena::from_rows(dims, std::iter::empty::<&[f32]>());
+        let stride = arena.stride;
+        arena.len = rows.len();
+        arena.data = vec![0f32; arena.len * stride + ALIGN];
+        arena.base = match arena.data.as_ptr().align_offset(ALIGN * 4) {
+            off if off < ALIGN => off,
+            _ => 0,
+        };
+        for (i, row) in rows.enumerate() {
+            let start = arena.base + i * stride;
+            arena.data[start..start + dims].copy_from_slice(&row[..dims]);
+        }
+        arena
+    }
+
+    /// An arena over `flat` (`rows * dims` floats, row-major), reusing its
+    /// allocation when `dims` is a multiple of 16 (rows are then already at
+    /// the arena stride; the buffer only grows by one row of slack and the
+    /// rows shift in place to a 64-byte boundary), otherwise copying.
+    pub(crate) fn from_flat(dims: usize, mut flat: Vec<f32>) -> Arena {
+        let rows = flat.len() / dims.max(1);
+        let stride = dims.div_ceil(ALIGN).max(1) * ALIGN;
+        if stride != dims || dims == 0 {
+            return Arena::from_rows(dims, flat.chunks_exact(dims.max(1)).take(rows));
+        }
+        flat.truncate(rows * dims);
+        flat.reserve_exact(ALIGN);
+        flat.resize(rows * dims + ALIGN, 0.0);
+        flat.shrink_to_fit();
+        let base = match flat.as_ptr().align_offset(ALIGN * 4) {
+            off if off < ALIGN => off,
+            _ => 0,
+        };
+        flat.copy_within(0..rows * dims, base);
+        flat[..base].fill(0.0);
+        Arena {
+            dims,
+            stride,
+            base,
+            len: rows,
+            data: flat,
+        }
+    }
+
     /// Number of rows.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -151,6 +201,15 @@ mod tests {
         assert_eq!(b.row(5), &[9.0, 9.0, 9.0]);
         let c = b.permuted(&[5, 0]);
         assert_eq!(c.row(0), &[9.0, 9.0, 9.0]);
+        for dims in [3usize, 16, 32] {
+            let flat: Vec<f32> = (0..5 * dims).map(|x| x as f32).collect();
+            let f = Arena::from_flat(dims, flat.clone());
+            assert_eq!(f.len(), 5);
+            for i in 0..5 {
+                assert_eq!(f.row(i), &flat[i * dims..(i + 1) * dims]);
+                assert_eq!(f.row(i).as_ptr() as usize % 64, 0);
+            }
+        }
     }
 
     #[test]

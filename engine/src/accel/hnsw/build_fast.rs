@@ -23,10 +23,11 @@
 //! rescored with the deterministic f32 kernel, and neighbour selection
 //! (heuristic and reverse-link pruning) uses f32 scores only.
 
-use super::{node_level, select_heuristic, BuildGraph, Hnsw, LayerSearch, Scored};
-use crate::accel::kernel::{det_score, touch};
+use super::{node_level, select_heuristic, Adjacency, BuildGraph, Hnsw, LayerSearch, Scored};
+use crate::accel::kernel::det_score;
 use crate::accel::params::HnswParams;
 use crate::accel::vectors::Arena;
+use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::Metric;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -46,6 +47,78 @@ fn cap(m: usize, layer: usize) -> usize {
         2 * m
     } else {
         m
+    }
+}
+
+/// Layer-0 lists of the graph under construction in one flat array, `stride
+/// = 1 + cap` words per node (count, then the links), mirroring
+/// `BuildGraph::links[_][0]` exactly: the candidate search reads one
+/// contiguous slot per expansion instead of chasing three pointers. Only
+/// the memory layout differs from the nested lists, so the graph built is
+/// the same.
+struct FlatL0 {
+    stride: usize,
+    words: Vec<u32>,
+}
+
+impl FlatL0 {
+    fn new(g: &BuildGraph, cap: usize) -> FlatL0 {
+        let longest = g.links.iter().map(|l| l.first().map_or(0, Vec::len)).max();
+        let stride = 1 + cap.max(longest.unwrap_or(0));
+        let mut flat = FlatL0 {
+            stride,
+            words: vec![0; g.len() * stride],
+        };
+        for (i, l) in g.links.iter().enumerate() {
+            if let Some(list) = l.first() {
+                flat.set(i, list);
+            }
+        }
+        flat
+    }
+
+    /// Replaces node `i`'s list (grows the stride if it does not fit).
+    fn set(&mut self, i: usize, list: &[u32]) {
+        if list.len() + 1 > self.stride {
+            let n = self.words.len() / self.stride;
+            let stride = list.len() + 1;
+            let mut words = vec![0; n * stride];
+            for j in 0..n {
+                let old = &self.words[j * self.stride..(j + 1) * self.stride];
+                let len = old[0] as usize + 1;
+                words[j * stride..j * stride + len].copy_from_slice(&old[..len]);
+            }
+            self.stride = stride;
+            self.words = words;
+        }
+        let at = i * self.stride;
+        self.words[at] = list.len() as u32;
+        self.words[at + 1..at + 1 + list.len()].copy_from_slice(list);
+    }
+
+    #[inline]
+    fn slot(&self, i: u32) -> &[u32] {
+        let at = i as usize * self.stride;
+        &self.words[at..at + self.stride]
+    }
+}
+
+/// The frozen graph as the candidate search sees it: layer 0 from the flat
+/// mirror, upper layers from the nested lists.
+struct View<'a> {
+    g: &'a BuildGraph,
+    l0: &'a FlatL0,
+}
+
+impl Adjacency for View<'_> {
+    #[inline]
+    fn neighbours(&self, node: u32, layer: usize) -> &[u32] {
+        if layer == 0 {
+            let s = self.l0.slot(node);
+            &s[1..1 + s[0] as usize]
+        } else {
+            self.g.neighbours(node, layer)
+        }
     }
 }
 
@@ -120,18 +193,23 @@ pub(super) fn insert(
     }
     let codes = (vectors.dims() <= SQ8_MAX_DIMS && i < n).then(|| Codes::new(vectors));
     let codes = codes.as_ref();
+    let mut flat = FlatL0::new(g, cap(m, 0));
     let mut reverse: Vec<(u32, u8, u32)> = Vec::new();
     while i < n {
         let end = (i + batch_len(i)).min(n);
         let (entry, top) = (g.entry.unwrap_or(0), g.max_level);
         let frozen: &BuildGraph = g;
+        let view = View {
+            g: frozen,
+            l0: &flat,
+        };
         // (A) every member's own lists, against the frozen graph.
         let found: Vec<Vec<Vec<u32>>> = (i..end)
             .into_par_iter()
             .map(|r| {
                 LAYER_SEARCH.with(|ls| {
                     find_lists(
-                        frozen,
+                        &view,
                         &mut ls.borrow_mut(),
                         metric,
                         vectors,
@@ -178,11 +256,17 @@ pub(super) fn insert(
         // (C) write.
         for (off, lists) in found.into_iter().enumerate() {
             for (layer, list) in lists.into_iter().enumerate() {
+                if layer == 0 {
+                    flat.set(i + off, &list);
+                }
                 g.links[i + off][layer] = list;
             }
         }
         for (&(s, _), list) in groups.iter().zip(updates) {
             let (x, layer) = (reverse[s].0, usize::from(reverse[s].1));
+            if layer == 0 {
+                flat.set(x as usize, &list);
+            }
             g.links[x as usize][layer] = list;
         }
         for r in i..end {
@@ -232,7 +316,7 @@ fn relink(
 /// frozen entry point.
 #[allow(clippy::too_many_arguments)]
 fn find_lists(
-    g: &BuildGraph,
+    view: &View<'_>,
     ls: &mut LayerSearch,
     metric: Metric,
     vectors: &Arena,
@@ -249,13 +333,16 @@ fn find_lists(
         Some(c) => c.score(metric, r, id as usize),
         None => exact(id),
     };
-    let prefetch = |id: u32| match codes {
-        Some(c) => {
-            std::hint::black_box(c.codes.get(id as usize * c.dims).copied());
+    // The row scored next and the slot read if it is expanded later.
+    let prefetch = |id: u32| {
+        match codes {
+            Some(c) => prefetch_read(c.row(id as usize)),
+            None => prefetch_read(vectors.row(id as usize)),
         }
-        None => touch(vectors.row(id as usize)),
+        prefetch_first(view.l0.slot(id));
     };
-    let level = g.levels[r];
+    let g = view;
+    let level = g.g.levels[r];
     let mut cur = Scored {
         score: score(entry),
         id: entry,
@@ -273,7 +360,7 @@ fn find_lists(
     for layer in (0..=usize::from(reach)).rev() {
         ls.search_layer(
             g,
-            g.len(),
+            g.g.len(),
             layer,
             &entries,
             efc,

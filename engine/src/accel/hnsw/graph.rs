@@ -2,10 +2,13 @@
 //!
 //! Invariants: node ids are dense `u32` in key order (so a key range is an id
 //! interval); vectors live in one 64-byte-aligned arena (`Arena`); layer 0 is
-//! a CSR adjacency (`l0_offsets[i]..l0_offsets[i+1]` into `l0_links`); each
-//! upper layer is a CSR over its member ids (sorted, found by binary search,
-//! which only the short greedy descent uses); keys are one byte arena with
-//! offsets. Queries touch no hash map.
+//! one fixed-stride, 64-byte-aligned *block* per node ([`Layer0`]: link count,
+//! links, then optionally the node's SQ8 traversal code and its norm), so one
+//! expansion reads one contiguous block and scoring a neighbour pulls in the
+//! links it will need if it is expanded later; each upper layer is a CSR over
+//! its member ids (sorted, found by binary search, which only the short
+//! greedy descent uses); keys are one byte arena with offsets. Queries touch
+//! no hash map.
 
 use super::{Adjacency, Hnsw};
 use crate::accel::vectors::Arena;
@@ -19,21 +22,113 @@ pub(crate) struct UpperLayer {
     links: Vec<u32>,
 }
 
-/// SQ8 traversal codes: one global symmetric scale, `i8` codes row-major
-/// (`dims` per node) and each row's exact `Σ c²` (for L2).
-#[derive(Debug, Clone)]
-pub(crate) struct Sq8Codes {
-    pub(crate) quantizer: prox_kernels::sq8::Quantizer,
-    pub(crate) codes: Vec<i8>,
-    pub(crate) norms: Vec<i32>,
+/// Layer 0 as fixed-stride byte blocks, one per node.
+///
+/// Block `i` starts at `base + i * stride` (a multiple of 64 bytes from a
+/// 64-byte-aligned start) and holds, little endian: `count: u32`, `cap`
+/// link slots (`u32`, the first `count` used, ascending), then `code_len`
+/// SQ8 code bytes (`i8`; `code_len` is 0 without SQ8 or `dims` with it) and
+/// the code's exact `Σ c²` as `i32`. `cap` is the longest layer-0 list of
+/// the graph, so every list fits.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Layer0 {
+    data: Vec<u8>,
+    base: usize,
+    stride: usize,
+    cap: usize,
+    code_len: usize,
 }
 
-impl Sq8Codes {
-    /// Code row of node `id`.
+/// Writes node `i`'s SQ8 code into the buffer.
+type Encoder<'a> = dyn FnMut(usize, &mut [i8]) + 'a;
+
+/// Block alignment in bytes.
+const BLOCK_ALIGN: usize = 64;
+
+impl Layer0 {
+    /// Blocks for `n` nodes with lists `lists(i)` and, if `codes` is given,
+    /// each node's code (`code_len` bytes) written by `codes(i, out)`.
+    fn build(
+        n: usize,
+        lists: &[Vec<u32>],
+        code_len: usize,
+        mut codes: Option<&mut Encoder<'_>>,
+    ) -> Layer0 {
+        let cap = lists.iter().map(Vec::len).max().unwrap_or(0);
+        let used = 4 + 4 * cap + code_len + if code_len > 0 { 4 } else { 0 };
+        let stride = used.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+        let mut data = vec![0u8; n * stride + BLOCK_ALIGN];
+        // align_offset may legally return usize::MAX; then fall back to 0.
+        let base = match data.as_ptr().align_offset(BLOCK_ALIGN) {
+            off if off < BLOCK_ALIGN => off,
+            _ => 0,
+        };
+        let mut code = vec![0i8; code_len];
+        for (i, list) in lists.iter().enumerate().take(n) {
+            let b = &mut data[base + i * stride..base + (i + 1) * stride];
+            b[..4].copy_from_slice(&(list.len() as u32).to_le_bytes());
+            for (slot, &id) in b[4..4 + 4 * list.len()].chunks_exact_mut(4).zip(list) {
+                slot.copy_from_slice(&id.to_le_bytes());
+            }
+            if let Some(f) = codes.as_mut() {
+                f(i, &mut code);
+                let at = 4 + 4 * cap;
+                b[at..at + code_len].copy_from_slice(prox_kernels::cast::as_u8(&code));
+                let norm: i32 = code.iter().map(|&c| i32::from(c) * i32::from(c)).sum();
+                b[at + code_len..at + code_len + 4].copy_from_slice(&norm.to_le_bytes());
+            }
+        }
+        Layer0 {
+            data,
+            base,
+            stride,
+            cap,
+            code_len,
+        }
+    }
+
+    /// Node `i`'s whole block.
     #[inline]
-    pub(crate) fn row(&self, id: u32, dims: usize) -> &[i8] {
-        let i = id as usize * dims;
-        &self.codes[i..i + dims]
+    pub(crate) fn block(&self, i: u32) -> &[u8] {
+        let at = self.base + i as usize * self.stride;
+        &self.data[at..at + self.stride]
+    }
+
+    /// Node `i`'s links as little-endian `u32` bytes (`4 * count` bytes).
+    #[inline]
+    pub(crate) fn link_bytes(&self, i: u32) -> &[u8] {
+        let b = self.block(i);
+        let count = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        &b[4..4 + 4 * count.min(self.cap)]
+    }
+
+    /// Node `i`'s SQ8 code (empty without SQ8).
+    #[inline]
+    pub(crate) fn code(&self, i: u32) -> &[i8] {
+        let at = 4 + 4 * self.cap;
+        prox_kernels::cast::as_i8(&self.block(i)[at..at + self.code_len])
+    }
+
+    /// `Σ c²` of node `i`'s code (0 without SQ8).
+    #[inline]
+    pub(crate) fn norm(&self, i: u32) -> i32 {
+        if self.code_len == 0 {
+            return 0;
+        }
+        let at = 4 + 4 * self.cap + self.code_len;
+        let b = self.block(i);
+        i32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    /// Node `i`'s links, decoded.
+    pub(crate) fn links(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
+        self.link_bytes(i)
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.data.capacity()
     }
 }
 
@@ -45,8 +140,7 @@ pub struct SearchGraph {
     pub(crate) vectors: Arena,
     key_bytes: Vec<u8>,
     key_offsets: Vec<usize>,
-    l0_offsets: Vec<usize>,
-    l0_links: Vec<u32>,
+    pub(crate) l0: Layer0,
     upper: Vec<UpperLayer>,
     pub(crate) entry: Option<u32>,
     pub(crate) max_level: u8,
@@ -54,16 +148,18 @@ pub struct SearchGraph {
     pub(crate) masked: Vec<bool>,
     /// Ids of masked nodes, ascending.
     pub(crate) masked_ids: Vec<u32>,
-    /// Optional SQ8 codes used for traversal (exact rerank from `vectors`).
-    pub(crate) sq8: Option<Sq8Codes>,
+    /// SQ8 quantizer when layer-0 blocks carry traversal codes (exact
+    /// rerank from `vectors`).
+    pub(crate) sq8: Option<prox_kernels::sq8::Quantizer>,
 }
 
 impl Adjacency for SearchGraph {
     #[inline]
     fn neighbours(&self, node: u32, layer: usize) -> &[u32] {
+        // Layer 0 lives in byte blocks and is walked by the search loop
+        // directly; this view serves the upper layers only.
         if layer == 0 {
-            let i = node as usize;
-            return &self.l0_links[self.l0_offsets[i]..self.l0_offsets[i + 1]];
+            return &[];
         }
         match self.upper.get(layer - 1) {
             Some(l) => match l.nodes.binary_search(&node) {
@@ -73,6 +169,13 @@ impl Adjacency for SearchGraph {
             None => &[],
         }
     }
+}
+
+/// Node ids of `h` sorted by key.
+fn key_order(h: &Hnsw) -> Vec<u32> {
+    let mut perm: Vec<u32> = (0..h.keys.len() as u32).collect();
+    perm.sort_by(|&a, &b| h.keys[a as usize].cmp(&h.keys[b as usize]));
+    perm
 }
 
 impl SearchGraph {
@@ -97,17 +200,14 @@ impl SearchGraph {
             key_bytes.extend_from_slice(k);
             key_offsets.push(key_bytes.len());
         }
-        let mut l0_offsets = Vec::with_capacity(n + 1);
-        let mut l0_links = Vec::new();
-        l0_offsets.push(0);
+        let mut l0_lists: Vec<Vec<u32>> = Vec::with_capacity(n);
         let top = levels.iter().copied().max().unwrap_or(0).max(max_level);
         let mut upper: Vec<UpperLayer> = (0..top).map(|_| UpperLayer::default()).collect();
         for l in &mut upper {
             l.offsets.push(0);
         }
         for (i, &level) in levels.iter().enumerate() {
-            l0_links.extend(lists(i, 0));
-            l0_offsets.push(l0_links.len());
+            l0_lists.push(lists(i, 0));
             for layer in 1..=usize::from(level) {
                 let l = &mut upper[layer - 1];
                 l.nodes.push(i as u32);
@@ -131,8 +231,7 @@ impl SearchGraph {
             vectors,
             key_bytes,
             key_offsets,
-            l0_offsets,
-            l0_links,
+            l0: Layer0::build(n, &l0_lists, 0, None),
             upper,
             entry,
             max_level,
@@ -142,11 +241,11 @@ impl SearchGraph {
         }
     }
 
-    /// Adds SQ8 codes (one global scale `max|x| / 127`) and makes queries
-    /// traverse with the exact integer `i8 · i8` kernel instead of f32; the
-    /// best candidates are then reranked from the f32 vectors (fast kernel,
-    /// then canonical). Codes take a quarter of the f32 vectors' memory
-    /// traffic. Dimensions above 130 000 are refused (i32 accumulator bound
+    /// Adds SQ8 codes (one global scale `max|x| / 127`) to the layer-0
+    /// blocks and makes queries traverse with the exact integer `i8 · i8`
+    /// kernel instead of f32; the best candidates are then reranked from the
+    /// f32 vectors (fast kernel, then canonical). Codes take a quarter of the
+    /// f32 vectors' memory traffic and sit next to the links they route. Dimensions above 130 000 are refused (i32 accumulator bound
     /// of `prox_kernels::sq8::dot_i8`).
     pub fn with_sq8(mut self) -> crate::error::Result<SearchGraph> {
         let d = self.dims();
@@ -165,26 +264,37 @@ impl SearchGraph {
         let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
         let quantizer = prox_kernels::sq8::Quantizer::new(d, d, vec![scale])
             .map_err(|e| crate::error::Error::InvalidArgument(format!("sq8 quantizer: {e}")))?;
-        let mut codes = vec![0i8; n * d];
-        let mut norms = Vec::with_capacity(n);
-        for (i, row) in codes.chunks_exact_mut(d).enumerate() {
-            quantizer.encode(self.vectors.row(i), row);
-            norms.push(row.iter().map(|&c| i32::from(c) * i32::from(c)).sum());
-        }
-        self.sq8 = Some(Sq8Codes {
-            quantizer,
-            codes,
-            norms,
-        });
+        let lists: Vec<Vec<u32>> = (0..n as u32).map(|i| self.l0.links(i).collect()).collect();
+        let vectors = &self.vectors;
+        let mut encode = |i: usize, out: &mut [i8]| quantizer.encode(vectors.row(i), out);
+        self.l0 = Layer0::build(n, &lists, d, Some(&mut encode));
+        self.sq8 = Some(quantizer);
         Ok(self)
     }
 
     /// The search layout of `h`: all nodes (masked ones flagged) renumbered
     /// in key order.
     pub(crate) fn from_hnsw(h: &Hnsw) -> SearchGraph {
-        let n = h.keys.len();
-        let mut perm: Vec<u32> = (0..n as u32).collect();
-        perm.sort_by(|&a, &b| h.keys[a as usize].cmp(&h.keys[b as usize]));
+        let perm = key_order(h);
+        let vectors = h.vectors.permuted(&perm);
+        Self::from_hnsw_with(h, &perm, vectors)
+    }
+
+    /// As [`from_hnsw`](Self::from_hnsw), moving the arena out of `h` when
+    /// its ids are already in key order.
+    pub(crate) fn from_hnsw_owned(mut h: Hnsw) -> SearchGraph {
+        let perm = key_order(&h);
+        let identity = perm.iter().enumerate().all(|(i, &p)| p as usize == i);
+        let vectors = if identity {
+            std::mem::replace(&mut h.vectors, Arena::from_rows(0, std::iter::empty()))
+        } else {
+            h.vectors.permuted(&perm)
+        };
+        Self::from_hnsw_with(&h, &perm, vectors)
+    }
+
+    fn from_hnsw_with(h: &Hnsw, perm: &[u32], vectors: Arena) -> SearchGraph {
+        let n = perm.len();
         let mut new_of = vec![0u32; n];
         for (new, &old) in perm.iter().enumerate() {
             new_of[old as usize] = new as u32;
@@ -197,7 +307,7 @@ impl SearchGraph {
         let masked: Vec<bool> = perm.iter().map(|&o| h.deleted[o as usize]).collect();
         SearchGraph::assemble(
             h.metric,
-            h.vectors.permuted(&perm),
+            vectors,
             keys,
             &levels,
             |i, layer| {
@@ -276,14 +386,9 @@ impl SearchGraph {
     /// Approximate heap bytes of the layout (vectors, links, keys).
     pub fn heap_bytes(&self) -> usize {
         self.vectors.heap_bytes()
-            + self
-                .sq8
-                .as_ref()
-                .map_or(0, |q| q.codes.capacity() + q.norms.capacity() * 4)
+            + self.l0.heap_bytes()
             + self.key_bytes.capacity()
             + self.key_offsets.capacity() * 8
-            + self.l0_offsets.capacity() * 8
-            + self.l0_links.capacity() * 4
             + self
                 .upper
                 .iter()

@@ -297,6 +297,76 @@ impl Hnsw {
         check_records(records, dims)?;
         let vectors = Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice()));
         let keys: Vec<Vec<u8>> = records.iter().map(|(k, _)| k.clone()).collect();
+        Ok(Self::build_parts(metric, keys, vectors, params))
+    }
+
+    /// [`build`](Self::build) consuming `records`: each vector is freed as
+    /// soon as it is copied into the arena, so peak memory holds one copy of
+    /// the vectors instead of two.
+    pub fn build_owned(
+        metric: Metric,
+        dims: usize,
+        records: Vec<(Vec<u8>, Vec<f32>)>,
+        params: &HnswParams,
+    ) -> Result<Hnsw> {
+        params.validate()?;
+        check_records(&records, dims)?;
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(records.len());
+        let vectors = Arena::from_owned_rows(
+            dims,
+            records.into_iter().map(|(k, v)| {
+                keys.push(k);
+                v
+            }),
+        );
+        Ok(Self::build_parts(metric, keys, vectors, params))
+    }
+
+    /// [`build`](Self::build) from keys (strictly ascending) and their
+    /// vectors as one row-major buffer of `keys.len() * dims` floats, which
+    /// becomes the vector arena without a copy when `dims` is a multiple of
+    /// 16: the lowest-memory way to build from a large file.
+    pub fn build_flat(
+        metric: Metric,
+        dims: usize,
+        keys: Vec<Vec<u8>>,
+        flat: Vec<f32>,
+        params: &HnswParams,
+    ) -> Result<Hnsw> {
+        params.validate()?;
+        if dims == 0 {
+            return Err(Error::InvalidArgument("dimensions must be > 0".into()));
+        }
+        if flat.len() != keys.len() * dims {
+            return Err(Error::WrongDimension {
+                expected: keys.len() * dims,
+                got: flat.len(),
+                key: None,
+            });
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if i > 0 && keys[i - 1] >= *k {
+                return Err(if keys[i - 1] == *k {
+                    Error::DuplicateKey { key: k.clone() }
+                } else {
+                    Error::InvalidArgument(format!(
+                        "keys are not in ascending order at key {}",
+                        hex::encode(k)
+                    ))
+                });
+            }
+            check_vector(&flat[i * dims..(i + 1) * dims], dims, Some(k))?;
+        }
+        let vectors = Arena::from_flat(dims, flat);
+        Ok(Self::build_parts(metric, keys, vectors, params))
+    }
+
+    fn build_parts(
+        metric: Metric,
+        keys: Vec<Vec<u8>>,
+        vectors: Arena,
+        params: &HnswParams,
+    ) -> Hnsw {
         let graph = match params.build {
             BuildKind::Canonical => build_canonical::build(metric, &keys, &vectors, params),
             BuildKind::Fast => {
@@ -306,7 +376,7 @@ impl Hnsw {
             }
         };
         let n = keys.len();
-        Ok(Hnsw {
+        Hnsw {
             metric,
             params: *params,
             keys,
@@ -316,7 +386,7 @@ impl Hnsw {
             deleted_count: 0,
             order: (0..n as u32).collect(),
             canonical: params.build == BuildKind::Canonical,
-        })
+        }
     }
 
     /// Metric of the source map.
@@ -463,5 +533,12 @@ impl Hnsw {
     /// masked nodes excluded from results but kept for routing).
     pub fn search_graph(&self) -> SearchGraph {
         SearchGraph::from_hnsw(self)
+    }
+
+    /// [`search_graph`](Self::search_graph) consuming the graph: when ids
+    /// are already in key order (a build without later inserts) the vector
+    /// arena is moved instead of copied.
+    pub fn into_search_graph(self) -> SearchGraph {
+        SearchGraph::from_hnsw_owned(self)
     }
 }

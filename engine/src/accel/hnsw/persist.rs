@@ -6,12 +6,12 @@
 //! so that a change of the tree defaults cannot change sidecar CIDs.
 
 use super::{BuildGraph, Hnsw, SearchGraph};
-use crate::accel::params::{BuildKind, HnswParams};
+use crate::accel::params::HnswParams;
 use crate::accel::vectors::{check_records, Arena};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::prolly::{self, Node};
-use crate::proximity::{HnswConfig, HnswManifest, HnswNode};
+use crate::proximity::{HnswManifest, HnswNode};
 use crate::store::BlockStore;
 use prox_kernels::Metric;
 use rayon::prelude::*;
@@ -37,33 +37,6 @@ pub(crate) fn read_tree(store: &dyn BlockStore, root: Cid) -> Result<Vec<(Vec<u8
         }
     }
     Ok(out)
-}
-
-fn config_of(p: &HnswParams) -> HnswConfig {
-    HnswConfig {
-        max_connections: p.max_connections,
-        ef_construction: p.ef_construction,
-        ef_search: p.ef_search,
-        level_bits: p.level_bits,
-        overfetch_multiplier: p.overfetch,
-        seed: p.seed,
-    }
-}
-
-fn params_of(c: &HnswConfig, canonical: bool) -> HnswParams {
-    HnswParams {
-        max_connections: c.max_connections,
-        ef_construction: c.ef_construction,
-        ef_search: c.ef_search,
-        level_bits: c.level_bits,
-        overfetch: c.overfetch_multiplier,
-        seed: c.seed,
-        build: if canonical {
-            BuildKind::Canonical
-        } else {
-            BuildKind::Fast
-        },
-    }
 }
 
 /// A persisted HNSW sidecar.
@@ -124,7 +97,7 @@ impl Hnsw {
             dims: u32::try_from(self.dims())
                 .map_err(|_| Error::InvalidArgument("dimensions exceed u32".into()))?,
             metric: self.metric,
-            config: config_of(&self.params),
+            config: self.params.config(),
             graph_root: root,
             entry_point: self.keys[entry as usize].clone(),
             max_level: self.graph.max_level,
@@ -245,7 +218,7 @@ pub fn load(
     let n = records.len();
     let hnsw = Hnsw {
         metric,
-        params: params_of(&manifest.config, manifest.canonical),
+        params: HnswParams::from_config(&manifest.config, manifest.canonical),
         keys: records.iter().map(|(k, _)| k.clone()).collect(),
         vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
         graph,

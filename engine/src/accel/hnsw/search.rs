@@ -9,10 +9,13 @@
 use super::filter::{interval_count, Filter, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored};
-use crate::accel::kernel::{fast_score, touch};
+use crate::accel::kernel::fast_score;
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
+use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// A search result: node id in the graph (key order) and canonical score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,11 +49,48 @@ pub struct SearchStats {
 /// Reusable per-thread query state.
 #[derive(Debug, Default, Clone)]
 pub struct SearchContext {
-    ls: LayerSearch,
+    l0: L0State,
     cands: Vec<Scored>,
     set_ids: Vec<u32>,
     bits: Vec<u64>,
     qcodes: Vec<i8>,
+}
+
+/// Layer-0 search state: epoch-stamped visited marks (`stamps[i] == epoch`
+/// means visited; a new query is one increment, the array is zeroed only
+/// when the `u16` epoch wraps), both heaps and the neighbour scratch list,
+/// all kept at their high-water capacity between queries.
+#[derive(Debug, Default, Clone)]
+struct L0State {
+    stamps: Vec<u16>,
+    epoch: u16,
+    candidates: BinaryHeap<Reverse<Scored>>,
+    results: BinaryHeap<Scored>,
+    scratch: Vec<u32>,
+}
+
+impl L0State {
+    fn reset(&mut self, n: usize) {
+        if self.stamps.len() < n {
+            self.stamps.resize(n, 0);
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.stamps.fill(0);
+            self.epoch = 1;
+        }
+        self.candidates.clear();
+        self.results.clear();
+    }
+
+    /// Marks `id`; `true` if it was not yet visited in this query.
+    #[inline]
+    fn visit(&mut self, id: u32) -> bool {
+        let m = &mut self.stamps[id as usize];
+        let fresh = *m != self.epoch;
+        *m = self.epoch;
+        fresh
+    }
 }
 
 impl SearchContext {
@@ -58,6 +98,13 @@ impl SearchContext {
     pub fn new() -> Self {
         Self::default()
     }
+}
+
+thread_local! {
+    /// One reusable context per thread for [`SearchGraph::search_batch`]
+    /// (its buffers stay sized for the largest graph searched on the thread).
+    static BATCH_CONTEXT: std::cell::RefCell<SearchContext> =
+        std::cell::RefCell::new(SearchContext::new());
 }
 
 /// Eligible sets at most this large (or at most 1/16 of the graph) are
@@ -75,6 +122,30 @@ impl SearchGraph {
         out: &mut Vec<Hit>,
     ) -> Result<SearchStats> {
         self.search_filtered(ctx, query, opts, None, out)
+    }
+
+    /// Searches every query of `queries` (unfiltered) in parallel on the
+    /// current rayon pool; `result[i]` answers `queries[i]`. Each pool
+    /// thread reuses one thread-local [`SearchContext`] across queries and
+    /// batches (no per-batch or per-split setup; no two threads share a
+    /// buffer), and work is split in runs of at least 4 queries.
+    pub fn search_batch<Q: AsRef<[f32]> + Sync>(
+        &self,
+        queries: &[Q],
+        opts: SearchOptions,
+    ) -> Result<Vec<Vec<Hit>>> {
+        use rayon::prelude::*;
+        queries
+            .par_iter()
+            .with_min_len(4)
+            .map(|q| {
+                BATCH_CONTEXT.with(|ctx| {
+                    let mut out = Vec::with_capacity(opts.k);
+                    self.search(&mut ctx.borrow_mut(), q.as_ref(), opts, &mut out)?;
+                    Ok(out)
+                })
+            })
+            .collect()
     }
 
     /// Filtered search: returns exactly `min(k, eligible)` results. Small
@@ -164,41 +235,47 @@ impl SearchGraph {
         };
         let metric = self.metric;
         let vectors = &self.vectors;
-        if let Some(sq) = &self.sq8 {
-            let d = self.dims();
-            ctx.qcodes.resize(d, 0);
-            sq.quantizer.encode(q, &mut ctx.qcodes);
+        let l0 = &self.l0;
+        if let Some(quantizer) = &self.sq8 {
+            ctx.qcodes.resize(self.dims(), 0);
+            quantizer.encode(q, &mut ctx.qcodes);
             let qc = std::mem::take(&mut ctx.qcodes);
             let qn: i64 = qc.iter().map(|&c| i64::from(c) * i64::from(c)).sum();
             let mut score = |id: u32| {
-                let dot = i64::from(prox_kernels::sq8::dot_i8(&qc, sq.row(id, d)));
+                let dot = i64::from(prox_kernels::sq8::dot_i8(&qc, l0.code(id)));
                 match metric {
-                    Metric::L2 => (qn + i64::from(sq.norms[id as usize]) - 2 * dot) as f32,
+                    Metric::L2 => (qn + i64::from(l0.norm(id)) - 2 * dot) as f32,
                     Metric::Cosine | Metric::InnerProduct => -dot as f32,
                 }
             };
-            let prefetch = |id: u32| {
-                std::hint::black_box(sq.codes.get(id as usize * d).copied());
-            };
+            // One block holds the code being scored and the links used if
+            // the node is expanded later.
+            let prefetch = |id: u32| prefetch_read(l0.block(id));
             self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
             ctx.qcodes = qc;
             // Approximate order: rescore the best `sq8_rescore_depth(k)`
             // with the f32 kernel before the canonical rerank of the best.
             ctx.cands.truncate(sq8_rescore_depth(k));
+            for c in &ctx.cands {
+                prefetch_read(vectors.row(c.id as usize));
+            }
             for c in ctx.cands.iter_mut() {
                 c.score = fast_score(metric, q, vectors.row(c.id as usize));
             }
             ctx.cands.sort_unstable();
         } else {
             let mut score = |id: u32| fast_score(metric, q, vectors.row(id as usize));
-            let prefetch = |id: u32| touch(vectors.row(id as usize));
+            let prefetch = |id: u32| {
+                prefetch_first(l0.block(id));
+                prefetch_read(vectors.row(id as usize));
+            };
             self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
         }
         self.rerank(q, &ctx.cands, k, rerank_depth(k), out);
     }
 
-    /// Greedy descent then layer-0 best-first search; leaves the eligible
-    /// candidates in `ctx.cands`, ascending.
+    /// Greedy descent through the upper layers then the layer-0 best-first
+    /// search; leaves the eligible candidates in `ctx.cands`, ascending.
     fn walk<S, E, P>(
         &self,
         ctx: &mut SearchContext,
@@ -219,17 +296,68 @@ impl SearchGraph {
         for layer in (1..=usize::from(self.max_level)).rev() {
             cur = LayerSearch::greedy(self, layer, cur, score);
         }
-        ctx.ls.search_layer(
-            self,
-            self.node_count(),
-            0,
-            &[cur],
-            ef,
-            score,
-            eligible,
-            prefetch,
-        );
-        ctx.ls.drain_sorted(&mut ctx.cands);
+        self.search_l0(&mut ctx.l0, cur, ef.max(1), score, eligible, prefetch);
+        ctx.cands.clear();
+        ctx.cands.extend(ctx.l0.results.drain());
+        ctx.cands.sort_unstable();
+    }
+
+    /// Best-first search of layer 0 from `start`, keeping the `ef` best
+    /// *eligible* nodes in `st.results` (ineligible nodes route but are never
+    /// kept). Each expansion reads one block; its unvisited neighbours are
+    /// marked and prefetched first (their misses overlap), then scored.
+    fn search_l0<S, E, P>(
+        &self,
+        st: &mut L0State,
+        start: Scored,
+        ef: usize,
+        score: &mut S,
+        eligible: &E,
+        prefetch: &P,
+    ) where
+        S: FnMut(u32) -> f32,
+        E: Fn(u32) -> bool,
+        P: Fn(u32),
+    {
+        st.reset(self.node_count());
+        st.visit(start.id);
+        st.candidates.push(Reverse(start));
+        if eligible(start.id) {
+            st.results.push(start);
+        }
+        while let Some(Reverse(c)) = st.candidates.pop() {
+            if st.results.len() >= ef {
+                if let Some(worst) = st.results.peek() {
+                    if c.score > worst.score {
+                        break;
+                    }
+                }
+            }
+            st.scratch.clear();
+            for nb in self.l0.links(c.id) {
+                if st.visit(nb) {
+                    prefetch(nb);
+                    st.scratch.push(nb);
+                }
+            }
+            for i in 0..st.scratch.len() {
+                let nb = st.scratch[i];
+                let s = Scored {
+                    score: score(nb),
+                    id: nb,
+                };
+                let full = st.results.len() >= ef;
+                if !full || st.results.peek().is_some_and(|w| s.score < w.score) {
+                    st.candidates.push(Reverse(s));
+                    if eligible(nb) {
+                        st.results.push(s);
+                        if st.results.len() > ef {
+                            st.results.pop();
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Scores every eligible node with the fast kernel, then reranks the best
@@ -298,4 +426,114 @@ fn rerank_depth(k: usize) -> usize {
 /// band around the k-th result is rescored.
 fn sq8_rescore_depth(k: usize) -> usize {
     3 * k + 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::hnsw::Hnsw;
+    use crate::accel::HnswParams;
+
+    fn seed() -> u64 {
+        std::env::var("PROX_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x5EED_4E5F)
+    }
+
+    /// Seeded clustered data: `n` vectors of `dims` around 12 centres.
+    fn data(seed: u64, n: usize, dims: usize) -> Vec<(Vec<u8>, Vec<f32>)> {
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let centres: Vec<Vec<f32>> = (0..12)
+            .map(|_| (0..dims).map(|_| 4.0 * next()).collect())
+            .collect();
+        (0..n)
+            .map(|i| {
+                let c = &centres[i % centres.len()];
+                let v = c.iter().map(|&m| m + next()).collect();
+                ((i as u32).to_be_bytes().to_vec(), v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn layouts_and_batch_agree() {
+        let seed = seed();
+        let (n, dims) = (1200, 24);
+        let params = HnswParams::parse("m=8,efc=64").unwrap();
+        for metric in [Metric::L2, Metric::InnerProduct] {
+            // Inner product on unit vectors (what embedding sets look like).
+            let unit = |mut v: Vec<f32>| {
+                if metric == Metric::InnerProduct {
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+                v
+            };
+            let records: Vec<(Vec<u8>, Vec<f32>)> = data(seed, n, dims)
+                .into_iter()
+                .map(|(k, v)| (k, unit(v)))
+                .collect();
+            let h = Hnsw::build(metric, dims, &records, &params).unwrap();
+            let g = h.search_graph();
+            // The flat and owned builders make the same graph and layout.
+            let keys: Vec<Vec<u8>> = records.iter().map(|r| r.0.clone()).collect();
+            let flat: Vec<f32> = records.iter().flat_map(|r| r.1.clone()).collect();
+            let f = Hnsw::build_flat(metric, dims, keys, flat, &params)
+                .unwrap()
+                .into_search_graph();
+            let o = Hnsw::build_owned(metric, dims, records.clone(), &params)
+                .unwrap()
+                .into_search_graph();
+            let sq = g.clone().with_sq8().unwrap();
+            let quantizer = sq.sq8.clone().unwrap();
+            let mut code = vec![0i8; dims];
+            for i in 0..n as u32 {
+                let links: Vec<u32> = g.l0.links(i).collect();
+                assert!(links.windows(2).all(|w| w[0] < w[1]), "seed {seed}");
+                assert_eq!(links, f.l0.links(i).collect::<Vec<_>>(), "seed {seed}");
+                assert_eq!(links, o.l0.links(i).collect::<Vec<_>>(), "seed {seed}");
+                assert_eq!(links, sq.l0.links(i).collect::<Vec<_>>(), "seed {seed}");
+                assert_eq!(f.vector(i), g.vector(i));
+                quantizer.encode(g.vector(i), &mut code);
+                assert_eq!(sq.l0.code(i), code.as_slice(), "seed {seed}");
+                let norm: i32 = code.iter().map(|&c| i32::from(c) * i32::from(c)).sum();
+                assert_eq!(sq.l0.norm(i), norm);
+                assert!(g.l0.code(i).is_empty() && g.l0.norm(i) == 0);
+            }
+            // Batch = one query at a time, on both layouts; SQ8 traversal
+            // with exact rerank keeps recall against brute force.
+            let queries: Vec<Vec<f32>> = data(seed ^ 0xABCD, 60, dims)
+                .into_iter()
+                .map(|r| unit(r.1))
+                .collect();
+            let opts = SearchOptions { k: 10, ef: 64 };
+            let mut found = 0usize;
+            for graph in [&g, &sq] {
+                let batch = graph.search_batch(&queries, opts).unwrap();
+                let mut ctx = SearchContext::new();
+                let mut out = Vec::new();
+                for (q, b) in queries.iter().zip(&batch) {
+                    graph.search(&mut ctx, q, opts, &mut out).unwrap();
+                    assert_eq!(&out, b, "seed {seed}");
+                    let mut truth: Vec<(f64, u32)> = (0..n as u32)
+                        .map(|i| (canonical::score(metric, q, graph.vector(i)), i))
+                        .collect();
+                    truth.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                    found += out
+                        .iter()
+                        .filter(|h| truth[..10].iter().any(|t| t.1 == h.id))
+                        .count();
+                }
+            }
+            let recall = found as f64 / (2 * 10 * queries.len()) as f64;
+            assert!(recall >= 0.95, "recall {recall} ({metric:?}, seed {seed})");
+        }
+    }
 }
