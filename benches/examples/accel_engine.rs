@@ -3,7 +3,8 @@
 //! way: build once, then for every sweep value search all queries in one
 //! batch with `--threads` threads (best of `--reps`), write the ids as
 //! `.ivecs`, and print JSON lines. With `--gt FILE` it also prints recall@k
-//! itself (handy without the harness).
+//! itself (handy without the harness). For HNSW, per-query latency
+//! percentiles (one query at a time, one thread) go to stderr.
 //!
 //! ```text
 //! cargo run --release -p prox-benches --example accel_engine -- \
@@ -13,7 +14,7 @@
 //! ```
 //! For `--path pq` the sweep values are rerank multipliers.
 
-use prox_engine::accel::hnsw::{Hit, SearchOptions};
+use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
 use prox_engine::accel::{Hnsw, HnswParams, PqParams};
 use prox_kernels::Metric;
@@ -209,6 +210,30 @@ fn main() {
             });
             best = best.min(t.elapsed().as_secs_f64());
             ids = res;
+        }
+        // Per-query latency: one more pass, one query at a time on this
+        // thread; percentiles go to stderr (the harness reads stdout only).
+        if let Index::H(g) = &index {
+            let mut ctx = SearchContext::new();
+            let mut hits = Vec::new();
+            let mut lat: Vec<f64> = queries
+                .iter()
+                .map(|q| {
+                    let t = Instant::now();
+                    g.search(&mut ctx, q, SearchOptions { k, ef: v }, &mut hits)
+                        .unwrap();
+                    t.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            lat.sort_by(f64::total_cmp);
+            let pct = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];
+            eprintln!(
+                r#"{{"event": "latency", "threads": {threads}, "param": "{p}", "p50_us": {:.1}, "p95_us": {:.1}, "p99_us": {:.1}, "max_us": {:.1}}}"#,
+                pct(0.50),
+                pct(0.95),
+                pct(0.99),
+                pct(1.0)
+            );
         }
         let f = out.join(format!("ids_{p}.ivecs"));
         write_ivecs(&f, &ids);
