@@ -411,11 +411,7 @@ impl<L: Linker> Planner<L> {
     /// CIDs per `WANT`: `max`, or fewer once the mean block size says that
     /// `max` blocks would not fit the per-batch byte budget.
     pub(crate) fn batch_len(&self, max: usize, budget: u32) -> usize {
-        if self.seen_blocks == 0 {
-            return max;
-        }
-        let mean = (self.seen_bytes / self.seen_blocks).max(1);
-        ((u64::from(budget) / mean) as usize).clamp(1, max.max(1))
+        batch_len(max, budget, self.seen_blocks, self.seen_bytes)
     }
 
     /// Records `cid` as a child of `parent`. Returns true if the parent must
@@ -561,6 +557,17 @@ impl<L: Linker> Planner<L> {
     }
 }
 
+/// CIDs per `WANT` given the last answered batch (`blocks` blocks of
+/// `bytes` bytes): as many mean-sized blocks as fit `budget`, within
+/// `1..=max`; `max` before any answer.
+fn batch_len(max: usize, budget: u32, blocks: u64, bytes: u64) -> usize {
+    if blocks == 0 {
+        return max.max(1);
+    }
+    let mean = (bytes / blocks).max(1);
+    ((u64::from(budget) / mean) as usize).clamp(1, max.max(1))
+}
+
 /// A batch of frames as grouped by the reader task.
 enum Group {
     Batch { id: u32, frames: Vec<ServerFrame> },
@@ -679,6 +686,9 @@ where
     let (reader, writer) = stream.split();
     let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    // Buffered: a frame header is 5 bytes; reading it straight from the
+    // muxed stream would cost one stream poll per field.
+    let reader = futures::io::BufReader::with_capacity(256 << 10, reader);
     let reader_task = tokio::spawn(read_groups(reader, limits.clone(), limits.idle_timeout, tx));
     let net = |e: std::io::Error| Error::network(peer, e);
     let result: Result<Planner<L>> = async {
@@ -813,4 +823,24 @@ async fn blocking<L: Linker>(
 /// Timing helper for reports.
 pub(crate) fn seconds_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_len;
+
+    #[test]
+    fn batches_fit_the_byte_budget() {
+        let budget = 8 << 20;
+        // Nothing answered yet: the configured maximum.
+        assert_eq!(batch_len(1024, budget, 0, 0), 1024);
+        // Leaf pages of ~94 KB: ~89 per 8 MiB batch instead of 1024 CIDs
+        // answered with ~940 DEFERs.
+        assert_eq!(batch_len(1024, budget, 85, 85 * 94_000), 89);
+        // Small interior nodes: capped by the maximum.
+        assert_eq!(batch_len(1024, budget, 10, 10 * 300), 1024);
+        // Blocks larger than the budget: one per batch, never zero.
+        assert_eq!(batch_len(1024, budget, 1, 16 << 20), 1);
+        assert_eq!(batch_len(0, budget, 0, 0), 1);
+    }
 }
