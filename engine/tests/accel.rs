@@ -646,6 +646,7 @@ fn planner_is_deterministic_and_exact_mode_is_native() {
         k: 10,
         ef: None,
         rerank: None,
+        nprobe: None,
         records: 100_000,
         eligible,
     };

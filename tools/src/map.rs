@@ -217,6 +217,7 @@ impl<'s> OpenMap<'s> {
             k: spec.k,
             ef: spec.ef,
             rerank: spec.ef,
+            nprobe: None,
             records: self.len() as usize,
             eligible: None,
         })?;

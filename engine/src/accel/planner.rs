@@ -8,7 +8,10 @@
 //!    traversing a graph for so few candidates, and exact).
 //! 3. An HNSW sidecar: [`Path::Hnsw`] with `ef = max(requested or the
 //!    manifest's ef_search, k)`.
-//! 4. A PQ sidecar: [`Path::Pq`] with the manifest's rerank multiplier.
+//! 4. A PQ sidecar: [`Path::Pq`] with the requested or the manifest's
+//!    rerank multiplier and the requested `nprobe` (`0` in the plan: the
+//!    index's default, [`super::pq::FastScan::default_nprobe`]; only 4-bit
+//!    sidecars, which search with IVF fast-scan, use it).
 //! 5. Otherwise [`Path::Native`].
 //!
 //! [`Mode::Exact`] always plans [`Path::Native`]; forcing a path whose
@@ -16,7 +19,7 @@
 //! which sidecars exist, so equal requests always take the same path.
 
 use super::hnsw::{Filter, Hit, SearchContext, SearchGraph, SearchOptions};
-use super::pq::{Pq, PqSearchContext};
+use super::pq::{Pq, PqOptions, PqSearchContext};
 use crate::error::{Error, Result};
 
 /// What the caller asks for.
@@ -92,6 +95,8 @@ pub struct Request {
     pub ef: Option<usize>,
     /// Explicit PQ rerank multiplier, if any.
     pub rerank: Option<usize>,
+    /// Explicit number of coarse lists the PQ fast-scan path probes, if any.
+    pub nprobe: Option<usize>,
     /// Records in the map.
     pub records: usize,
     /// Eligible records under the request's filter (`None`: no filter).
@@ -107,6 +112,9 @@ pub struct Plan {
     pub ef: usize,
     /// PQ rerank multiplier (0 for other paths).
     pub rerank: usize,
+    /// PQ fast-scan lists to probe (0: the index's default; 0 for other
+    /// paths).
+    pub nprobe: usize,
     /// Why (stable, short, for reports).
     pub reason: &'static str,
 }
@@ -130,18 +138,21 @@ impl Planner {
             path: Path::Native,
             ef: 0,
             rerank: 0,
+            nprobe: 0,
             reason,
         };
         let hnsw = |ef_default: usize, reason| Plan {
             path: Path::Hnsw,
             ef: req.ef.unwrap_or(ef_default).max(req.k).max(1),
             rerank: 0,
+            nprobe: 0,
             reason,
         };
         let pq = |default: usize, reason| Plan {
             path: Path::Pq,
             ef: 0,
             rerank: req.rerank.unwrap_or(default).max(1),
+            nprobe: req.nprobe.unwrap_or(0),
             reason,
         };
         match req.mode {
@@ -248,7 +259,12 @@ impl Accelerators {
                     .pq
                     .as_ref()
                     .ok_or_else(|| Error::InvalidArgument("no PQ sidecar loaded".into()))?;
-                p.search(&mut ctx.pq, query, k, Some(plan.rerank), filter, &mut hits)?;
+                let opts = PqOptions {
+                    k,
+                    nprobe: (plan.nprobe > 0).then_some(plan.nprobe),
+                    rerank: Some(plan.rerank),
+                };
+                p.search_with(&mut ctx.pq, query, &opts, filter, &mut hits)?;
                 hits.iter()
                     .map(|h| (p.key(h.id as usize).to_vec(), h.score))
                     .collect()

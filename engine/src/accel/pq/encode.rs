@@ -61,6 +61,7 @@ impl Pq {
         self.codes = all.iter().flat_map(|r| r.2.iter().copied()).collect();
         self.keys = all.into_iter().map(|r| r.0).collect();
         self.refresh_quality();
+        self.fast = std::sync::OnceLock::new();
         Ok(())
     }
 
@@ -93,6 +94,7 @@ impl Pq {
             .map(|&i| self.keys[i as usize].clone())
             .collect();
         self.refresh_quality();
+        self.fast = std::sync::OnceLock::new();
         n
     }
 

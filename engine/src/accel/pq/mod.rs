@@ -1,13 +1,19 @@
 //! PQ sidecar: canonical training (spec 12.11), codes, ADC search with exact
-//! rerank, persistence (`PQPQ` manifest + `CRAB` code tree).
+//! rerank, persistence (`PQPQ` manifest + `CRAB` code tree), and for 4-bit
+//! sidecars (`centroids ≤ 16`) the in-memory IVF fast-scan index
+//! ([`FastScan`], built at load time, never persisted).
 
 mod encode;
+mod ivf;
 mod persist;
 mod search;
 mod train;
 
+pub use ivf::{FastScan, IvfParams};
 pub use persist::{load, PqSidecar};
-pub use search::PqSearchContext;
+pub use search::{PqOptions, PqSearchContext};
+
+use std::sync::{Arc, OnceLock};
 
 use crate::accel::params::PqParams;
 use crate::accel::vectors::{check_records, Arena};
@@ -28,6 +34,24 @@ pub struct Pq {
     vectors: Arena,
     mse: f64,
     max_se: f64,
+    /// The same codebooks in the kernel's form (flat ADC scans).
+    codebooks: prox_kernels::pq::Codebooks,
+    /// The fast-scan index, built once on first use (`None` inside:
+    /// unsupported); reset by `insert` / `delete`.
+    fast: OnceLock<Option<Arc<FastScan>>>,
+}
+
+/// The kernel's codebooks from per-subspace centroid blocks (their
+/// concatenation is the kernel's layout for the same floor split).
+fn kernel_codebooks(
+    dims: usize,
+    m: usize,
+    k: usize,
+    books: &[Vec<f32>],
+) -> Result<prox_kernels::pq::Codebooks> {
+    let data: Vec<f32> = books.iter().flatten().copied().collect();
+    prox_kernels::pq::Codebooks::new(dims, m, k, data)
+        .map_err(|e| crate::error::Error::InvalidConfig(format!("pq codebooks: {e}")))
 }
 
 impl Pq {
@@ -43,6 +67,12 @@ impl Pq {
         check_records(records, dims)?;
         let vectors = Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice()));
         let t = train::train(&vectors, params)?;
+        let codebooks = kernel_codebooks(
+            dims,
+            params.subquantizers as usize,
+            usize::from(params.centroids),
+            &t.books,
+        )?;
         Ok(Pq {
             metric,
             params: *params,
@@ -53,6 +83,8 @@ impl Pq {
             vectors,
             mse: t.mse,
             max_se: t.max_se,
+            codebooks,
+            fast: OnceLock::new(),
         })
     }
 

@@ -139,6 +139,8 @@ pub fn load(
         }
         codes.extend_from_slice(code);
     }
+    let books: Vec<Vec<f32>> = man.codebooks.into_iter().map(|b| b.centroids).collect();
+    let codebooks = super::kernel_codebooks(dims, m, k, &books)?;
     Ok(Pq {
         metric,
         params: PqParams {
@@ -149,11 +151,13 @@ pub fn load(
             seed: man.config.seed,
         },
         layout: lay,
-        books: man.codebooks.into_iter().map(|b| b.centroids).collect(),
+        books,
         codes,
         keys: records.iter().map(|(k, _)| k.clone()).collect(),
         vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
         mse: man.mean_squared_error,
         max_se: man.max_squared_error,
+        codebooks,
+        fast: std::sync::OnceLock::new(),
     })
 }

@@ -1,23 +1,35 @@
-//! ADC search: per-query distance table, one pass over all codes keeping the
-//! best `k * rerank` approximate candidates, then exact rerank of those from
-//! the full vectors with the canonical score, ordered by `(score, key)`.
+//! PQ search entry points.
+//!
+//! * 4-bit sidecars (`centroids ≤ 16`, `subquantizers ≤ 256`): the IVF
+//!   fast-scan search of [`super::ivf`], its index built once per `Pq` at
+//!   first use (or by [`Pq::prepare_fast_scan`]).
+//! * Otherwise, and for small filtered sets: a flat ADC scan of every
+//!   eligible code with `prox_kernels::pq` (table from the dispatched f32
+//!   kernels, bit-exact sums), keeping the best `k · rerank`, then exact
+//!   rerank with the canonical score, ordered by `(score, key)`. The flat
+//!   candidate set may differ across ISAs only where two table sums tie to
+//!   the last bit; the IVF path is bit-identical everywhere.
 
+use super::ivf::{Eligible, FastScan, IvfContext, IvfParams, IvfQuery};
 use super::Pq;
-use crate::accel::hnsw::{Filter, Hit};
-use crate::accel::kernel::{fast_l2sq, fast_score};
+use crate::accel::hnsw::{prefix_end, Filter, Hit, Scored};
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
-use prox_kernels::{canonical, Metric};
+use prox_kernels::canonical;
+use prox_kernels::pq::{adc_scan, AdcTable};
 use std::collections::BinaryHeap;
 
-use crate::accel::hnsw::{prefix_end, Scored};
+/// Rows per flat ADC scan call (bounds the distance buffer).
+const FLAT_CHUNK: usize = 1024;
 
 /// Reusable per-thread PQ query buffers.
 #[derive(Debug, Default, Clone)]
 pub struct PqSearchContext {
-    table: Vec<f32>,
     heap: BinaryHeap<Scored>,
     ids: Vec<u32>,
+    bits: Vec<u64>,
+    dists: Vec<f32>,
+    ivf: IvfContext,
 }
 
 impl PqSearchContext {
@@ -27,44 +39,44 @@ impl PqSearchContext {
     }
 }
 
+/// Per-query PQ options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PqOptions {
+    /// Results wanted.
+    pub k: usize,
+    /// Coarse lists probed by the fast-scan path (`None`:
+    /// [`FastScan::default_nprobe`]); ignored by the flat path.
+    pub nprobe: Option<usize>,
+    /// Candidates reranked exactly per result (`None`: the manifest's).
+    pub rerank: Option<usize>,
+}
+
 impl Pq {
-    /// Fills `table[s*k + j]` with the query's ranking distance to centroid
-    /// `j` of subspace `s` (L2: squared distance; cosine and inner product:
-    /// negative dot, whose sum ranks like the full score).
-    fn fill_table(&self, q: &[f32], table: &mut Vec<f32>) {
-        let k = usize::from(self.params.centroids);
-        table.clear();
-        for (&(a, b), book) in self.layout.iter().zip(&self.books) {
-            let w = b - a;
-            let part = &q[a..b];
-            for j in 0..k {
-                let c = &book[j * w..(j + 1) * w];
-                table.push(match self.metric {
-                    Metric::L2 => fast_l2sq(part, c),
-                    Metric::Cosine | Metric::InnerProduct => {
-                        fast_score(Metric::InnerProduct, part, c)
-                    }
-                });
-            }
-        }
+    /// True if the fast-scan path applies (4-bit codes, `m ≤ 256`).
+    pub fn fast_scan_supported(&self) -> bool {
+        usize::from(self.params.centroids) <= prox_kernels::pq::fastscan::CODES
+            && self.layout.len() <= prox_kernels::pq::fastscan::MAX_SUBSPACES
     }
 
-    /// Approximate distance of record `i` from the table.
-    #[inline]
-    fn adc(&self, table: &[f32], i: usize) -> f32 {
-        let k = usize::from(self.params.centroids);
-        let code = self.code(i);
-        let mut acc = 0f32;
-        for (s, &c) in code.iter().enumerate() {
-            acc += table[s * k + usize::from(c)];
+    /// Builds the fast-scan index with `params` unless one exists already
+    /// (the first build wins); returns it, or `None` if unsupported.
+    pub fn prepare_fast_scan(&self, params: &IvfParams) -> Option<&FastScan> {
+        if !self.fast_scan_supported() {
+            return None;
         }
-        acc
+        self.fast
+            .get_or_init(|| FastScan::build(self, params).map(std::sync::Arc::new))
+            .as_deref()
     }
 
-    /// The `k` best records for the prepared `query`: ADC over every
-    /// eligible code, the best `k * rerank` (default: the manifest's
-    /// multiplier) reranked exactly. Returns `min(k, eligible)` hits, ids
-    /// being record indexes in key order ([`Pq::key`]).
+    /// The fast-scan index (built with [`IvfParams::default`] on first use).
+    pub fn fast_scan(&self) -> Option<&FastScan> {
+        self.prepare_fast_scan(&IvfParams::default())
+    }
+
+    /// The `k` best records for the prepared `query` with the manifest's or
+    /// the given rerank multiplier and the default `nprobe`; see
+    /// [`Pq::search_with`].
     pub fn search(
         &self,
         ctx: &mut PqSearchContext,
@@ -74,41 +86,46 @@ impl Pq {
         filter: Option<&Filter>,
         out: &mut Vec<Hit>,
     ) -> Result<()> {
+        let opts = PqOptions {
+            k,
+            nprobe: None,
+            rerank,
+        };
+        self.search_with(ctx, query, &opts, filter, out)
+    }
+
+    /// The `opts.k` best records for the prepared `query`: `min(k,
+    /// eligible)` hits with canonical scores, ascending by `(score, key)`,
+    /// ids being record indexes in key order ([`Pq::key`]).
+    pub fn search_with(
+        &self,
+        ctx: &mut PqSearchContext,
+        query: &[f32],
+        opts: &PqOptions,
+        filter: Option<&Filter>,
+        out: &mut Vec<Hit>,
+    ) -> Result<()> {
         check_vector(query, self.dims(), None)?;
         out.clear();
+        let k = opts.k;
         if k == 0 || self.is_empty() {
             return Ok(());
         }
-        let depth = k.saturating_mul(rerank.unwrap_or(self.params.rerank as usize).max(1));
-        let mut table = std::mem::take(&mut ctx.table);
-        self.fill_table(query, &mut table);
-        ctx.heap.clear();
-        let consider = |i: u32, heap: &mut BinaryHeap<Scored>| {
-            let s = Scored {
-                score: self.adc(&table, i as usize),
-                id: i,
-            };
-            if heap.len() < depth {
-                heap.push(s);
-            } else if let Some(top) = heap.peek() {
-                if s < *top {
-                    heap.pop();
-                    heap.push(s);
-                }
-            }
-        };
-        let mut heap = std::mem::take(&mut ctx.heap);
+        let depth = k.saturating_mul(opts.rerank.unwrap_or(self.params.rerank as usize).max(1));
+        // Eligible rows: an interval, or a sorted id list.
+        let mut interval = (0, self.len());
+        let mut listed = false;
         match filter {
-            None => (0..self.len() as u32).for_each(|i| consider(i, &mut heap)),
+            None => {}
             Some(Filter::Range { start, end }) => {
                 let lo = start.as_deref().map_or(0, |s| self.lower_bound(s));
                 let hi = end.as_deref().map_or(self.len(), |e| self.lower_bound(e));
-                (lo..hi.max(lo)).for_each(|i| consider(i as u32, &mut heap));
+                interval = (lo, hi.max(lo));
             }
             Some(Filter::Prefix(p)) => {
                 let lo = self.lower_bound(p);
                 let hi = prefix_end(p).map_or(self.len(), |e| self.lower_bound(&e));
-                (lo..hi.max(lo)).for_each(|i| consider(i as u32, &mut heap));
+                interval = (lo, hi.max(lo));
             }
             Some(Filter::Keys(keys)) => {
                 ctx.ids.clear();
@@ -118,9 +135,94 @@ impl Pq {
                 );
                 ctx.ids.sort_unstable();
                 ctx.ids.dedup();
-                for &i in &ctx.ids {
-                    consider(i, &mut heap);
+                listed = true;
+            }
+        }
+        let count = if listed {
+            ctx.ids.len()
+        } else {
+            interval.1 - interval.0
+        };
+        if count == 0 {
+            return Ok(());
+        }
+        if let Some(fs) = self.fast_scan() {
+            let nprobe = opts.nprobe.unwrap_or_else(|| fs.default_nprobe()).max(1);
+            // Expected rows the probed lists hold; smaller filters scan flat.
+            let expected = self.len().saturating_mul(nprobe) / fs.nlist();
+            if filter.is_none() || count > expected {
+                if listed {
+                    ctx.bits.clear();
+                    ctx.bits.resize(self.len().div_ceil(64), 0);
+                    for &i in &ctx.ids {
+                        ctx.bits[i as usize / 64] |= 1 << (i % 64);
+                    }
                 }
+                let eligible = if listed {
+                    Eligible::Bits(&ctx.bits)
+                } else if filter.is_some() {
+                    Eligible::Interval(interval.0, interval.1)
+                } else {
+                    Eligible::All
+                };
+                let q = IvfQuery {
+                    k,
+                    nprobe,
+                    depth,
+                    eligible,
+                    count,
+                };
+                if self.search_ivf(fs, &mut ctx.ivf, query, &q, out) {
+                    return Ok(());
+                }
+            }
+        }
+        self.search_flat(ctx, query, k, depth, listed, interval, out);
+        Ok(())
+    }
+
+    /// Flat ADC over the eligible rows (`ctx.ids` if `listed`, else the
+    /// `interval`), best `depth` reranked canonically.
+    #[allow(clippy::too_many_arguments)]
+    fn search_flat(
+        &self,
+        ctx: &mut PqSearchContext,
+        query: &[f32],
+        k: usize,
+        depth: usize,
+        listed: bool,
+        interval: (usize, usize),
+        out: &mut Vec<Hit>,
+    ) {
+        let table = AdcTable::for_metric(self.metric, query, &self.codebooks);
+        let m = self.layout.len();
+        let mut heap = std::mem::take(&mut ctx.heap);
+        heap.clear();
+        let mut consider = |score: f32, id: u32| {
+            let s = Scored { score, id };
+            if heap.len() < depth {
+                heap.push(s);
+            } else if let Some(top) = heap.peek() {
+                if s < *top {
+                    heap.pop();
+                    heap.push(s);
+                }
+            }
+        };
+        if listed {
+            for &i in &ctx.ids {
+                consider(table.distance(self.code(i as usize)), i);
+            }
+        } else {
+            let mut lo = interval.0;
+            while lo < interval.1 {
+                let hi = (lo + FLAT_CHUNK).min(interval.1);
+                ctx.dists.resize(hi - lo, 0.0);
+                adc_scan(&table, &self.codes[lo * m..hi * m], &mut ctx.dists);
+                for (j, &d) in ctx.dists.iter().enumerate() {
+                    consider(d, (lo + j) as u32);
+                }
+                lo = hi;
             }
         }
         out.extend(heap.drain().map(|c| Hit {
@@ -130,8 +232,6 @@ impl Pq {
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
         ctx.heap = heap;
-        ctx.table = table;
-        Ok(())
     }
 
     fn lower_bound(&self, key: &[u8]) -> usize {

@@ -1,0 +1,873 @@
+//! IVF search over 4-bit PQ codes with the fast-scan kernel and exact rerank.
+//!
+//! Applies to a PQ sidecar with at most 16 centroids per subspace (4-bit
+//! codes) and at most 256 subquantizers. Nothing here is persisted: the
+//! index is computed from the sidecar's codes and vectors at load time
+//! (deterministically), so the `PQPQ` format is unchanged.
+//!
+//! * **Coarse partition**: a seeded k-means over the full vectors (the
+//!   deterministic lane kernel, so the partition is identical on every ISA
+//!   and thread count): `nlist` lists (auto: `2^round(log2(2·√n))`, at most
+//!   `n / 32`), trained on a hashed sample of `32 · nlist` records for
+//!   `iterations` Lloyd rounds (f64 sums in sample order; an empty list
+//!   takes a perturbed copy of the largest one), then every record assigned
+//!   to its nearest centroid (ties to the lower list).
+//! * **Layout**: per list, its records in key order, their codes packed in
+//!   fast-scan blocks of 32 (`prox_kernels::pq::fastscan`); `ids` maps a
+//!   list position to the record index.
+//! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
+//!   symmetric scale, exact `i32` dot via `sq8::dot_i8_many`, then scalar
+//!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
+//!   `−q·c`; ties go to the lower list. The `nprobe` best lists are scanned
+//!   with a u8 table quantised from the query's `m × 16` table (scalar f32),
+//!   keeping the `k · rerank` smallest integer sums (ties to the lower
+//!   record). Those are rescored with the deterministic f32 kernel, and the
+//!   best `max(2k, k + 8)` of them rescored canonically and ordered by
+//!   `(score, key)`. Every step is integer or fixed-order scalar f32, so
+//!   hits are bit-identical on every ISA and thread count.
+//! * **Filters**: small eligible sets (at most the rows `nprobe` lists hold
+//!   on average) are scanned flat with the 8-bit ADC path; otherwise
+//!   ineligible rows are skipped during the scan and further lists are
+//!   probed (in coarse order) until `min(k, eligible)` candidates exist, so
+//!   filtered searches never under-fill.
+
+use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES, MAX_SUBSPACES};
+use prox_kernels::{canonical, sq8, Metric};
+use rayon::prelude::*;
+
+use super::Pq;
+use crate::accel::hnsw::Hit;
+use crate::accel::kernel::{det_l2sq, det_score};
+use crate::accel::vectors::Arena;
+
+/// Load-time parameters of the coarse partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IvfParams {
+    /// Number of lists; 0 = auto (`2^round(log2(2·√n))`, clamped to
+    /// `1..=max(1, n / 32)`).
+    pub nlist: usize,
+    /// Lloyd iterations of the coarse k-means (0 keeps the seeded initial
+    /// centroids).
+    pub iterations: usize,
+    /// Training sample size; 0 = auto (`32 · nlist`, at most `n`).
+    pub sample: usize,
+    /// Seed of the sample and the initial centroids.
+    pub seed: u64,
+}
+
+impl Default for IvfParams {
+    /// Auto `nlist` and sample, 10 iterations, seed 0.
+    fn default() -> Self {
+        IvfParams {
+            nlist: 0,
+            iterations: 10,
+            sample: 0,
+            seed: 0,
+        }
+    }
+}
+
+/// The in-memory IVF fast-scan index of a 4-bit PQ sidecar.
+///
+/// Invariants: `list_start` and `block_start` have `nlist + 1` ascending
+/// entries; list `l` holds positions `list_start[l]..list_start[l + 1]` of
+/// `ids` and blocks `block_start[l]..block_start[l + 1]` of `blocks`
+/// (`⌈len / 32⌉` blocks of `block_bytes(m)` bytes); `ids` is a permutation
+/// of the record indexes, ascending within each list.
+#[derive(Debug, Clone)]
+pub struct FastScan {
+    metric: Metric,
+    dims: usize,
+    m: usize,
+    nlist: usize,
+    /// `nlist × dims` f32 centroids.
+    centroids: Vec<f32>,
+    /// Deterministic squared norms of the centroids.
+    norms: Vec<f32>,
+    /// `nlist × dims` SQ8 codes of the centroids.
+    codes8: Vec<i8>,
+    /// Per-centroid SQ8 scale.
+    scales8: Vec<f32>,
+    list_start: Vec<u32>,
+    block_start: Vec<u32>,
+    ids: Vec<u32>,
+    blocks: Vec<u8>,
+}
+
+/// Auto `nlist` for `n` records.
+fn auto_nlist(n: usize) -> usize {
+    let target = 2.0 * (n as f64).sqrt();
+    let pow = if target <= 1.0 {
+        1
+    } else {
+        1usize << target.log2().round() as u32
+    };
+    pow.clamp(1, (n / 32).max(1))
+}
+
+/// Index of the nearest centroid by the deterministic squared L2 (ties to
+/// the lower index).
+fn nearest(v: &[f32], centroids: &[f32], dims: usize) -> u32 {
+    let mut best = (f32::INFINITY, 0u32);
+    for (j, c) in centroids.chunks_exact(dims).enumerate() {
+        let d = det_l2sq(v, c);
+        if d < best.0 {
+            best = (d, j as u32);
+        }
+    }
+    best.1
+}
+
+/// Seeded Lloyd k-means over `sample` rows of `vectors`; returns
+/// `nlist × dims` centroids.
+fn kmeans(vectors: &Arena, sample: &[u32], nlist: usize, iterations: usize) -> Vec<f32> {
+    let dims = vectors.dims();
+    let mut centroids: Vec<f32> = sample[..nlist]
+        .iter()
+        .flat_map(|&i| vectors.row(i as usize).iter().copied())
+        .collect();
+    // Train in ascending record order (the sums' order).
+    let mut rows = sample.to_vec();
+    rows.sort_unstable();
+    for _ in 0..iterations {
+        let assign: Vec<u32> = rows
+            .par_iter()
+            .map(|&i| nearest(vectors.row(i as usize), &centroids, dims))
+            .collect();
+        let mut sums = vec![0f64; nlist * dims];
+        let mut counts = vec![0usize; nlist];
+        for (&i, &a) in rows.iter().zip(&assign) {
+            let a = a as usize;
+            counts[a] += 1;
+            for (s, &x) in sums[a * dims..(a + 1) * dims]
+                .iter_mut()
+                .zip(vectors.row(i as usize))
+            {
+                *s += f64::from(x);
+            }
+        }
+        for l in 0..nlist {
+            if counts[l] > 0 {
+                let n = counts[l] as f64;
+                for (c, s) in centroids[l * dims..(l + 1) * dims]
+                    .iter_mut()
+                    .zip(&sums[l * dims..(l + 1) * dims])
+                {
+                    *c = (s / n) as f32;
+                }
+            }
+        }
+        // Empty lists split the largest one (first largest on ties): both
+        // move apart by a relative 1/1024 with alternating signs.
+        for l in 0..nlist {
+            if counts[l] > 0 {
+                continue;
+            }
+            let big = (0..nlist).fold(0, |b, j| if counts[j] > counts[b] { j } else { b });
+            if counts[big] < 2 {
+                break;
+            }
+            for d in 0..dims {
+                let x = centroids[big * dims + d];
+                let e = x / 1024.0 * if d % 2 == 0 { 1.0 } else { -1.0 };
+                centroids[l * dims + d] = x + e;
+                centroids[big * dims + d] = x - e;
+            }
+            counts[l] = counts[big] / 2;
+            counts[big] -= counts[l];
+        }
+    }
+    centroids
+}
+
+/// Symmetric SQ8 code of `v` with its scale `max|v| / 127` (0 for a zero
+/// vector).
+fn sq8_row(v: &[f32], out: &mut [i8]) -> f32 {
+    let max = v.iter().fold(0f32, |a, &x| a.max(x.abs()));
+    let s = max / 127.0;
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = sq8::Quantizer::code(x, s);
+    }
+    s
+}
+
+impl FastScan {
+    /// Builds the index for `pq` (which must have `centroids ≤ 16` and
+    /// `subquantizers ≤ 256`; `None` otherwise).
+    pub(super) fn build(pq: &Pq, params: &IvfParams) -> Option<FastScan> {
+        let m = pq.layout.len();
+        if usize::from(pq.params.centroids) > CODES || m > MAX_SUBSPACES || pq.is_empty() {
+            return None;
+        }
+        let n = pq.len();
+        let dims = pq.dims();
+        let nlist = if params.nlist == 0 {
+            auto_nlist(n)
+        } else {
+            params.nlist.min(n)
+        };
+        let want = if params.sample == 0 {
+            32 * nlist
+        } else {
+            params.sample
+        };
+        let want = want.clamp(nlist, n);
+        // Hashed order of all records: the first `nlist` seed the centroids,
+        // the first `want` form the training sample.
+        let mut order: Vec<(u64, u32)> = (0..n as u32)
+            .map(|i| (xxhash_rust::xxh64::xxh64(&i.to_le_bytes(), params.seed), i))
+            .collect();
+        order.select_nth_unstable(want - 1);
+        order.truncate(want);
+        order.sort_unstable();
+        let sample: Vec<u32> = order.into_iter().map(|(_, i)| i).collect();
+        let centroids = kmeans(&pq.vectors, &sample, nlist, params.iterations);
+        let assign: Vec<u32> = (0..n)
+            .into_par_iter()
+            .map(|i| nearest(pq.vectors.row(i), &centroids, dims))
+            .collect();
+        let mut list_start = vec![0u32; nlist + 1];
+        for &a in &assign {
+            list_start[a as usize + 1] += 1;
+        }
+        for l in 0..nlist {
+            list_start[l + 1] += list_start[l];
+        }
+        let mut fill = list_start.clone();
+        let mut ids = vec![0u32; n];
+        for (i, &a) in assign.iter().enumerate() {
+            ids[fill[a as usize] as usize] = i as u32;
+            fill[a as usize] += 1;
+        }
+        let mut blocks = Vec::new();
+        let mut block_start = Vec::with_capacity(nlist + 1);
+        block_start.push(0u32);
+        let mut scratch = Vec::new();
+        for l in 0..nlist {
+            scratch.clear();
+            for &i in &ids[list_start[l] as usize..list_start[l + 1] as usize] {
+                scratch.extend_from_slice(pq.code(i as usize));
+            }
+            // Codes were checked `< centroids <= 16` at training or load.
+            fastscan::pack(&scratch, m, &mut blocks).ok()?;
+            block_start.push((blocks.len() / fastscan::block_bytes(m)) as u32);
+        }
+        let mut codes8 = vec![0i8; nlist * dims];
+        let scales8 = centroids
+            .chunks_exact(dims)
+            .zip(codes8.chunks_exact_mut(dims))
+            .map(|(c, o)| sq8_row(c, o))
+            .collect();
+        let zero = vec![0f32; dims];
+        let norms = centroids
+            .chunks_exact(dims)
+            .map(|c| det_l2sq(c, &zero))
+            .collect();
+        Some(FastScan {
+            metric: pq.metric,
+            dims,
+            m,
+            nlist,
+            centroids,
+            norms,
+            codes8,
+            scales8,
+            list_start,
+            block_start,
+            ids,
+            blocks,
+        })
+    }
+
+    /// Number of coarse lists.
+    pub fn nlist(&self) -> usize {
+        self.nlist
+    }
+
+    /// Records in list `l < nlist`.
+    pub fn list_len(&self, l: usize) -> usize {
+        (self.list_start[l + 1] - self.list_start[l]) as usize
+    }
+
+    /// Default `nprobe` when the request gives none: `nlist / 16` lists
+    /// (at least 1), i.e. about 6% of the records.
+    pub fn default_nprobe(&self) -> usize {
+        (self.nlist / 16).max(1)
+    }
+
+    /// Bytes of the index (packed codes, ids, coarse centroids and their
+    /// SQ8 codes); the full vectors used by the rerank are not included.
+    pub fn heap_bytes(&self) -> usize {
+        self.blocks.len()
+            + 4 * (self.ids.len() + self.list_start.len() + self.block_start.len())
+            + 4 * (self.centroids.len() + self.norms.len() + self.scales8.len())
+            + self.codes8.len()
+    }
+
+    /// Coarse ranking scores of every list for `q` into `out`
+    /// (`(score, list)`, lower is better).
+    fn coarse(&self, q: &[f32], ctx: &mut IvfContext) {
+        ctx.q8.resize(self.dims, 0);
+        let sq = sq8_row(q, &mut ctx.q8);
+        ctx.dots.resize(self.nlist, 0);
+        sq8::dot_i8_many(&ctx.q8, &self.codes8, &mut ctx.dots);
+        ctx.coarse.clear();
+        for (l, (&dot, (&sc, &norm))) in ctx
+            .dots
+            .iter()
+            .zip(self.scales8.iter().zip(&self.norms))
+            .enumerate()
+        {
+            let qc = sq * sc * dot as f32;
+            let score = match self.metric {
+                Metric::L2 => norm - 2.0 * qc,
+                Metric::Cosine | Metric::InnerProduct => -qc,
+            };
+            ctx.coarse.push((score, l as u32));
+        }
+    }
+}
+
+/// Per-thread buffers of the IVF fast-scan search.
+#[derive(Debug, Default, Clone)]
+pub(super) struct IvfContext {
+    table: Vec<f32>,
+    lut: Option<Lut>,
+    q8: Vec<i8>,
+    dots: Vec<i32>,
+    coarse: Vec<(f32, u32)>,
+    sums: Vec<u16>,
+    cands: Vec<(u16, u32)>,
+    rescored: Vec<(f32, u32)>,
+}
+
+/// Which records a search may return.
+pub(super) enum Eligible<'a> {
+    /// Every record.
+    All,
+    /// Record indexes in `lo..hi`.
+    Interval(usize, usize),
+    /// Record indexes whose bit is set.
+    Bits(&'a [u64]),
+}
+
+impl Eligible<'_> {
+    #[inline]
+    fn contains(&self, id: u32) -> bool {
+        match self {
+            Eligible::All => true,
+            Eligible::Interval(lo, hi) => (*lo..*hi).contains(&(id as usize)),
+            Eligible::Bits(b) => b[id as usize / 64] >> (id % 64) & 1 == 1,
+        }
+    }
+}
+
+/// One IVF query: `depth = k · rerank` candidates, `count` eligible rows.
+pub(super) struct IvfQuery<'a> {
+    pub(super) k: usize,
+    pub(super) nprobe: usize,
+    pub(super) depth: usize,
+    pub(super) eligible: Eligible<'a>,
+    pub(super) count: usize,
+}
+
+/// Orders `(sum, id)` candidates (ties to the lower id).
+#[inline]
+fn cand_cmp(a: &(u16, u32), b: &(u16, u32)) -> std::cmp::Ordering {
+    a.cmp(b)
+}
+
+fn rescored_cmp(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+/// Keeps the `depth` smallest candidates; returns the new admission bound.
+fn shrink(cands: &mut Vec<(u16, u32)>, depth: usize) -> u16 {
+    if cands.len() > depth {
+        cands.select_nth_unstable_by(depth - 1, cand_cmp);
+        cands.truncate(depth);
+    }
+    cands.iter().map(|c| c.0).max().unwrap_or(u16::MAX)
+}
+
+impl Pq {
+    /// The IVF fast-scan search (see the module docs) into `out` (empty on
+    /// entry). Returns `false`, with `out` untouched, only if the query
+    /// table cannot be quantised (non-finite partial distances); the caller
+    /// then scans flat.
+    pub(super) fn search_ivf(
+        &self,
+        fs: &FastScan,
+        ctx: &mut IvfContext,
+        q: &[f32],
+        opts: &IvfQuery<'_>,
+        out: &mut Vec<Hit>,
+    ) -> bool {
+        let (k, eligible) = (opts.k, &opts.eligible);
+        let want = k.min(opts.count);
+        if want == 0 {
+            return true;
+        }
+        // Query table: m x 16 f32 in fixed scalar order (deterministic).
+        let kc = usize::from(self.params.centroids);
+        ctx.table.clear();
+        for (&(a, b), book) in self.layout.iter().zip(&self.books) {
+            let part = &q[a..b];
+            let w = b - a;
+            for j in 0..CODES {
+                ctx.table.push(if j < kc {
+                    let c = &book[j * w..(j + 1) * w];
+                    match self.metric {
+                        Metric::L2 => part.iter().zip(c).fold(0f32, |s, (x, y)| {
+                            let d = x - y;
+                            s + d * d
+                        }),
+                        Metric::Cosine | Metric::InnerProduct => {
+                            -part.iter().zip(c).fold(0f32, |s, (x, y)| s + x * y)
+                        }
+                    }
+                } else {
+                    f32::INFINITY
+                });
+            }
+        }
+        fs.coarse(q, ctx);
+        let lut_ok = match ctx.lut.as_mut() {
+            Some(l) => l.requantize(fs.m, &ctx.table, 0.0).is_ok(),
+            None => match Lut::quantize(fs.m, &ctx.table, 0.0) {
+                Ok(l) => {
+                    ctx.lut = Some(l);
+                    true
+                }
+                Err(_) => false,
+            },
+        };
+        let Some(lut) = ctx.lut.as_ref().filter(|_| lut_ok) else {
+            // Only a table with NaN partials (overflowing vectors) gets here.
+            return false;
+        };
+        let nprobe = opts.nprobe.clamp(1, fs.nlist);
+        if nprobe < fs.nlist {
+            ctx.coarse.select_nth_unstable_by(nprobe - 1, rescored_cmp);
+        }
+        ctx.coarse[..nprobe].sort_unstable_by(rescored_cmp);
+        let bb = fastscan::block_bytes(fs.m);
+        let depth = opts.depth.max(want);
+        ctx.cands.clear();
+        let mut bound = u16::MAX;
+        let mut probed = 0;
+        while probed < fs.nlist {
+            if probed == nprobe {
+                if ctx.cands.len() >= want {
+                    break;
+                }
+                // Under-filled by a filter: probe on in coarse order.
+                ctx.coarse[nprobe..].sort_unstable_by(rescored_cmp);
+            }
+            let l = ctx.coarse[probed].1 as usize;
+            probed += 1;
+            let (p0, p1) = (fs.list_start[l] as usize, fs.list_start[l + 1] as usize);
+            if p0 == p1 {
+                continue;
+            }
+            let (b0, b1) = (fs.block_start[l] as usize, fs.block_start[l + 1] as usize);
+            ctx.sums.resize((b1 - b0) * BLOCK, 0);
+            fastscan::scan(lut, &fs.blocks[b0 * bb..b1 * bb], &mut ctx.sums);
+            for (&s, &id) in ctx.sums[..p1 - p0].iter().zip(&fs.ids[p0..p1]) {
+                if s <= bound && eligible.contains(id) {
+                    ctx.cands.push((s, id));
+                    if ctx.cands.len() >= 2 * depth {
+                        bound = shrink(&mut ctx.cands, depth);
+                    }
+                }
+            }
+        }
+        shrink(&mut ctx.cands, depth);
+        // Deterministic f32 rescoring, then canonical scores for the best.
+        ctx.rescored.clear();
+        for &(_, id) in &ctx.cands {
+            let s = det_score(self.metric, q, self.vectors.row(id as usize));
+            ctx.rescored.push((s, id));
+        }
+        let keep = (2 * k).max(k + 8).min(ctx.rescored.len());
+        if keep == 0 {
+            return true;
+        }
+        if keep < ctx.rescored.len() {
+            ctx.rescored.select_nth_unstable_by(keep - 1, rescored_cmp);
+        }
+        out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| Hit {
+            id,
+            score: canonical::score(self.metric, q, self.vectors.row(id as usize)),
+        }));
+        out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
+        out.truncate(k);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{PqOptions, PqSearchContext};
+    use super::*;
+    use crate::accel::hnsw::Filter;
+    use crate::accel::params::PqParams;
+
+    type Records = Vec<(Vec<u8>, Vec<f32>)>;
+    const METRICS: [Metric; 3] = [Metric::L2, Metric::Cosine, Metric::InnerProduct];
+
+    fn seed() -> u64 {
+        std::env::var("PROX_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x4b17_fa57)
+    }
+
+    /// SplitMix64 with a Box-Muller normal.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+        fn gauss(&mut self) -> f64 {
+            let (u, v) = (self.unit().max(1e-300), self.unit());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        }
+    }
+
+    fn prepare(metric: Metric, mut v: Vec<f32>) -> Vec<f32> {
+        if metric == Metric::Cosine {
+            let n = canonical::dot(&v, &v).sqrt() as f32;
+            v.iter_mut().for_each(|x| *x /= n);
+        }
+        v
+    }
+
+    /// `n` records of `dims` around `clusters` Gaussian centres; keys are
+    /// big-endian indexes, so record index = key order.
+    fn clustered(n: usize, dims: usize, clusters: usize, seed: u64, metric: Metric) -> Records {
+        let mut r = Rng(seed);
+        let centres: Vec<Vec<f64>> = (0..clusters)
+            .map(|_| (0..dims).map(|_| r.gauss() * 4.0).collect())
+            .collect();
+        (0..n)
+            .map(|i| {
+                let c = &centres[(r.next() % clusters as u64) as usize];
+                let v = c.iter().map(|&x| (x + r.gauss()) as f32).collect();
+                ((i as u32).to_be_bytes().to_vec(), prepare(metric, v))
+            })
+            .collect()
+    }
+
+    fn queries(n: usize, seed: u64, metric: Metric, data: &Records) -> Vec<Vec<f32>> {
+        let mut r = Rng(seed ^ 0xABCD);
+        (0..n)
+            .map(|_| {
+                let base = &data[(r.next() % data.len() as u64) as usize].1;
+                let v = base.iter().map(|&x| x + 0.3 * r.gauss() as f32).collect();
+                prepare(metric, v)
+            })
+            .collect()
+    }
+
+    fn brute(
+        metric: Metric,
+        data: &Records,
+        q: &[f32],
+        k: usize,
+        ok: impl Fn(usize) -> bool,
+    ) -> Vec<u32> {
+        let mut s: Vec<(f64, u32)> = (0..data.len())
+            .filter(|&i| ok(i))
+            .map(|i| (canonical::score(metric, q, &data[i].1), i as u32))
+            .collect();
+        s.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        s.into_iter().take(k).map(|x| x.1).collect()
+    }
+
+    /// 4000 x 32, 24 clusters; PQ 16 x 4-bit (2 components per subspace).
+    fn setup(metric: Metric, s: u64) -> (Records, Pq) {
+        let data = clustered(4000, 32, 24, s, metric);
+        let params = PqParams::parse("m=16,k=16,iterations=6,rerank=16").unwrap();
+        let pq = Pq::train(metric, 32, &data, &params).unwrap();
+        (data, pq)
+    }
+
+    fn recall(pq: &Pq, data: &Records, qs: &[Vec<f32>], opts: PqOptions) -> f64 {
+        let mut ctx = PqSearchContext::new();
+        let mut hits = Vec::new();
+        let mut found = 0;
+        for q in qs {
+            pq.search_with(&mut ctx, q, &opts, None, &mut hits).unwrap();
+            assert_eq!(hits.len(), opts.k);
+            let truth = brute(pq.metric(), data, q, opts.k, |_| true);
+            found += hits.iter().filter(|h| truth.contains(&h.id)).count();
+            for h in &hits {
+                assert_eq!(
+                    h.score,
+                    canonical::score(pq.metric(), q, &data[h.id as usize].1)
+                );
+            }
+        }
+        found as f64 / (opts.k * qs.len()) as f64
+    }
+
+    #[test]
+    fn index_layout_invariants() {
+        let (_, pq) = setup(Metric::L2, seed());
+        let fs = pq.fast_scan().expect("4-bit sidecar");
+        assert_eq!(
+            fs.nlist(),
+            125,
+            "auto nlist = min(2^round(log2(2 sqrt 4000)), 4000/32)"
+        );
+        assert_eq!(fs.default_nprobe(), 7);
+        let mut seen = vec![false; pq.len()];
+        for l in 0..fs.nlist() {
+            let ids = &fs.ids[fs.list_start[l] as usize..fs.list_start[l + 1] as usize];
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+            let blocks = (fs.block_start[l + 1] - fs.block_start[l]) as usize;
+            assert_eq!(blocks, fs.list_len(l).div_ceil(BLOCK));
+            let bb = fastscan::block_bytes(fs.m);
+            for (r, &id) in ids.iter().enumerate() {
+                assert!(!std::mem::replace(&mut seen[id as usize], true));
+                let block = &fs.blocks[(fs.block_start[l] as usize + r / BLOCK) * bb..];
+                for s in 0..fs.m {
+                    assert_eq!(
+                        fastscan::unpack(block, s, r % BLOCK),
+                        pq.code(id as usize)[s]
+                    );
+                }
+            }
+        }
+        assert!(seen.iter().all(|&x| x));
+        assert!(fs.heap_bytes() > fs.blocks.len());
+        // 8-bit sidecars have no fast-scan index.
+        let data = clustered(300, 8, 4, seed(), Metric::L2);
+        let p8 = Pq::train(
+            Metric::L2,
+            8,
+            &data,
+            &PqParams::parse("m=4,k=32,iterations=2").unwrap(),
+        )
+        .unwrap();
+        assert!(!p8.fast_scan_supported() && p8.fast_scan().is_none());
+    }
+
+    /// Documented setting: default nprobe (nlist / 16 = 7 of 125 lists) and
+    /// rerank 16 give recall@10 >= 0.9 for every metric.
+    #[test]
+    fn recall_at_default_nprobe_for_every_metric() {
+        let s = seed();
+        for metric in METRICS {
+            let (data, pq) = setup(metric, s);
+            let qs = queries(40, s, metric, &data);
+            let r = recall(
+                &pq,
+                &data,
+                &qs,
+                PqOptions {
+                    k: 10,
+                    nprobe: None,
+                    rerank: Some(16),
+                },
+            );
+            assert!(r >= 0.9, "{metric}: recall {r} (PROX_SEED={s})");
+        }
+    }
+
+    /// With a fixed candidate depth, probing more lists can in principle
+    /// push a true neighbour out of the depth (more approximate
+    /// competitors), so monotonicity needs a depth that covers the PQ
+    /// ranking error: on this data a true top-10 neighbour ranks up to ~350
+    /// by its 4-bit code in the worst query (cosine), so the test uses
+    /// rerank 64 (depth 640).
+    #[test]
+    fn larger_nprobe_never_lowers_recall() {
+        const RERANK: usize = 64;
+        let s = seed();
+        for metric in METRICS {
+            let (data, pq) = setup(metric, s);
+            let qs = queries(40, s, metric, &data);
+            let mut last = 0.0;
+            for nprobe in [1, 2, 4, 8, 16, 32, 125] {
+                let r = recall(
+                    &pq,
+                    &data,
+                    &qs,
+                    PqOptions {
+                        k: 10,
+                        nprobe: Some(nprobe),
+                        rerank: Some(RERANK),
+                    },
+                );
+                assert!(
+                    r >= last,
+                    "{metric}: nprobe {nprobe} recall {r} < {last} (PROX_SEED={s})"
+                );
+                last = r;
+            }
+            assert!(
+                last >= 0.97,
+                "{metric}: full probe recall {last} (PROX_SEED={s})"
+            );
+        }
+    }
+
+    /// Which record indexes a test filter admits.
+    type Eligibility = Box<dyn Fn(usize) -> bool>;
+
+    #[test]
+    fn filters_never_under_fill() {
+        let s = seed();
+        let (data, pq) = setup(Metric::L2, s);
+        let qs = queries(10, s, Metric::L2, &data);
+        let key = |i: u32| i.to_be_bytes().to_vec();
+        let filters: Vec<(Filter, Eligibility)> = vec![
+            // 3 eligible: fewer than k.
+            (
+                Filter::Range {
+                    start: Some(key(10)),
+                    end: Some(key(13)),
+                },
+                Box::new(|i| (10..13).contains(&i)),
+            ),
+            // 20 eligible: flat path.
+            (
+                Filter::Range {
+                    start: Some(key(100)),
+                    end: Some(key(120)),
+                },
+                Box::new(|i| (100..120).contains(&i)),
+            ),
+            // 600 eligible, spread over every list: IVF path, probing on.
+            (
+                Filter::Range {
+                    start: Some(key(1000)),
+                    end: None,
+                },
+                Box::new(|i| i >= 1000),
+            ),
+            (
+                Filter::Prefix(vec![0, 0, 0x0f]),
+                Box::new(|i| (0x0f00..0x1000).contains(&i)),
+            ),
+            (
+                Filter::Keys((0..4000).step_by(7).map(key).collect()),
+                Box::new(|i| i % 7 == 0),
+            ),
+            (
+                Filter::Keys(vec![key(5), key(5), key(99_999)]),
+                Box::new(|i| i == 5),
+            ),
+        ];
+        let mut ctx = PqSearchContext::new();
+        let mut hits = Vec::new();
+        for (f, ok) in &filters {
+            let eligible = (0..data.len()).filter(|&i| ok(i)).count();
+            for nprobe in [1, 7] {
+                let mut found = 0;
+                for q in &qs {
+                    let opts = PqOptions {
+                        k: 10,
+                        nprobe: Some(nprobe),
+                        rerank: Some(16),
+                    };
+                    pq.search_with(&mut ctx, q, &opts, Some(f), &mut hits)
+                        .unwrap();
+                    assert_eq!(
+                        hits.len(),
+                        eligible.min(10),
+                        "{f:?} nprobe {nprobe} (PROX_SEED={s})"
+                    );
+                    assert!(hits.iter().all(|h| ok(h.id as usize)), "{f:?}");
+                    let truth = brute(Metric::L2, &data, q, 10, ok);
+                    found += hits.iter().filter(|h| truth.contains(&h.id)).count();
+                }
+                let r = found as f64 / (qs.len() * eligible.min(10)) as f64;
+                // Recall is asserted at the default nprobe only (one list
+                // of 125 finds about half the neighbours).
+                assert!(
+                    nprobe == 1 || r >= 0.8,
+                    "{f:?} nprobe {nprobe}: recall {r} (PROX_SEED={s})"
+                );
+            }
+        }
+    }
+
+    /// Hits digest for the default seed; equal at 1 and 3 threads, and the
+    /// `PROX_ISA=scalar` CI run checks it against the same frozen value.
+    #[test]
+    fn deterministic_across_threads_and_isas() {
+        let s = seed();
+        let run = |threads: usize, metric: Metric| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let (data, pq) = setup(metric, s);
+                let qs = queries(20, s, metric, &data);
+                let fs = pq.fast_scan().unwrap();
+                let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+                h.update(
+                    &fs.ids
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<_>>(),
+                );
+                h.update(
+                    &fs.centroids
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<_>>(),
+                );
+                let mut ctx = PqSearchContext::new();
+                let mut hits = Vec::new();
+                for q in &qs {
+                    for nprobe in [1, 3, 9] {
+                        let opts = PqOptions {
+                            k: 10,
+                            nprobe: Some(nprobe),
+                            rerank: Some(4),
+                        };
+                        pq.search_with(&mut ctx, q, &opts, None, &mut hits).unwrap();
+                        for hit in &hits {
+                            h.update(&hit.id.to_le_bytes());
+                            h.update(&hit.score.to_le_bytes());
+                        }
+                    }
+                }
+                h.digest()
+            })
+        };
+        let mut digests = Vec::new();
+        for metric in METRICS {
+            let one = run(1, metric);
+            assert_eq!(one, run(3, metric), "{metric} (PROX_SEED={s})");
+            digests.push(one);
+        }
+        if std::env::var("PROX_SEED").is_err() {
+            assert_eq!(
+                digests,
+                FROZEN,
+                "hits differ from the frozen digests (ISA {})",
+                prox_kernels::isa()
+            );
+        }
+    }
+
+    const FROZEN: [u64; 3] = [
+        15925947871901258323,
+        7093550288860611712,
+        11335452449177701761,
+    ];
+}
