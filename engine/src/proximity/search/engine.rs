@@ -254,15 +254,27 @@ impl SearchContext {
                 // at least as large). Which points are rescored depends on
                 // the codes only, so it is the same on every ISA; the hits
                 // are the canonical top k either way.
+                // Points already bounded above the k-th score are dropped
+                // before sorting, so a leaf far from the query costs one
+                // bound per point and no sort.
                 self.order.clear();
+                let limit = if self.best.len() == k {
+                    self.best[k - 1].score
+                } else {
+                    f64::INFINITY
+                };
                 for i in 0..node.len {
                     if filter.accepts(node.key(i)) {
                         let lb = q.lower_bound(&node.stats[i], self.dots[i], 0.0);
-                        self.order.push((lb, i as u32));
+                        if lb <= limit {
+                            self.order.push((lb, i as u32));
+                        }
                     }
                 }
-                self.order
-                    .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                if self.order.len() > 1 {
+                    self.order
+                        .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                }
                 for &(lb, i) in &self.order {
                     if self.best.len() == k && lb > self.best[k - 1].score {
                         break;
