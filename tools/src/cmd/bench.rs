@@ -96,6 +96,9 @@ pub enum BenchSub {
     /// Replication cost on loopback: clone and update pulls vs bare stream and raw TCP.
     #[command(after_help = crate::cmd::bench_sync::EXAMPLES)]
     Sync(crate::cmd::bench_sync::BenchSyncArgs),
+    /// HTTP search API load test (QPS, p50/p95/p99) vs in-process search.
+    #[command(after_help = crate::cmd::bench_serve::EXAMPLES)]
+    Serve(Box<crate::cmd::bench_serve::BenchServeArgs>),
 }
 
 const PLOT_EXAMPLES: &str = "\
@@ -129,6 +132,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Some(BenchSub::Kernels(k)) => super::bench_kernels::run(k),
         Some(BenchSub::Plot(p)) => run_plot(p),
         Some(BenchSub::Sync(a)) => crate::cmd::bench_sync::run(a),
+        Some(BenchSub::Serve(a)) => crate::cmd::bench_serve::run(a),
         None => run_map(&args.map),
     }
 }

@@ -14,9 +14,10 @@ Examples:
   prox daemon --store b/ --listen /ip4/127.0.0.1/tcp/4002 \\
       --follow /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...:docs
   prox daemon --store a/ --config sync.json --allow 12D3KooW...
+  prox daemon --store a/ --serve docs --http 127.0.0.1:7700   (+ search API, docs/api.md)
 
 Prints `peer_id <id>`, one `listen <multiaddr>` per address and
-`control <socket>` on stdout once listening, then logs to stderr (RUST_LOG).
+`control <socket>` (and `http <url>` with --http) on stdout once listening, then logs to stderr (RUST_LOG).
 SIGINT/SIGTERM stop it cleanly: running pulls are abandoned (their blocks
 stay staged for a retry) and no named root moves.";
 
@@ -50,6 +51,9 @@ pub struct DaemonArgs {
     /// Without an allowlist, let every peer use the bulk path and push.
     #[arg(long)]
     pub trust_all: bool,
+    /// The HTTP search API next to the daemon (enabled by --http ADDR).
+    #[command(flatten)]
+    pub http: super::serve::HttpArgs,
 }
 
 /// Builds the effective config: file first, then flags.
@@ -82,21 +86,44 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
     let stores = super::sync::open_stores(&args.store)?;
     let rt = super::sync::runtime()?;
     let dir = args.store.store.clone();
-    rt.block_on(prox_sync::daemon::run(
-        &dir,
-        cfg,
-        stores,
-        RefsLinker,
-        |s| {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "peer_id {}", s.peer_id);
-            for a in &s.listen {
-                let _ = writeln!(out, "listen {a}");
-            }
-            let _ = writeln!(out, "control {}", s.socket.display());
-            let _ = out.flush();
-        },
-        std::future::pending(),
-    ))
-    .with_context(|| format!("daemon on {}", args.store))
+    // The HTTP API reads the daemon's own main store, so roots moved by
+    // pulls are picked up by its refresh; it stops when the daemon does.
+    let http = match args.http.http {
+        Some(addr) => Some(
+            args.http
+                .config(addr, prox_serve::Source::Store(stores.main.clone()))?,
+        ),
+        None => None,
+    };
+    rt.block_on(async {
+        let server = match http {
+            Some(c) => Some(prox_serve::Server::start(c, prox_serve::MapRegistry::new()).await?),
+            None => None,
+        };
+        let http_addr = server.as_ref().map(|s| s.addr());
+        let ran = prox_sync::daemon::run(
+            &dir,
+            cfg,
+            stores,
+            RefsLinker,
+            |s| {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "peer_id {}", s.peer_id);
+                for a in &s.listen {
+                    let _ = writeln!(out, "listen {a}");
+                }
+                let _ = writeln!(out, "control {}", s.socket.display());
+                if let Some(a) = http_addr {
+                    let _ = writeln!(out, "http http://{a}");
+                }
+                let _ = out.flush();
+            },
+            std::future::pending(),
+        )
+        .await;
+        if let Some(s) = server {
+            s.shutdown().await?;
+        }
+        ran.with_context(|| format!("daemon on {}", args.store))
+    })
 }

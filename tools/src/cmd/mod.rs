@@ -9,6 +9,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 pub mod accel;
 pub mod bench;
 pub mod bench_kernels;
+pub mod bench_serve;
 pub mod bench_sync;
 pub mod build;
 pub mod daemon;
@@ -18,6 +19,7 @@ pub mod gc;
 pub mod inspect;
 pub mod query;
 pub mod roots;
+pub mod serve;
 pub mod store_arg;
 pub mod sync;
 pub mod tree;
@@ -106,6 +108,9 @@ pub enum Command {
     /// Run the sync daemon: serve and replicate named roots over libp2p.
     #[command(after_help = daemon::EXAMPLES)]
     Daemon(daemon::DaemonArgs),
+    /// Serve the maps of a store over HTTP/JSON (search, batch search, records, metrics).
+    #[command(after_help = serve::EXAMPLES)]
+    Serve(serve::ServeArgs),
     /// Pull, push, status and peers, through a running daemon or one-shot.
     #[command(after_help = sync::EXAMPLES)]
     Sync(sync::SyncArgs),
@@ -116,7 +121,7 @@ const GROUPS: &[(&str, &[&str])] = &[
     ("Index", &["build", "query", "update", "accel"]),
     ("Benchmark", &["demo", "bench", "datagen"]),
     ("Storage", &["inspect", "verify", "tree", "roots", "gc"]),
-    ("Network", &["daemon", "sync"]),
+    ("Network", &["daemon", "serve", "sync"]),
 ];
 
 /// The clap command with the top-level subcommand list grouped by task.
@@ -199,6 +204,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Datagen(a) => datagen::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Daemon(a) => daemon::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Gc(a) => gc::run(a),
         Command::Inspect(a) => inspect::run(a),

@@ -1,0 +1,507 @@
+//! `prox bench serve`: a bounded closed-loop HTTP load generator for the
+//! search API, compared in the same run with in-process search of the same
+//! map at the same thread count.
+//!
+//! Each client thread owns one keep-alive connection and sends the next
+//! query as soon as the previous answer arrives (closed loop), for a fixed
+//! duration per concurrency level. Request bodies are serialized before the
+//! clock starts; responses are checked for status 200 only (recall is
+//! measured in a separate, untimed pass). Latencies go into a fixed
+//! 1-microsecond histogram (0..1 s, plus an overflow bucket), so memory is
+//! bounded whatever the duration.
+
+use crate::io;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use prox_engine::proximity;
+use prox_serve::client::{resolve_url, Client};
+use prox_serve::{PathChoice, Query, QueryMode, Scratch, Snapshot};
+use rayon::prelude::*;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Examples for `prox bench serve --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  prox serve --store db --http 127.0.0.1:7700 --search-threads 2 &
+  prox bench serve --url http://127.0.0.1:7700 --name minilm --queries q.fvecs \\
+      --gt gt.ivecs --ef 24 --concurrency 1,8,64 --duration 30s --store db --threads 2
+
+For each concurrency level, prints QPS and p50/p95/p99 latency of
+POST /v1/maps/NAME/search; with --store, also in-process single-query and
+batch QPS of the same map and settings at --threads, measured in the same
+run, and the ratio of HTTP to in-process single-query throughput.";
+
+/// Arguments of `prox bench serve`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchServeArgs {
+    /// Server base URL (http://host:port).
+    #[arg(long)]
+    pub url: String,
+    /// Map name.
+    #[arg(long)]
+    pub name: String,
+    /// Query vectors (.fvecs, .npy, ...).
+    #[arg(long)]
+    pub queries: PathBuf,
+    /// Ground truth (.ivecs) for a recall pass (untimed).
+    #[arg(long)]
+    pub gt: Option<PathBuf>,
+    /// Concurrent clients per level (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+    pub concurrency: Vec<usize>,
+    /// Duration of each level (e.g. 30s, 500ms, 2m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Neighbours per query.
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// HNSW ef sent with every query (default: the sidecar's).
+    #[arg(long)]
+    pub ef: Option<usize>,
+    /// Search mode sent with every query (auto, exact, fast, balanced, high).
+    #[arg(long, default_value = "auto")]
+    pub mode: String,
+    /// Bearer token file.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// The server's store: also measure in-process search of the same map.
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// In-process search threads (compare with the server's --search-threads).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Print one JSON object per measurement on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `30s`, `500ms`, `2m` or plain seconds.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad duration {s:?} (e.g. 30s, 500ms, 2m)"))?;
+    let secs = v * mul;
+    if !(0.01..=3600.0).contains(&secs) {
+        return Err(format!("duration {s:?} must be between 10ms and 1h"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Latency histogram: 1 µs buckets up to 1 s, then one overflow bucket.
+struct Hist {
+    counts: Vec<u64>,
+    over: u64,
+    max_us: u64,
+}
+
+const HIST_US: usize = 1_000_000;
+
+impl Hist {
+    fn new() -> Hist {
+        Hist {
+            counts: vec![0; HIST_US],
+            over: 0,
+            max_us: 0,
+        }
+    }
+    fn add(&mut self, d: Duration) {
+        let us = d.as_micros().min(u64::MAX as u128) as u64;
+        self.max_us = self.max_us.max(us);
+        match self.counts.get_mut(us as usize) {
+            Some(c) => *c += 1,
+            None => self.over += 1,
+        }
+    }
+    fn merge(&mut self, o: &Hist) {
+        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
+            *a += b;
+        }
+        self.over += o.over;
+        self.max_us = self.max_us.max(o.max_us);
+    }
+    fn total(&self) -> u64 {
+        self.counts.iter().sum::<u64>() + self.over
+    }
+    /// The `p` quantile in milliseconds (overflow reports the maximum).
+    fn quantile_ms(&self, p: f64) -> f64 {
+        let n = self.total();
+        if n == 0 {
+            return f64::NAN;
+        }
+        let rank = ((p * n as f64).ceil() as u64).clamp(1, n);
+        let mut acc = 0;
+        for (us, c) in self.counts.iter().enumerate() {
+            acc += c;
+            if acc >= rank {
+                return us as f64 / 1000.0;
+            }
+        }
+        self.max_us as f64 / 1000.0
+    }
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    what: String,
+    threads: usize,
+    queries: u64,
+    errors: u64,
+    secs: f64,
+    qps: f64,
+    p50_ms: f64,
+    p95_ms: f64,
+    p99_ms: f64,
+}
+
+fn row(what: &str, threads: usize, h: &Hist, errors: u64, secs: f64) -> Row {
+    let n = h.total();
+    Row {
+        what: what.to_string(),
+        threads,
+        queries: n,
+        errors,
+        secs,
+        qps: n as f64 / secs.max(1e-9),
+        p50_ms: h.quantile_ms(0.50),
+        p95_ms: h.quantile_ms(0.95),
+        p99_ms: h.quantile_ms(0.99),
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn body(args: &BenchServeArgs, q: &[f32]) -> Vec<u8> {
+    let mut v = serde_json::json!({"vector": q, "k": args.k, "mode": args.mode});
+    if let Some(ef) = args.ef {
+        v["ef"] = serde_json::json!(ef);
+    }
+    v.to_string().into_bytes()
+}
+
+/// Runs `c` closed-loop clients for `dur`; returns the merged histogram,
+/// error count and elapsed seconds.
+fn http_level(
+    addr: std::net::SocketAddr,
+    token: Option<&str>,
+    path: &str,
+    bodies: &Arc<Vec<Vec<u8>>>,
+    c: usize,
+    dur: Duration,
+) -> (Hist, u64, f64) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..c)
+        .map(|_| {
+            let (next, stop, bodies) = (next.clone(), stop.clone(), bodies.clone());
+            let token = token.map(str::to_string);
+            let path = path.to_string();
+            std::thread::spawn(move || {
+                let mut cl = Client::new(addr).with_timeout(Duration::from_secs(10));
+                if let Some(t) = token {
+                    cl = cl.with_token(t);
+                }
+                let mut h = Hist::new();
+                let mut errors = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed) % bodies.len();
+                    let t = Instant::now();
+                    match cl.post(&path, &bodies[i]) {
+                        Ok(r) if r.status == 200 => h.add(t.elapsed()),
+                        _ => errors += 1,
+                    }
+                }
+                (h, errors)
+            })
+        })
+        .collect();
+    std::thread::sleep(dur);
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Hist::new();
+    let mut errors = 0;
+    for w in workers {
+        if let Ok((h, e)) = w.join() {
+            all.merge(&h);
+            errors += e;
+        }
+    }
+    (all, errors, t0.elapsed().as_secs_f64())
+}
+
+fn inproc_single(
+    snap: &Arc<Snapshot>,
+    queries: &Arc<io::Matrix>,
+    q: &Query,
+    threads: usize,
+    dur: Duration,
+) -> (Hist, u64, f64) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (next, stop, snap, queries, q) = (
+                next.clone(),
+                stop.clone(),
+                snap.clone(),
+                queries.clone(),
+                q.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut scratch = Scratch::default();
+                let mut h = Hist::new();
+                let mut errors = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed) % queries.len();
+                    let t = Instant::now();
+                    match snap.search(&mut scratch, queries.row(i), &q) {
+                        Ok(_) => h.add(t.elapsed()),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (h, errors)
+            })
+        })
+        .collect();
+    std::thread::sleep(dur);
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Hist::new();
+    let mut errors = 0;
+    for w in workers {
+        if let Ok((h, e)) = w.join() {
+            all.merge(&h);
+            errors += e;
+        }
+    }
+    (all, errors, t0.elapsed().as_secs_f64())
+}
+
+/// Whole-query-set batches on a pool of `threads` until `dur` has passed
+/// (at least one batch). Latency here is per batch, so only QPS is kept.
+fn inproc_batch(
+    snap: &Snapshot,
+    queries: &io::Matrix,
+    q: &Query,
+    threads: usize,
+    dur: Duration,
+) -> Result<(u64, f64)> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("cannot start the thread pool")?;
+    let rows: Vec<&[f32]> = queries.rows().collect();
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    while done == 0 || t0.elapsed() < dur {
+        let ok = pool.install(|| {
+            rows.par_iter()
+                .map_init(Scratch::default, |s, v| snap.search(s, v, q).is_ok())
+                .filter(|ok| *ok)
+                .count()
+        });
+        done += ok as u64;
+    }
+    Ok((done, t0.elapsed().as_secs_f64()))
+}
+
+fn report(rows: &mut Vec<Row>, r: Row, json: bool) -> Result<()> {
+    crate::progress::note(format!(
+        "{:<28} {:>9.0} QPS  p50 {:>7.3} ms  p95 {:>7.3} ms  p99 {:>7.3} ms  ({} queries, {} errors)",
+        format!("{} @{}", r.what, r.threads),
+        r.qps,
+        r.p50_ms,
+        r.p95_ms,
+        r.p99_ms,
+        r.queries,
+        r.errors
+    ));
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    }
+    rows.push(r);
+    Ok(())
+}
+
+/// Runs `prox bench serve`.
+pub fn run(args: &BenchServeArgs) -> Result<()> {
+    if args.concurrency.is_empty() || args.concurrency.iter().any(|&c| c == 0 || c > 1024) {
+        bail!("--concurrency values must be in 1..=1024");
+    }
+    if args.k == 0 || args.threads == 0 {
+        bail!("--k and --threads must be at least 1");
+    }
+    let mode = QueryMode::parse(&args.mode).with_context(|| {
+        format!(
+            "--mode {:?}: auto, exact, fast, balanced or high",
+            args.mode
+        )
+    })?;
+    let addr = resolve_url(&args.url).with_context(|| format!("--url {}", args.url))?;
+    let token = match &args.token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let queries = Arc::new(io::read_matrix(&args.queries)?);
+    if queries.is_empty() {
+        bail!("{}: no queries", args.queries.display());
+    }
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(queries.rows().map(|q| body(args, q)).collect());
+    let path = format!("/v1/maps/{}/search", args.name);
+    let mut client = Client::new(addr).with_timeout(Duration::from_secs(30));
+    if let Some(t) = &token {
+        client = client.with_token(t.clone());
+    }
+    // Untimed pass: checks the answers, the path, and recall.
+    let mut found = Vec::with_capacity(queries.len());
+    let mut paths = std::collections::BTreeSet::new();
+    for (i, b) in bodies.iter().enumerate() {
+        let r = client
+            .post(&path, b)
+            .with_context(|| format!("query {i}"))?;
+        if r.status != 200 {
+            bail!(
+                "query {i}: HTTP {}: {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+        let v = r.json()?;
+        paths.insert(v["path"].as_str().unwrap_or("?").to_string());
+        let ids = v["results"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|h| h["key"].as_str())
+                    .filter_map(|k| hex::decode(k).ok())
+                    .filter_map(|k| crate::map::key_to_id(&k))
+                    .map(|id| id as u32)
+                    .collect::<Vec<u32>>()
+            })
+            .unwrap_or_default();
+        found.push(ids);
+    }
+    let mut note = format!(
+        "{} queries, k {}, mode {}, ef {}, path {}; load average before: {}",
+        queries.len(),
+        args.k,
+        args.mode,
+        args.ef.map_or("default".to_string(), |e| e.to_string()),
+        paths.into_iter().collect::<Vec<_>>().join(","),
+        loadavg()
+    );
+    if let Some(gt) = &args.gt {
+        let truth = io::read_ivecs(gt)?;
+        if truth.len() != found.len() {
+            bail!(
+                "{}: {} rows for {} queries",
+                gt.display(),
+                truth.len(),
+                found.len()
+            );
+        }
+        note.push_str(&format!(
+            "; recall@{} {:.4}",
+            args.k,
+            crate::gmm::recall_at(&found, &truth, args.k)
+        ));
+    }
+    crate::progress::note(note);
+
+    let mut rows = Vec::new();
+    // In-process first, while the server is idle.
+    let mut inproc_single_qps = None;
+    if let Some(dir) = &args.store {
+        let store: Arc<dyn prox_engine::BlockStore> = Arc::new(
+            prox_engine::MmapStore::open_read_only(dir)
+                .with_context(|| format!("opening {}", dir.display()))?,
+        );
+        let (d, side) = proximity::resolve(&*store, &args.name)?
+            .with_context(|| format!("no map {:?} in {}", args.name, dir.display()))?;
+        let snap = Arc::new(Snapshot::load(store, d, side)?);
+        let q = Query {
+            k: args.k,
+            mode,
+            path: PathChoice::Auto,
+            ef: args.ef,
+            filter: None,
+            with_values: false,
+        };
+        let (h, e, secs) = inproc_single(&snap, &queries, &q, args.threads, args.duration);
+        let r = row("in-process single", args.threads, &h, e, secs);
+        inproc_single_qps = Some(r.qps);
+        report(&mut rows, r, args.json)?;
+        let (n, secs) = inproc_batch(&snap, &queries, &q, args.threads, args.duration)?;
+        let r = Row {
+            what: "in-process batch".into(),
+            threads: args.threads,
+            queries: n,
+            errors: 0,
+            secs,
+            qps: n as f64 / secs.max(1e-9),
+            p50_ms: f64::NAN,
+            p95_ms: f64::NAN,
+            p99_ms: f64::NAN,
+        };
+        report(&mut rows, r, args.json)?;
+    }
+    for &c in &args.concurrency {
+        let (h, e, secs) = http_level(addr, token.as_deref(), &path, &bodies, c, args.duration);
+        let r = row("http", c, &h, e, secs);
+        if let Some(base) = inproc_single_qps {
+            crate::progress::note(format!(
+                "http @{c}: {:.1}% of in-process single-query QPS at {} threads",
+                100.0 * r.qps / base.max(1e-9),
+                args.threads
+            ));
+        }
+        report(&mut rows, r, args.json)?;
+    }
+    crate::progress::note(format!("load average after: {}", loadavg()));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_quantiles() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        assert!(parse_duration("0s").is_err() && parse_duration("x").is_err());
+        let mut h = Hist::new();
+        for us in 1..=100u64 {
+            h.add(Duration::from_micros(us * 10));
+        }
+        h.add(Duration::from_secs(3));
+        assert_eq!(h.total(), 101);
+        assert_eq!(h.quantile_ms(0.5), 0.51);
+        assert_eq!(h.quantile_ms(1.0), 3000.0);
+    }
+}

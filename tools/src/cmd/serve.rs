@@ -1,0 +1,224 @@
+//! `prox serve`: the HTTP/JSON search API over a store's maps, and the
+//! `--http` flags it shares with `prox daemon`.
+
+use super::store_arg::StoreArg;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use prox_serve::{Config, MapRegistry, Server, Source};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Examples for `prox serve --help`.
+pub const EXAMPLES: &str = "\
+Examples:
+  prox serve --store db --http 127.0.0.1:7700
+  prox serve --store db --http 0.0.0.0:7700 --token-file /etc/prox/token --search-threads 2
+  curl -s localhost:7700/v1/maps/docs/search -d '{\"vector\": [0.1, 0.2, ...], \"k\": 10}'
+
+Serves every proximity map named in the store (docs/api.md). The store is
+opened read-only and reopened whenever its roots change, so maps moved by
+`prox update`, `prox accel build` or `prox sync pull` are served without a
+restart. Prints `http <addr>` on stdout once listening; SIGINT/SIGTERM stop
+it after in-flight requests finish. Binding beyond loopback needs a token.";
+
+/// The HTTP API's settings (`prox serve` and `prox daemon --http`).
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Serve the HTTP/JSON search API on this address (e.g. 127.0.0.1:7700).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// File holding the bearer token clients must send (required beyond loopback).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Largest k a query may ask for.
+    #[arg(long, default_value_t = 1000)]
+    pub max_k: usize,
+    /// Search requests that may wait for a search thread; more get 503.
+    #[arg(long, default_value_t = 256)]
+    pub queue: usize,
+    /// Per-request deadline in milliseconds; expired requests get 504.
+    #[arg(long, default_value_t = 1000)]
+    pub deadline_ms: u64,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_body: usize,
+    /// Search threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub search_threads: usize,
+    /// How often to look for moved roots, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    pub refresh_ms: u64,
+}
+
+impl HttpArgs {
+    /// The server config for `addr`, reading maps from `source`.
+    pub fn config(&self, addr: SocketAddr, source: Source) -> Result<Config> {
+        let token = match &self.token_file {
+            Some(p) => {
+                let t = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read token file {}", p.display()))?;
+                let t = t.trim().to_string();
+                if t.is_empty() {
+                    bail!("token file {} is empty", p.display());
+                }
+                Some(t)
+            }
+            None => None,
+        };
+        let cfg = Config {
+            addr,
+            token,
+            max_k: self.max_k,
+            queue: self.queue,
+            deadline: Duration::from_millis(self.deadline_ms),
+            max_body: self.max_body,
+            search_threads: self.search_threads,
+            refresh_interval: Duration::from_millis(self.refresh_ms),
+            source: Some(source),
+            ..Config::default()
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Arguments of `prox serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The store whose maps are served.
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// HTTP settings (`--http` is required here).
+    #[command(flatten)]
+    pub http: HttpArgs,
+}
+
+/// Prints `http <addr>` on stdout (what scripts wait for).
+pub fn announce(addr: SocketAddr) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "http http://{addr}");
+    let _ = out.flush();
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Runs `prox serve` until SIGINT/SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let Some(addr) = args.http.http else {
+        bail!("--http ADDR is required (e.g. --http 127.0.0.1:7700)");
+    };
+    if !args.store.store.is_dir() {
+        bail!("{} does not exist", args.store);
+    }
+    let cfg = args
+        .http
+        .config(addr, Source::Directory(args.store.store.clone()))?;
+    let rt = super::sync::runtime()?;
+    rt.block_on(async {
+        let server = Server::start(cfg, MapRegistry::new())
+            .await
+            .with_context(|| format!("serving {}", args.store))?;
+        announce(server.addr());
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        server.shutdown().await?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::{parse_from, Command};
+
+    #[test]
+    fn flags_parse_for_serve_and_daemon() {
+        let cli = parse_from([
+            "prox",
+            "serve",
+            "--store",
+            "db",
+            "--http",
+            "127.0.0.1:0",
+            "--queue",
+            "4",
+            "--max-k",
+            "50",
+            "--deadline-ms",
+            "20",
+            "--max-body",
+            "4096",
+            "--search-threads",
+            "2",
+        ])
+        .unwrap();
+        let Command::Serve(a) = cli.command else {
+            panic!("not serve")
+        };
+        let cfg = a
+            .http
+            .config(a.http.http.unwrap(), Source::Directory("db".into()))
+            .unwrap();
+        assert_eq!(
+            (cfg.queue, cfg.max_k, cfg.max_body, cfg.search_threads),
+            (4, 50, 4096, 2)
+        );
+        assert_eq!(cfg.deadline, Duration::from_millis(20));
+        let cli = parse_from([
+            "prox",
+            "daemon",
+            "--store",
+            "db",
+            "--http",
+            "127.0.0.1:7700",
+        ])
+        .unwrap();
+        let Command::Daemon(d) = cli.command else {
+            panic!("not daemon")
+        };
+        assert_eq!(d.http.http, Some("127.0.0.1:7700".parse().unwrap()));
+        let cli = parse_from(["prox", "daemon", "--store", "db"]).unwrap();
+        let Command::Daemon(d) = cli.command else {
+            panic!("not daemon")
+        };
+        assert_eq!(d.http.http, None);
+    }
+
+    #[test]
+    fn beyond_loopback_needs_a_readable_nonempty_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = parse_from(["prox", "serve", "--http", "0.0.0.0:7700"]).unwrap();
+        let Command::Serve(mut a) = cli.command else {
+            panic!("not serve")
+        };
+        let addr = a.http.http.unwrap();
+        let src = || Source::Directory(dir.path().into());
+        assert!(a.http.config(addr, src()).is_err(), "no token");
+        let tf = dir.path().join("token");
+        a.http.token_file = Some(tf.clone());
+        assert!(a.http.config(addr, src()).is_err(), "missing file");
+        std::fs::write(&tf, "  \n").unwrap();
+        assert!(a.http.config(addr, src()).is_err(), "empty token");
+        std::fs::write(&tf, "s3cret\n").unwrap();
+        let cfg = a.http.config(addr, src()).unwrap();
+        assert_eq!(cfg.token.as_deref(), Some("s3cret"));
+    }
+}
