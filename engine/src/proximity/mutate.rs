@@ -47,8 +47,9 @@
 //! reference does). With `log_chunk_size = b`, a random key is promoted to
 //! level `>= l` with probability `2^(-b·l)`, so a single-record edit costs
 //! one root-to-leaf path (two for a move) with probability `1 − 2^(-b)`,
-//! a level-`l` subtree of about `2^(b·l)` records otherwise, and a full
-//! recomputation with probability about `n·2^(-b·top)/n`.
+//! a level-`l` subtree of about `2^(b·l)` records with probability about
+//! `2^(-b·l)`, and a full recomputation only for the top-level keys (about
+//! `n·2^(-b·top)` of the `n` keys, a handful).
 
 use super::build::{build_hierarchy, Ent, Hierarchy, Records, Writer};
 use super::format::{Descriptor, DirectoryBlock, NodeEntry, NodeKind, ProximityConfig, Record};
