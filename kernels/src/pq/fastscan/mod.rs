@@ -136,6 +136,23 @@ pub fn unpack(block: &[u8], s: usize, r: usize) -> u8 {
     }
 }
 
+/// `clamp(round(x), 0, 255)` with ties away from zero, for `x ≥ 0` (NaN
+/// and negatives give 0): truncation plus an exact fraction test, equal to
+/// `f32::round` on this range without its libm call on baseline x86-64.
+#[inline]
+fn round_u8(x: f32) -> u8 {
+    if x.is_nan() || x <= 0.0 {
+        return 0;
+    }
+    if x >= 255.0 {
+        return 255;
+    }
+    // x < 255 < 2^23, so `x - trunc(x)` is exact.
+    let i = x as u32;
+    let r = if x - i as f32 >= 0.5 { i + 1 } else { i };
+    r.min(255) as u8
+}
+
 /// A u8-quantised lookup table for [`scan`] (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lut {
@@ -218,8 +235,7 @@ impl Lut {
                 .fold(f32::INFINITY, |lo, &x| lo.min(x));
             for (&t, o) in row.iter().zip(out.iter_mut()) {
                 *o = if t.is_finite() {
-                    // `as u8` saturates; the clamp documents the range.
-                    ((t - lo) / scale).round().clamp(0.0, 255.0) as u8
+                    round_u8((t - lo) / scale)
                 } else {
                     255
                 };
@@ -328,6 +344,29 @@ mod tests {
         assert!(pack(&[1, 2, 3], 2, &mut out).is_err());
         assert!(pack(&[], 0, &mut out).is_err());
         assert!(pack(&vec![0; 257], 257, &mut out).is_err());
+    }
+
+    #[test]
+    fn round_u8_equals_round() {
+        let mut x = 0.0f32;
+        while x < 256.0 {
+            assert_eq!(round_u8(x), x.round().clamp(0.0, 255.0) as u8, "{x}");
+            x += 1.0 / 64.0;
+        }
+        for x in [
+            0.5f32,
+            0.499_999_97,
+            1.5,
+            2.5,
+            254.5,
+            254.499_98,
+            255.4,
+            1e30,
+        ] {
+            assert_eq!(round_u8(x), x.round().clamp(0.0, 255.0) as u8, "{x}");
+        }
+        assert_eq!(round_u8(-1.0), 0);
+        assert_eq!(round_u8(f32::NAN), 0);
     }
 
     #[test]
