@@ -242,6 +242,6 @@ impl SearchGraph {
         records: &[(Vec<u8>, Vec<f32>)],
     ) -> Result<SearchGraph> {
         let (_, h) = load(store, manifest_cid, source, metric, dims, records)?;
-        Ok(h.search_graph())
+        Ok(h.into_search_graph())
     }
 }
