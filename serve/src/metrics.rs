@@ -154,7 +154,7 @@ impl Metrics {
             &mut o,
             "prox_search_rejected_total",
             "counter",
-            "Requests refused with 503 because the queue was full.",
+            "Requests refused with 503 (search queue or in-flight limit full).",
             lu(&self.rejected),
         );
         g(

@@ -41,6 +41,9 @@ pub struct Config {
     pub max_k: usize,
     /// Search jobs that may wait for a thread beyond those running.
     pub queue: usize,
+    /// Most HTTP requests handled at once (bodies being read included);
+    /// more get 503 before their body is read.
+    pub max_in_flight: usize,
     /// Per-request deadline, from arrival.
     pub deadline: Duration,
     /// Largest request body, bytes.
@@ -58,7 +61,7 @@ pub struct Config {
 
 impl Default for Config {
     /// Loopback on an OS-chosen port, no token, k <= 1000, queue 256,
-    /// deadline 1 s, 8 MiB bodies, one search thread per core, batches of
+    /// 1024 requests in flight, deadline 1 s, 8 MiB bodies, one search thread per core, batches of
     /// up to 4096 vectors, refresh every 250 ms, no source.
     fn default() -> Self {
         Config {
@@ -66,6 +69,7 @@ impl Default for Config {
             token: None,
             max_k: 1000,
             queue: 256,
+            max_in_flight: 1024,
             deadline: Duration::from_secs(1),
             max_body: 8 << 20,
             search_threads: 0,
@@ -82,6 +86,9 @@ impl Config {
         let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
         if self.max_k == 0 {
             return bad("max_k must be >= 1");
+        }
+        if self.max_in_flight == 0 {
+            return bad("max_in_flight must be >= 1");
         }
         if self.max_batch == 0 {
             return bad("max_batch must be >= 1");
@@ -119,6 +126,7 @@ struct Shared {
     capacity: i64,
     /// Jobs admitted and not finished (waiting or running).
     pending: AtomicI64,
+    max_in_flight: i64,
     token: Option<String>,
 }
 
@@ -469,10 +477,21 @@ async fn observe(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Res
         .get::<MatchedPath>()
         .map_or("other", |m| m.as_str())
         .to_string();
-    st.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let now = st.metrics.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
     let _g = InFlight(&st.metrics);
     let t = Instant::now();
-    let r = next.run(req).await;
+    let r = if now > st.max_in_flight {
+        // Refused before the body is read, so memory stays bounded too.
+        st.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "too many requests in flight; retry later",
+        )
+        .into_response()
+    } else {
+        next.run(req).await
+    };
     st.metrics.observe(&route, r.status().as_u16(), t.elapsed());
     r
 }
@@ -537,6 +556,7 @@ impl Server {
             deadline: config.deadline,
             capacity: (threads + config.queue) as i64,
             pending: AtomicI64::new(0),
+            max_in_flight: config.max_in_flight as i64,
             token: config.token.clone(),
         });
         let refresher = match config.source.clone() {

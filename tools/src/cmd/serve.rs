@@ -38,6 +38,9 @@ pub struct HttpArgs {
     /// Search requests that may wait for a search thread; more get 503.
     #[arg(long, default_value_t = 256)]
     pub queue: usize,
+    /// Most HTTP requests handled at once; more get 503 before their body is read.
+    #[arg(long, default_value_t = 1024)]
+    pub max_in_flight: usize,
     /// Per-request deadline in milliseconds; expired requests get 504.
     #[arg(long, default_value_t = 1000)]
     pub deadline_ms: u64,
@@ -72,6 +75,7 @@ impl HttpArgs {
             token,
             max_k: self.max_k,
             queue: self.queue,
+            max_in_flight: self.max_in_flight,
             deadline: Duration::from_millis(self.deadline_ms),
             max_body: self.max_body,
             search_threads: self.search_threads,
