@@ -10,9 +10,13 @@
 //! cargo run --release -p prox-benches --example accel_engine -- \
 //!   --base base.fvecs --query query.fvecs --metric ip --k 10 --threads 1 \
 //!   --build-threads 2 --params 16,32,64,128 --out /tmp/x \
-//!   [--path hnsw|pq] [--hnsw m=16,efc=200] [--pq m=48] [--gt gt.ivecs]
+//!   [--path hnsw|pq] [--hnsw m=16,efc=200] [--pq m=48] [--gt gt.ivecs] \
+//!   [--sq8 | --pq-traversal m=16,k=256]
 //! ```
-//! For `--path pq` the sweep values are rerank multipliers.
+//! For `--path pq` the sweep values are rerank multipliers. For HNSW,
+//! `--sq8` traverses on SQ8 codes and `--pq-traversal PQPARAMS` trains a PQ
+//! sidecar on the base set (timed as part of the build) and traverses on
+//! its codes; both rerank exactly.
 
 use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
@@ -168,7 +172,18 @@ fn main() {
             .unwrap()
             .into_search_graph();
             // `--sq8`: traverse on SQ8 codes, rerank exactly.
-            Index::H(if args.iter().any(|a| a == "--sq8") {
+            // `--pq-traversal PARAMS`: traverse on PQ codes, rerank exactly.
+            Index::H(if let Some(pq) = get("--pq-traversal") {
+                let pp = PqParams::parse(&pq).unwrap();
+                let records: Vec<(Vec<u8>, Vec<f32>)> = (0..g.node_count() as u32)
+                    .map(|i| (g.key(i).to_vec(), g.vector(i).to_vec()))
+                    .collect();
+                let p = Pq::train(metric, dims, &records, &pp).unwrap();
+                drop(records);
+                let store = prox_engine::MemStore::new();
+                let sidecar = p.persist(&store, prox_engine::Cid::of(b"bench")).unwrap();
+                g.with_pq_sidecar(&p, &sidecar.manifest).unwrap()
+            } else if args.iter().any(|a| a == "--sq8") {
                 g.with_sq8().unwrap()
             } else {
                 g

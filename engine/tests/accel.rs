@@ -723,3 +723,82 @@ fn search_rejects_bad_queries_and_handles_tiny_graphs() {
     .unwrap();
     assert!(hits.is_empty());
 }
+
+/// A graph with PQ traversal codes from a PQ sidecar trained on `data`.
+fn pq_graph(metric: Metric, data: &Records, hnsw: &str, pq: &str) -> (SearchGraph, SearchGraph) {
+    let dims = data[0].1.len();
+    let g = Hnsw::build(metric, dims, data, &HnswParams::parse(hnsw).unwrap())
+        .unwrap()
+        .search_graph();
+    let p = Pq::train(metric, dims, data, &PqParams::parse(pq).unwrap()).unwrap();
+    let store = MemStore::new();
+    let sidecar = p.persist(&store, Cid::of(b"src")).unwrap();
+    let pg = g.clone().with_pq_sidecar(&p, &sidecar.manifest).unwrap();
+    (g, pg)
+}
+
+/// Documented operating point for PQ traversal (docs/accel.md): ef = 128
+/// gives recall@10 >= 0.9 (after the f32 rescore of all `ef` layer-0
+/// results and the canonical rerank) on seeded clustered data (3000 x 32,
+/// 20 clusters, m = 12, ef_construction = 96, PQ m = 8 x 64 centroids), L2
+/// and inner product; batch search equals one-at-a-time at 1 and 3 threads,
+/// and scores are canonical.
+#[test]
+fn hnsw_pq_traversal_recall_and_thread_determinism() {
+    let s = seed();
+    for metric in [Metric::L2, Metric::InnerProduct] {
+        let data = clustered(3000, 32, 20, s, metric);
+        let qs = queries(60, s, metric, &data);
+        let (g, pg) = pq_graph(metric, &data, "m=12,efc=96", "m=8,k=64,iterations=4");
+        assert!(pg.heap_bytes() < g.heap_bytes() + 3000 * 64 + 8 * 64 * 4 * 4);
+        let r = recall_of(&pg, metric, &data, &qs, 128);
+        assert!(
+            r >= 0.9,
+            "{metric}: PQ-traversal recall@10 {r} < 0.9 at ef 128 (seed {s})"
+        );
+        let opts = SearchOptions { k: 10, ef: 128 };
+        let one = pool(1).install(|| pg.search_batch(&qs, opts).unwrap());
+        let three = pool(3).install(|| pg.search_batch(&qs, opts).unwrap());
+        assert_eq!(one, three, "{metric}: 1 vs 3 threads (seed {s})");
+        let mut ctx = SearchContext::new();
+        let mut hits = Vec::new();
+        for (q, b) in qs.iter().zip(&one) {
+            pg.search(&mut ctx, q, opts, &mut hits).unwrap();
+            assert_eq!(&hits, b, "{metric}: batch vs single (seed {s})");
+            for h in &hits {
+                assert_eq!(h.score, canonical::score(metric, q, &data[h.id as usize].1));
+            }
+        }
+    }
+}
+
+/// PQ traversal hits (ids and canonical scores) on fixed data equal a digest
+/// frozen from another ISA (CI re-runs this suite under `PROX_ISA=scalar`):
+/// the ADC lookups sum in a fixed order and the rerank is canonical.
+#[test]
+fn hnsw_pq_traversal_hits_are_isa_independent() {
+    let mut digest = Vec::new();
+    for metric in [Metric::L2, Metric::InnerProduct] {
+        let data = clustered(1500, 24, 10, 42, metric);
+        let qs = queries(30, 42, metric, &data);
+        let (_, pg) = pq_graph(metric, &data, "m=10,efc=64", "m=6,k=32,iterations=4");
+        for hits in pg
+            .search_batch(&qs, SearchOptions { k: 10, ef: 64 })
+            .unwrap()
+        {
+            for h in hits {
+                digest.extend_from_slice(&h.id.to_le_bytes());
+                digest.extend_from_slice(&h.score.to_bits().to_le_bytes());
+            }
+        }
+    }
+    assert_eq!(
+        Cid::of(&digest).to_string(),
+        FROZEN_PQ_TRAVERSAL_HITS,
+        "PQ traversal hits differ from the frozen ones (ISA {})",
+        prox_kernels::isa()
+    );
+}
+
+const FROZEN_PQ_TRAVERSAL_HITS: &str =
+    "5b8e37a0e263369dad00a50fb71225bcf214cdd0b4f249b99287f9c03d5d6c3e";

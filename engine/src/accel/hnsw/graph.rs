@@ -3,7 +3,8 @@
 //! Invariants: node ids are dense `u32` in key order (so a key range is an id
 //! interval); vectors live in one 64-byte-aligned arena (`Arena`); layer 0 is
 //! one fixed-stride, 64-byte-aligned *block* per node ([`Layer0`]: link count,
-//! links, then optionally the node's SQ8 traversal code and its norm), so one
+//! links, then optionally the node's traversal code: SQ8 plus its norm, or
+//! an m-byte PQ code), so one
 //! expansion reads one contiguous block and scoring a neighbour pulls in the
 //! links it will need if it is expanded later; each upper layer is a CSR over
 //! its member ids (sorted, found by binary search, which only the short
@@ -27,9 +28,10 @@ pub(crate) struct UpperLayer {
 /// Block `i` starts at `base + i * stride` (a multiple of 64 bytes from a
 /// 64-byte-aligned start) and holds, little endian: `count: u32`, `cap`
 /// link slots (`u32`, the first `count` used, ascending), then `code_len`
-/// SQ8 code bytes (`i8`; `code_len` is 0 without SQ8 or `dims` with it) and
-/// the code's exact `Σ c²` as `i32`. `cap` is the longest layer-0 list of
-/// the graph, so every list fits.
+/// traversal code bytes: with SQ8, `dims` `i8` bytes followed by the code's
+/// exact `Σ c²` as `i32` (`has_norm`); with PQ, the node's `m` PQ code
+/// bytes (no norm); without codes, nothing. `cap` is the longest layer-0
+/// list of the graph, so every list fits.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Layer0 {
     data: Vec<u8>,
@@ -37,25 +39,29 @@ pub(crate) struct Layer0 {
     stride: usize,
     cap: usize,
     code_len: usize,
+    has_norm: bool,
 }
 
-/// Writes node `i`'s SQ8 code into the buffer.
-type Encoder<'a> = dyn FnMut(usize, &mut [i8]) + 'a;
+/// Writes node `i`'s code bytes into the buffer.
+type Encoder<'a> = dyn FnMut(usize, &mut [u8]) + 'a;
 
 /// Block alignment in bytes.
 const BLOCK_ALIGN: usize = 64;
 
 impl Layer0 {
     /// Blocks for `n` nodes with lists `lists(i)` and, if `codes` is given,
-    /// each node's code (`code_len` bytes) written by `codes(i, out)`.
+    /// each node's code (`code_len` bytes) written by `codes(i, out)`,
+    /// followed, if `has_norm`, by the code's `Σ c²` read as `i8` (SQ8).
     fn build(
         n: usize,
         lists: &[Vec<u32>],
         code_len: usize,
+        has_norm: bool,
         mut codes: Option<&mut Encoder<'_>>,
     ) -> Layer0 {
+        let has_norm = has_norm && code_len > 0;
         let cap = lists.iter().map(Vec::len).max().unwrap_or(0);
-        let used = 4 + 4 * cap + code_len + if code_len > 0 { 4 } else { 0 };
+        let used = 4 + 4 * cap + code_len + if has_norm { 4 } else { 0 };
         let stride = used.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
         let mut data = vec![0u8; n * stride + BLOCK_ALIGN];
         // align_offset may legally return usize::MAX; then fall back to 0.
@@ -63,7 +69,7 @@ impl Layer0 {
             off if off < BLOCK_ALIGN => off,
             _ => 0,
         };
-        let mut code = vec![0i8; code_len];
+        let mut code = vec![0u8; code_len];
         for (i, list) in lists.iter().enumerate().take(n) {
             let b = &mut data[base + i * stride..base + (i + 1) * stride];
             b[..4].copy_from_slice(&(list.len() as u32).to_le_bytes());
@@ -73,9 +79,14 @@ impl Layer0 {
             if let Some(f) = codes.as_mut() {
                 f(i, &mut code);
                 let at = 4 + 4 * cap;
-                b[at..at + code_len].copy_from_slice(prox_kernels::cast::as_u8(&code));
-                let norm: i32 = code.iter().map(|&c| i32::from(c) * i32::from(c)).sum();
-                b[at + code_len..at + code_len + 4].copy_from_slice(&norm.to_le_bytes());
+                b[at..at + code_len].copy_from_slice(&code);
+                if has_norm {
+                    let norm: i32 = prox_kernels::cast::as_i8(&code)
+                        .iter()
+                        .map(|&c| i32::from(c) * i32::from(c))
+                        .sum();
+                    b[at + code_len..at + code_len + 4].copy_from_slice(&norm.to_le_bytes());
+                }
             }
         }
         Layer0 {
@@ -84,6 +95,7 @@ impl Layer0 {
             stride,
             cap,
             code_len,
+            has_norm,
         }
     }
 
@@ -102,17 +114,23 @@ impl Layer0 {
         &b[4..4 + 4 * count.min(self.cap)]
     }
 
-    /// Node `i`'s SQ8 code (empty without SQ8).
+    /// Node `i`'s code bytes (SQ8 `i8` bytes or PQ codes; empty without).
+    #[inline]
+    pub(crate) fn code_bytes(&self, i: u32) -> &[u8] {
+        let at = 4 + 4 * self.cap;
+        &self.block(i)[at..at + self.code_len]
+    }
+
+    /// Node `i`'s SQ8 code (empty without codes).
     #[inline]
     pub(crate) fn code(&self, i: u32) -> &[i8] {
-        let at = 4 + 4 * self.cap;
-        prox_kernels::cast::as_i8(&self.block(i)[at..at + self.code_len])
+        prox_kernels::cast::as_i8(self.code_bytes(i))
     }
 
     /// `Σ c²` of node `i`'s code (0 without SQ8).
     #[inline]
     pub(crate) fn norm(&self, i: u32) -> i32 {
-        if self.code_len == 0 {
+        if !self.has_norm {
             return 0;
         }
         let at = 4 + 4 * self.cap + self.code_len;
@@ -151,6 +169,9 @@ pub struct SearchGraph {
     /// SQ8 quantizer when layer-0 blocks carry traversal codes (exact
     /// rerank from `vectors`).
     pub(crate) sq8: Option<prox_kernels::sq8::Quantizer>,
+    /// PQ codebooks when layer-0 blocks carry PQ codes (traversal by ADC
+    /// table lookups, exact rerank from `vectors`); never set with `sq8`.
+    pub(crate) pq: Option<prox_kernels::pq::Codebooks>,
 }
 
 impl Adjacency for SearchGraph {
@@ -231,13 +252,14 @@ impl SearchGraph {
             vectors,
             key_bytes,
             key_offsets,
-            l0: Layer0::build(n, &l0_lists, 0, None),
+            l0: Layer0::build(n, &l0_lists, 0, false, None),
             upper,
             entry,
             max_level,
             masked,
             masked_ids,
             sq8: None,
+            pq: None,
         }
     }
 
@@ -266,10 +288,104 @@ impl SearchGraph {
             .map_err(|e| crate::error::Error::InvalidArgument(format!("sq8 quantizer: {e}")))?;
         let lists: Vec<Vec<u32>> = (0..n as u32).map(|i| self.l0.links(i).collect()).collect();
         let vectors = &self.vectors;
-        let mut encode = |i: usize, out: &mut [i8]| quantizer.encode(vectors.row(i), out);
-        self.l0 = Layer0::build(n, &lists, d, Some(&mut encode));
+        let mut buf = vec![0i8; d];
+        let mut encode = |i: usize, out: &mut [u8]| {
+            quantizer.encode(vectors.row(i), &mut buf);
+            out.copy_from_slice(prox_kernels::cast::as_u8(&buf));
+        };
+        self.l0 = Layer0::build(n, &lists, d, true, Some(&mut encode));
         self.sq8 = Some(quantizer);
+        self.pq = None;
         Ok(self)
+    }
+
+    /// Puts PQ codes in the layer-0 blocks instead of SQ8 codes: node `i`'s
+    /// code is `codes[i*m..(i+1)*m]` (`m = codebooks.m()`, nodes in id order,
+    /// which is key order, masked nodes included). Queries then build one
+    /// ADC table per query (`prox_kernels::pq`, `m × 256` f32) and score
+    /// neighbours by `m` table lookups (a fixed-order scalar sum), then
+    /// rescore every layer-0 result with the f32 kernel from the arena and
+    /// the best canonically, as with SQ8: reported hits and scores are exact.
+    /// A block carries `m` code bytes instead of `dims + 4`.
+    ///
+    /// Errors: codebooks of other dimensions, or `codes.len()` not
+    /// `node_count() * m`.
+    pub fn with_pq(
+        mut self,
+        codebooks: prox_kernels::pq::Codebooks,
+        codes: &[u8],
+    ) -> crate::error::Result<SearchGraph> {
+        let (n, m) = (self.node_count(), codebooks.m());
+        if codebooks.dim() != self.dims() {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "pq traversal: codebooks of {} dimensions for a graph of {}",
+                codebooks.dim(),
+                self.dims()
+            )));
+        }
+        if m == 0 || n.checked_mul(m) != Some(codes.len()) {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "pq traversal: {} code bytes for {n} nodes of {m} subquantizers",
+                codes.len()
+            )));
+        }
+        let lists: Vec<Vec<u32>> = (0..n as u32).map(|i| self.l0.links(i).collect()).collect();
+        let mut copy = |i: usize, out: &mut [u8]| out.copy_from_slice(&codes[i * m..(i + 1) * m]);
+        self.l0 = Layer0::build(n, &lists, m, false, Some(&mut copy));
+        self.pq = Some(codebooks);
+        self.sq8 = None;
+        Ok(self)
+    }
+
+    /// [`with_pq`](Self::with_pq) from a PQ sidecar: the codebooks of its
+    /// `PQPQ` manifest (`manifest`, e.g. from [`crate::accel::pq::Pq::persist`]
+    /// or a loaded sidecar) and the codes of `pq`, matched to nodes by key.
+    /// Nodes the sidecar lacks (masked nodes, or records added to the graph
+    /// since) are encoded with the same codebooks.
+    ///
+    /// Errors: manifest and sidecar disagree with the graph (metric,
+    /// dimensions, subquantizers) or the codebooks are malformed.
+    pub fn with_pq_sidecar(
+        self,
+        pq: &crate::accel::pq::Pq,
+        manifest: &crate::proximity::PqManifest,
+    ) -> crate::error::Result<SearchGraph> {
+        let bad =
+            |why: String| crate::error::Error::InvalidArgument(format!("pq traversal: {why}"));
+        if pq.metric() != self.metric || manifest.metric != self.metric {
+            return Err(bad("metric differs from the graph's".into()));
+        }
+        if pq.dims() != self.dims() || manifest.dims as usize != self.dims() {
+            return Err(bad("dimensions differ from the graph's".into()));
+        }
+        let m = manifest.codebooks.len();
+        if m != pq.params().subquantizers as usize {
+            return Err(bad("manifest and sidecar disagree on subquantizers".into()));
+        }
+        let k = usize::from(manifest.config.centroids);
+        let data: Vec<f32> = manifest
+            .codebooks
+            .iter()
+            .flat_map(|b| b.centroids.iter().copied())
+            .collect();
+        let codebooks = prox_kernels::pq::Codebooks::new(self.dims(), m, k, data)
+            .map_err(|e| bad(format!("codebooks: {e}")))?;
+        // Both sides are in key order: one merge walk matches them.
+        let n = self.node_count();
+        let mut codes = vec![0u8; n * m];
+        let mut j = 0usize;
+        for (i, out) in codes.chunks_exact_mut(m).enumerate() {
+            let key = self.key(i as u32);
+            while j < pq.len() && pq.key(j) < key {
+                j += 1;
+            }
+            if j < pq.len() && pq.key(j) == key {
+                out.copy_from_slice(pq.code(j));
+            } else {
+                codebooks.encode(self.vectors.row(i), out);
+            }
+        }
+        self.with_pq(codebooks, &codes)
     }
 
     /// The search layout of `h`: all nodes (masked ones flagged) renumbered
@@ -383,10 +499,12 @@ impl SearchGraph {
         lo as u32
     }
 
-    /// Approximate heap bytes of the layout (vectors, links, keys).
+    /// Approximate heap bytes of the layout (vectors, blocks, PQ codebooks,
+    /// keys).
     pub fn heap_bytes(&self) -> usize {
         self.vectors.heap_bytes()
             + self.l0.heap_bytes()
+            + self.pq.as_ref().map_or(0, |c| c.data().len() * 4)
             + self.key_bytes.capacity()
             + self.key_offsets.capacity() * 8
             + self

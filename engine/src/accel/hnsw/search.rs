@@ -12,6 +12,7 @@ use super::{LayerSearch, Scored};
 use crate::accel::kernel::fast_score;
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
+use prox_kernels::pq::AdcTable;
 use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
 use std::cmp::Reverse;
@@ -256,6 +257,25 @@ impl SearchGraph {
             // Approximate order: rescore the best `sq8_rescore_depth(k)`
             // with the f32 kernel before the canonical rerank of the best.
             ctx.cands.truncate(sq8_rescore_depth(k));
+            for c in &ctx.cands {
+                prefetch_read(vectors.row(c.id as usize));
+            }
+            for c in ctx.cands.iter_mut() {
+                c.score = fast_score(metric, q, vectors.row(c.id as usize));
+            }
+            ctx.cands.sort_unstable();
+        } else if let Some(codebooks) = &self.pq {
+            // One ADC table per query (its `m × 256` entries are the only
+            // allocation); a neighbour costs `m` lookups summed in subspace
+            // order by the scalar row kernel, so traversal order depends only
+            // on the table.
+            let table = AdcTable::for_metric(metric, q, codebooks);
+            let mut score = |id: u32| table.distance(l0.code_bytes(id));
+            // The block holds the code and the links (a few cache lines).
+            let prefetch = |id: u32| prefetch_read(l0.block(id));
+            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+            // PQ distances are coarse: rescore every layer-0 result (at most
+            // `ef`) with the f32 kernel before the canonical rerank.
             for c in &ctx.cands {
                 prefetch_read(vectors.row(c.id as usize));
             }
