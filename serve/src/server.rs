@@ -8,7 +8,8 @@
 //! that the answer is 503 with `Retry-After`. Every job carries the
 //! request's deadline: a job that has not started by then is skipped, a
 //! batch stops between vectors, and the request answers 504. The executor
-//! threads never run a search.
+//! threads never run a search. Accepted sockets get TCP_NODELAY; search
+//! answers are serialized straight into one presized buffer.
 
 use crate::api::{self, ApiError, Limits};
 use crate::error::{Error, Result};
@@ -22,6 +23,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -289,29 +291,50 @@ fn micros(t: Instant) -> u64 {
     t.elapsed().as_micros().min(u64::MAX as u128) as u64
 }
 
+/// Serializes `v` straight into one buffer of about the right size (axum's
+/// `Json` starts at 128 bytes and regrows), answered as `application/json`.
+fn json_bytes<T: serde::Serialize>(v: &T, capacity: usize) -> Response {
+    let mut buf = Vec::with_capacity(capacity);
+    match serde_json::to_writer(&mut buf, v) {
+        Ok(()) => {
+            let mut r = Response::new(axum::body::Body::from(buf));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Err(e) => internal(e).into_response(),
+    }
+}
+
 /// `POST /v1/maps/{name}/search`.
 async fn search(
     State(st): State<Arc<Shared>>,
     Path(name): Path<String>,
     raw: std::result::Result<Bytes, BytesRejection>,
-) -> std::result::Result<Json<api::SearchResponse>, ApiError> {
+) -> std::result::Result<Response, ApiError> {
     let t = Instant::now();
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
     let (vector, q) = api::search_request(&raw, snap.dims(), st.limits)?;
     let s = snap.clone();
+    let k = q.k;
     let answer = st
         .run(t, move |_| {
             with_scratch(|sc| s.search(sc, &vector, &q)).map_err(|e| search_error(e, &q))
         })
         .await?;
     st.metrics.queries.fetch_add(1, Ordering::Relaxed);
-    Ok(Json(api::SearchResponse {
-        descriptor: snap.descriptor().to_string(),
-        generation: snap.generation(),
-        answer: answer.into(),
-        took_us: micros(t),
-    }))
+    Ok(json_bytes(
+        &api::SearchResponse {
+            descriptor: snap.descriptor().to_string(),
+            generation: snap.generation(),
+            answer: answer.into(),
+            took_us: micros(t),
+        },
+        256 + 96 * k,
+    ))
 }
 
 /// `POST /v1/maps/{name}/search:batch`.
@@ -472,11 +495,8 @@ async fn auth(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Respon
 
 /// Counts, times and tracks every routed request.
 async fn observe(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("other", |m| m.as_str())
-        .to_string();
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("other", |m| m.as_str());
     let now = st.metrics.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
     let _g = InFlight(&st.metrics);
     let t = Instant::now();
@@ -492,7 +512,7 @@ async fn observe(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Res
     } else {
         next.run(req).await
     };
-    st.metrics.observe(&route, r.status().as_u16(), t.elapsed());
+    st.metrics.observe(route, r.status().as_u16(), t.elapsed());
     r
 }
 
@@ -585,6 +605,12 @@ impl Server {
             })?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // Answers are one small write each: never hold them back (Nagle).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(%e, "TCP_NODELAY not set");
+            }
+        });
         let app = router(st.clone(), config.max_body);
         let serve = tokio::spawn(async move {
             axum::serve(listener, app)
