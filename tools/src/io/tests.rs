@@ -222,7 +222,7 @@ fn json_lines_rows_keys_and_errors() {
             "line 2 (row 1)",
         ),
         ("{\"key\": \"zz\", \"vector\": [1]}\n", "not valid hex"),
-        ("{\"vector\": [1e39]}\n", "not finite"),
+        ("{\"vector\": [1e39]}\n", "out of range"),
         ("{\"vector\": []}\n", "empty vector"),
         ("{\"vector\": [1], \"extra\": 1}\n", "unknown field"),
         ("not json\n", "line 1"),
