@@ -93,6 +93,8 @@ pub struct QuerySpec {
     pub budget: Option<u64>,
     /// HNSW ef (or PQ rerank multiplier on the PQ path).
     pub ef: Option<usize>,
+    /// PQ fast-scan lists probed (None: the index default, nlist/16).
+    pub nprobe: Option<usize>,
 }
 
 /// One answer, whatever the path.
@@ -217,7 +219,7 @@ impl<'s> OpenMap<'s> {
             k: spec.k,
             ef: spec.ef,
             rerank: spec.ef,
-            nprobe: None,
+            nprobe: spec.nprobe,
             records: self.len() as usize,
             eligible: None,
         })?;

@@ -70,6 +70,9 @@ pub struct MapBenchArgs {
     /// Native budgets (distance evaluations, comma-separated) instead of the default sweep.
     #[arg(long, value_delimiter = ',')]
     pub budget: Vec<u64>,
+    /// PQ fast-scan partitions probed per query on the PQ path (default: the index's).
+    #[arg(long)]
+    pub nprobe: Option<usize>,
     /// Search threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -202,6 +205,7 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
         mode: ModeChoice::Balanced,
         budget: None,
         ef: None,
+        nprobe: args.nprobe,
     };
     let mut out = Vec::new();
     for &p in paths {

@@ -63,6 +63,7 @@ fn settings(hnsw: bool, pq: bool) -> Vec<(QuerySpec, &'static str)> {
         mode: ModeChoice::Balanced,
         budget: None,
         ef: None,
+        nprobe: None,
     };
     let mut v = vec![
         (

@@ -51,6 +51,9 @@ pub struct QueryArgs {
     /// HNSW ef (PQ: rerank multiplier); default from the sidecar manifest.
     #[arg(long)]
     pub ef: Option<usize>,
+    /// PQ fast-scan: partitions probed per query (default: the index's, nlist/16).
+    #[arg(long)]
+    pub nprobe: Option<usize>,
     /// Search threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -73,6 +76,7 @@ impl QueryArgs {
             mode: self.mode,
             budget: self.budget,
             ef: self.ef,
+            nprobe: self.nprobe,
         }
     }
 }
