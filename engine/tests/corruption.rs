@@ -4,6 +4,8 @@
 //!
 //! PROX_SEED replays the randomised test.
 
+mod support;
+
 use prox_engine::store::mmap::format::{self, Item, SEGMENT_HEADER_LEN};
 use prox_engine::store::{BlockStore, MmapOptions, MmapStore};
 use prox_engine::{Cid, Error};
@@ -28,10 +30,7 @@ impl Rng {
 }
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xbad_b10c)
+    support::seed_or(0xbad_b10c)
 }
 
 fn opts() -> MmapOptions {

@@ -1,6 +1,8 @@
 //! Mutation batches equal fresh builds (proximity-format.md 12.13), keep the
 //! PRXN root on value-only edits, and write few new objects.
 
+mod support;
+
 use bytes::Bytes;
 use prox_engine::proximity::{Mutation, ProximityConfig, ProximityMap};
 use prox_engine::store::{BlockStore, RetainStats};
@@ -9,25 +11,10 @@ use prox_kernels::Metric;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
+use support::SplitMix as Rng;
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xBADC0DE)
+    support::seed_or(0xBADC0DE)
 }
 
 /// Counts puts of blocks the store did not hold yet.

@@ -3,6 +3,8 @@
 //! stores. Randomness is seeded: `PROX_SEED` overrides the default seed,
 //! and every failure message names the seed.
 
+mod support;
+
 use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
@@ -13,10 +15,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026)
+    support::seed_or(0x5eed_2026)
 }
 
 fn pt_config(cases: u32) -> PtConfig {
@@ -28,20 +27,7 @@ fn pt_config(cases: u32) -> PtConfig {
     }
 }
 
-/// splitmix64: a tiny deterministic generator for the non-proptest tests.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use support::SplitMix as Rng;
 
 /// Counts reads and writes going through to a MemStore.
 #[derive(Default)]

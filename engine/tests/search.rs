@@ -2,6 +2,8 @@
 //! force, recall of the adaptive presets, filters, ISA independence and
 //! batch equivalence. Seeded; `PROX_SEED` replays a failure.
 
+mod support;
+
 use prox_engine::proximity::search::{
     Budget, Completion, Filter, Mode, Preset, SearchContext, SearchRequest, SearchResult,
 };
@@ -9,30 +11,10 @@ use prox_engine::proximity::{math::prepare, ProximityConfig, ProximityMap};
 use prox_engine::MemStore;
 use prox_kernels::{canonical, Metric};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    /// Approximately standard normal (sum of uniforms).
-    fn gauss(&mut self) -> f32 {
-        (0..4).map(|_| self.unit()).sum::<f32>() * 0.866
-    }
-}
+use support::SplitMix as Rng;
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xC0FFEE)
+    support::seed_or(0xC0FFEE)
 }
 
 type Rec = (Vec<u8>, Vec<f32>, Vec<u8>);

@@ -5,6 +5,8 @@
 //!
 //! Randomness is seeded; set PROX_SEED to replay a failure.
 
+mod support;
+
 use bytes::Bytes;
 use prox_engine::store::{BlockStore, MemStore, MmapOptions, MmapStore, RetainStats, Verified};
 use prox_engine::{Cid, Error};
@@ -12,10 +14,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0001)
+    support::seed_or(0x5eed_0001)
 }
 
 /// xorshift64*: small, seeded, good enough for test data.
