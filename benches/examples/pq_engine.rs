@@ -12,48 +12,15 @@
 //!   [--pq m=64,k=16,iterations=12] [--nlist 1024] [--gt gt.ivecs]
 //! ```
 
+mod harness;
+use harness::{read_vecs, report_search};
+
 use prox_engine::accel::hnsw::Hit;
 use prox_engine::accel::pq::{IvfParams, Pq, PqOptions, PqSearchContext};
 use prox_engine::accel::PqParams;
 use prox_kernels::Metric;
 use rayon::prelude::*;
-use std::io::Write;
 use std::time::Instant;
-
-fn read_vecs(path: &str, int: bool) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i + 4 <= bytes.len() {
-        let d = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
-        i += 4;
-        let row: Vec<f32> = bytes[i..i + 4 * d]
-            .chunks_exact(4)
-            .map(|c| {
-                let b = c.try_into().unwrap();
-                if int {
-                    i32::from_le_bytes(b) as f32
-                } else {
-                    f32::from_le_bytes(b)
-                }
-            })
-            .collect();
-        i += 4 * d;
-        out.push(row);
-    }
-    out
-}
-
-fn write_ivecs(path: &std::path::Path, rows: &[Vec<i32>]) {
-    let mut buf = Vec::new();
-    for r in rows {
-        buf.extend_from_slice(&(r.len() as u32).to_le_bytes());
-        for &x in r {
-            buf.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    std::fs::write(path, buf).expect("write ids");
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -148,26 +115,6 @@ fn main() {
             best = best.min(t.elapsed().as_secs_f64());
             ids = res;
         }
-        let f = out.join(format!("ids_{}.ivecs", p.replace('/', "_")));
-        write_ivecs(&f, &ids);
-        let recall = gt.as_ref().map(|gt| {
-            let mut hit = 0usize;
-            for (row, g) in ids.iter().zip(gt) {
-                let truth: Vec<i32> = g[..k].iter().map(|&x| x as i32).collect();
-                hit += row.iter().filter(|x| truth.contains(x)).count();
-            }
-            hit as f64 / (k * ids.len()) as f64
-        });
-        let extra = recall.map_or(String::new(), |r| {
-            format!(
-                r#", "recall": {r:.4}, "qps": {:.0}"#,
-                queries.len() as f64 / best
-            )
-        });
-        println!(
-            r#"{{"event": "search", "param": "{p}", "seconds": {best}, "ids": "{}"{extra}}}"#,
-            f.display()
-        );
-        std::io::stdout().flush().ok();
+        report_search(&out, &p.replace('/', "_"), p, &ids, gt.as_ref(), k, best);
     }
 }
