@@ -589,3 +589,38 @@ fn demo_runs_end_to_end_on_small_data() {
     assert!(store.join("datasets/demo/gt.ivecs").exists());
     ok(&["verify", "--store", s(&store), "demo"]);
 }
+
+#[test]
+fn nprobe_reaches_the_pq_fast_scan_path() {
+    // 16 centroids per subquantizer: 4-bit codes, the IVF fast-scan path.
+    let f = fixture(&["--pq", "subquantizers=4,centroids=16"]);
+    let q = f.data.join("query.fvecs");
+    let gt = f.data.join("gt.ivecs");
+    let run = |nprobe: &str| {
+        let o = run(&map_cmd(
+            "query",
+            &f.store,
+            "m",
+            "--queries",
+            &q,
+            &["--path", "pq", "--json", "--gt", s(&gt), "--nprobe", nprobe],
+        ));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let lines = json_lines(&String::from_utf8_lossy(&o.stdout));
+        assert!(lines.iter().all(|l| l["path"] == "pq"), "{lines:?}");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let recall: f64 = err
+            .split("recall@10 ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no recall in {err}"));
+        (lines, recall)
+    };
+    let (one, _) = run("1");
+    let (all, recall_all) = run("100000");
+    // Probing every list finds what one list cannot: if --nprobe were
+    // ignored both runs would use the same default and agree.
+    assert_ne!(one, all, "--nprobe changed nothing (seed {})", seed());
+    assert!(recall_all >= 0.9, "recall {recall_all} (seed {})", seed());
+}
