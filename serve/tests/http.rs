@@ -857,15 +857,30 @@ fn requests_beyond_the_in_flight_limit_get_503_before_their_body_is_read() {
         },
     );
     let addr = srv.handle().addr();
-    // A request whose body never arrives occupies the only slot.
-    let mut slow = std::net::TcpStream::connect(addr).unwrap();
-    slow.write_all(b"POST /v1/maps/m/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-        .unwrap();
+    // A request whose body never arrives occupies the only slot. It races
+    // the probes (separate connections), so a probe can take the slot first
+    // and the slow request is refused instead; then it is sent again.
+    let open_slow = || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"POST /v1/maps/m/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            .unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    };
+    let answered = |s: &mut std::net::TcpStream| {
+        use std::io::Read;
+        let mut b = [0u8; 64];
+        !matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    };
+    let mut slow = open_slow();
     let t = Instant::now();
     let r = loop {
         let r = Client::new(addr).get("/v1/maps").unwrap();
         if r.status == 503 || t.elapsed() > Duration::from_secs(10) {
             break r;
+        }
+        if answered(&mut slow) {
+            slow = open_slow();
         }
         std::thread::sleep(Duration::from_millis(10));
     };
