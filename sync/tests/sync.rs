@@ -321,12 +321,42 @@ async fn bulk_path_clones_in_one_round_trip_for_trusted_peers() {
     .await;
 }
 
-/// Counts block reads and stops the whole node after `trip` of them.
+/// Counts block reads; read number `trip` tells the test (`fired`) and then
+/// holds its batch back until the test says the node it wanted stopped is
+/// down (`release`, or the test dropping its sender). Holding on a signal
+/// instead of a fixed pause means a slow shutdown on a loaded machine
+/// cannot let the rest of the transfer through first. The wait is bounded
+/// so a failing test cannot leave a blocking thread parked forever.
 struct Tripwire {
     inner: Arc<MemStore>,
     reads: AtomicU64,
     trip: u64,
     fired: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Tripwire {
+    /// A tripwire over `inner` firing on read `trip`; returns it with the
+    /// test's ends: the `fired` receiver and the `release` sender.
+    fn new(
+        inner: Arc<MemStore>,
+        trip: u64,
+    ) -> (
+        Arc<Tripwire>,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (fired_tx, fired_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel();
+        let t = Tripwire {
+            inner,
+            reads: AtomicU64::new(0),
+            trip,
+            fired: std::sync::Mutex::new(Some(fired_tx)),
+            release: std::sync::Mutex::new(Some(release_rx)),
+        };
+        (Arc::new(t), fired_rx, release_tx)
+    }
 }
 
 impl BlockStore for Tripwire {
@@ -334,8 +364,10 @@ impl BlockStore for Tripwire {
         if self.reads.fetch_add(1, Ordering::SeqCst) + 1 == self.trip {
             if let Some(tx) = self.fired.lock().unwrap().take() {
                 let _ = tx.send(());
-                // Hold this batch back while the test kills the node.
-                std::thread::sleep(Duration::from_millis(500));
+                // Hold this batch back until the test has stopped the node.
+                if let Some(rx) = self.release.lock().unwrap().take() {
+                    let _ = rx.recv_timeout(Duration::from_secs(60));
+                }
             }
         }
         self.inner.get(cid)
@@ -381,13 +413,7 @@ async fn source_killed_mid_transfer_then_restarted_resumes_with_the_remainder() 
         let (root, _) = build(&*mem, &vec![1; 20_000]);
         mem.set_root("ds", Some(&root)).unwrap();
         let total = closure(&*mem, &root).len() as u64;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let trip = Arc::new(Tripwire {
-            inner: mem.clone(),
-            reads: AtomicU64::new(0),
-            trip: total / 2,
-            fired: std::sync::Mutex::new(Some(tx)),
-        });
+        let (trip, rx, release) = Tripwire::new(mem.clone(), total / 2);
         let key = libp2p::identity::Keypair::generate_ed25519();
         let src = Stores::new(trip.clone(), Arc::new(MemStore::new()));
         let a = Node::start(&config(), key.clone(), src, TestLinker)
@@ -407,6 +433,8 @@ async fn source_killed_mid_transfer_then_restarted_resumes_with_the_remainder() 
                     .unwrap()
                     .unwrap();
                 a.shutdown().await;
+                // The node is down: the held batch has nowhere to go.
+                let _ = release.send(());
             })
         };
         let err = b.pull(&a_addr, "ds", "ds").await.unwrap_err();
@@ -680,6 +708,41 @@ async fn wait_root(store: &dyn BlockStore, name: &str, want: &[u8]) {
     }
 }
 
+/// The report root (first linked CID, hex) of a [`TestLinker`] root value.
+fn report_root(value: &[u8]) -> String {
+    Cid::from_slice(&value[4..36]).unwrap().to_hex()
+}
+
+/// Waits (20 s at most) until the follow loop has finished the pull that
+/// published `value`: a pull moves the root first and only then clears its
+/// pending record and the loop stores its report, so a test that saw the
+/// root move must not read the follow state at once.
+async fn settled_status(node: &Node<TestLinker>, value: &[u8]) -> prox_sync::Status {
+    let want = report_root(value);
+    let settle = async {
+        loop {
+            let st = node.status().await.unwrap();
+            let done = st
+                .follows
+                .first()
+                .and_then(|f| f.last_pull.as_ref())
+                .and_then(|r| r.root.as_deref())
+                == Some(want.as_str());
+            if done && st.pending_pulls.is_empty() {
+                return st;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(20), settle).await {
+        Ok(st) => st,
+        Err(_) => panic!(
+            "follow state never settled on {want}: {:?}",
+            node.status().await
+        ),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn following_is_push_driven() {
     bounded(async {
@@ -711,7 +774,7 @@ async fn following_is_push_driven() {
         tokio::time::timeout(Duration::from_secs(20), wait_root(&*dst.main, "ds", &v3))
             .await
             .expect("announce moved the follower");
-        let st = b.status().await.unwrap();
+        let st = settled_status(&b, &v3).await;
         let f = &st.follows[0];
         assert_eq!(f.name, "ds");
         assert!(f.subscribed, "{f:?}");
@@ -742,13 +805,7 @@ async fn follower_stopped_mid_pull_resumes_after_restart_with_the_remainder() {
         let (root, _) = build(&*mem, &vec![3; 20_000]);
         mem.set_root("ds", Some(&root)).unwrap();
         let total = closure(&*mem, &root).len() as u64;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let trip = Arc::new(Tripwire {
-            inner: mem.clone(),
-            reads: AtomicU64::new(0),
-            trip: total / 2,
-            fired: std::sync::Mutex::new(Some(tx)),
-        });
+        let (trip, rx, release) = Tripwire::new(mem.clone(), total / 2);
         let a = start(&config(), Stores::new(trip, Arc::new(MemStore::new()))).await;
         let dir = tempfile::tempdir().unwrap();
         // The receiver's stores outlive its daemon (they stand for its
@@ -756,7 +813,12 @@ async fn follower_stopped_mid_pull_resumes_after_restart_with_the_remainder() {
         let dst = mem_stores();
         let mut cfg = config();
         cfg.limits.want_cids = 128;
-        cfg.limits.inflight_batches = 2;
+        // One batch in flight: the follower asks for the held batch only
+        // after it stored the previous one, so when the stop lands nothing
+        // is still being checked and written on a blocking thread (an
+        // aborted pull's batch check runs on to its end and would add
+        // blocks to the stores after `kept` below was counted).
+        cfg.limits.inflight_batches = 1;
         cfg.follow = vec![prox_sync::Follow {
             peer: addr(&a).to_string(),
             name: "ds".into(),
@@ -779,6 +841,8 @@ async fn follower_stopped_mid_pull_resumes_after_restart_with_the_remainder() {
             .unwrap();
         let _ = stop_tx.send(());
         daemon.await.unwrap().unwrap();
+        // The follower is down: the held batch has nowhere to go.
+        let _ = release.send(());
 
         assert_eq!(dst.main.root("ds").unwrap(), None, "old root intact");
         let pending = prox_sync::pending::list(&dst).unwrap();
@@ -804,16 +868,32 @@ async fn follower_stopped_mid_pull_resumes_after_restart_with_the_remainder() {
             })
         };
         wait_root(&*dst.main, "ds", &root).await;
+        // The root moves before the pull's record is cleared and its report
+        // stored: poll the daemon until both happened (20 s at most).
         let socket = prox_sync::control::socket_path(dir.path());
-        let reply = prox_sync::control::request(
-            &socket,
-            prox_sync::control::Op::Status,
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap()
-        .expect("daemon answers on its socket");
-        let status = reply.result.expect("status");
+        let want = report_root(&root);
+        let started = std::time::Instant::now();
+        let status = loop {
+            let reply = prox_sync::control::request(
+                &socket,
+                prox_sync::control::Op::Status,
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap()
+            .expect("daemon answers on its socket");
+            let status = reply.result.expect("status");
+            let settled = status["follows"][0]["last_pull"]["root"].as_str() == Some(want.as_str())
+                && status["pending_pulls"].as_array().map(|a| a.len()) == Some(0);
+            if settled {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "follow state never settled on {want}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         let last = &status["follows"][0]["last_pull"];
         assert_eq!(
             last["blocks_fetched"].as_u64().unwrap() + kept,
