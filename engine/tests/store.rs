@@ -299,16 +299,30 @@ fn retain_keeps_live_and_removes_the_rest() {
 /// Blocks the writer thread has stored, with their bytes.
 type Published = Vec<(Cid, Vec<u8>)>;
 
+/// Sets its flag when dropped, also while unwinding: threads waiting on the
+/// flag stop when the thread that owns the guard fails, so a failing
+/// scoped test reports its panic instead of hanging in `thread::scope`.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 #[test]
 fn concurrent_readers_with_a_writer() {
     let seed = seed();
     for (name, subj) in subjects() {
         let store: Arc<dyn BlockStore> = Arc::from(subj.store);
         let published: Arc<Mutex<Published>> = Arc::default();
+        let writer_done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             let w_store = store.clone();
             let w_pub = published.clone();
+            let writer_done = &writer_done;
             scope.spawn(move || {
+                let _done = SetOnDrop(writer_done);
                 let mut rng = Rng::new(seed ^ 0xabc);
                 for i in 0..400 {
                     let mut b = rng.block(700);
@@ -339,6 +353,12 @@ fn concurrent_readers_with_a_writer() {
                             let got = r_store.get(&cid).unwrap();
                             assert_eq!(got.as_deref(), Some(bytes.as_slice()), "{name}");
                             reads += 1;
+                        } else if writer_done.load(std::sync::atomic::Ordering::Acquire)
+                            && r_pub.lock().unwrap().is_empty()
+                        {
+                            // The writer ended without publishing: it
+                            // failed, and its panic fails the test.
+                            break;
                         } else {
                             std::thread::yield_now();
                         }
@@ -581,6 +601,8 @@ fn readers_see_live_blocks_throughout_collections() {
                     }
                 });
             }
+            // Stops the readers even if an assertion below fails.
+            let _done = SetOnDrop(&done);
             for round in 0..12u32 {
                 for _ in 0..40 {
                     let mut g = rng.block(500);
