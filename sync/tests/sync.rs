@@ -457,6 +457,26 @@ async fn source_killed_mid_transfer_then_restarted_resumes_with_the_remainder() 
         let kept = in_main.len() + staged_only.len();
         assert!(kept > 0 && (kept as u64) < total, "kept {kept} of {total}");
 
+        // `b` learns that the killed source's connection closed only
+        // asynchronously; until it has, a dial of the restarted source
+        // (same peer id, new port) reuses that dying connection and the
+        // retry fails with "Failed to dial the requested peer". Wait for it.
+        let old = key.public().to_peer_id().to_string();
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while b
+                .status()
+                .await
+                .unwrap()
+                .peers
+                .iter()
+                .any(|p| p.peer == old)
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the receiver saw the killed source's connection close");
+
         // Restart the source (same identity, same blocks) and retry.
         let src = Stores::new(mem.clone(), Arc::new(MemStore::new()));
         let a2 = Node::start(&config(), key, src, TestLinker).await.unwrap();
