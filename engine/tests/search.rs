@@ -333,6 +333,92 @@ fn results_identical_across_isas_and_batch_equals_sequential() {
 }
 
 #[test]
+fn probes_bound_the_leaves_scanned_and_never_under_fill() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0x5EED);
+    let dims = 12;
+    let recs = clustered(&mut rng, 2000, dims, 16, false);
+    let store = MemStore::new();
+    // Small chunks and pages: hundreds of leaves, some split into overflow pages.
+    let map = ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
+    let searcher = map.searcher().unwrap();
+    let mut found = 0;
+    let queries = 20;
+    for _ in 0..queries {
+        let q: Vec<f32> = (0..dims).map(|_| rng.unit() * 3.0).collect();
+        let req = |p: usize| {
+            SearchRequest::new(10)
+                .mode(Mode::Adaptive(Preset::HighRecall))
+                .probes(p)
+        };
+        let one = searcher.search(&q, &req(1)).unwrap();
+        let few = searcher.search(&q, &req(8)).unwrap();
+        let all = searcher.search(&q, &req(usize::MAX)).unwrap();
+        assert_eq!(one.completion, Completion::Approximate);
+        // Every probe adds at least one leaf page; all leaves cover every record.
+        assert!(
+            one.stats.nodes_visited < few.stats.nodes_visited,
+            "seed {s}"
+        );
+        assert!(
+            few.stats.nodes_visited < all.stats.nodes_visited,
+            "seed {s}"
+        );
+        assert!(all.stats.distance_evals > recs.len() as u64, "seed {s}");
+        assert!(
+            one.stats.distance_evals < all.stats.distance_evals,
+            "seed {s}"
+        );
+        for r in [&one, &few, &all] {
+            assert_eq!(r.hits.len(), 10, "seed {s}");
+        }
+        // Scanning everything, the canonical rerank of the best 80 codes
+        // recovers the brute-force neighbours.
+        let want = brute(&recs, Metric::L2, &q, 10, |_| true);
+        found += all
+            .hits
+            .iter()
+            .filter(|h| want.iter().any(|w| w.0 == h.key))
+            .count();
+        // A selective filter with a single probe still fills k: further
+        // leaves are scanned in order until k eligible records were seen.
+        let lo = key(5940);
+        let f = Filter::Range {
+            start: lo.clone(),
+            end: None,
+        };
+        let eligible = recs.iter().filter(|r| r.0 >= lo).count();
+        assert!(eligible >= 10, "seed {s}");
+        let mut freq = req(1);
+        freq.filter = Some(f);
+        let got = searcher.search(&q, &freq).unwrap();
+        assert_eq!(got.hits.len(), 10, "seed {s}: filtered probes under-filled");
+        assert!(got.hits.iter().all(|h| h.key >= lo), "seed {s}");
+    }
+    let recall = found as f64 / (10 * queries) as f64;
+    assert!(
+        recall >= 0.99,
+        "seed {s}: recall {recall} scanning every leaf"
+    );
+
+    // The probe order comes from integer codes: identical on every ISA.
+    let qs: Vec<f32> = (0..dims * 10).map(|_| rng.unit() * 3.0).collect();
+    let req = SearchRequest::new(5)
+        .mode(Mode::Adaptive(Preset::Fast))
+        .probes(3);
+    let original = prox_kernels::isa();
+    let mut per_isa = Vec::new();
+    for isa in prox_kernels::available_isas() {
+        prox_kernels::set_isa(isa).unwrap();
+        per_isa.push((isa, searcher.search_batch(&qs, &req).unwrap()));
+    }
+    prox_kernels::set_isa(original).unwrap();
+    for (isa, out) in &per_isa[1..] {
+        assert!(out == &per_isa[0].1, "seed {s}: {isa:?} differs");
+    }
+}
+
+#[test]
 fn empty_map_and_bad_requests() {
     let store = MemStore::new();
     let map = ProximityMap::build(&store, &ProximityConfig::new(3), Vec::new()).unwrap();

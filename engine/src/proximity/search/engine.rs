@@ -18,10 +18,8 @@ const UNIT_DELTA: f64 = 1.0 / (1u64 << 23) as f64;
 
 /// A subtree waiting in the frontier.
 struct Item {
-    /// Primary order: the lower bound (exact modes) or the representative's
-    /// approximate score (adaptive mode).
-    prio: f64,
-    /// Lower bound on the canonical score of any record below.
+    /// Primary order: lower bound on the canonical score of any record
+    /// below.
     lb: f64,
     /// Approximate score of the subtree's representative (tie-break).
     approx: f64,
@@ -33,7 +31,7 @@ struct Item {
 
 impl Item {
     fn key(&self) -> (f64, f64, u64) {
-        (self.prio, self.approx, self.seq)
+        (self.lb, self.approx, self.seq)
     }
 }
 
@@ -49,7 +47,7 @@ impl PartialOrd for Item {
     }
 }
 impl Ord for Item {
-    /// Reversed, so `BinaryHeap` pops the smallest `(prio, approx, seq)`.
+    /// Reversed, so `BinaryHeap` pops the smallest `(lb, approx, seq)`.
     fn cmp(&self, other: &Self) -> Ordering {
         let (a, b) = (self.key(), other.key());
         b.0.total_cmp(&a.0)
@@ -111,6 +109,8 @@ pub struct SearchContext {
     /// Exact modes: eligible entries of the current logical leaf with
     /// their lower bounds, visited in `(bound, index)` order.
     order: Vec<(f64, u32)>,
+    /// Adaptive mode: `(priority, catalogue index)` of eligible leaves.
+    rank: Vec<(f64, u32)>,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -193,6 +193,7 @@ impl SearchContext {
         self.pool.clear();
         self.rescore.clear();
         self.order.clear();
+        self.rank.clear();
     }
 
     /// Runs one search of a prepared query.
@@ -204,18 +205,6 @@ impl SearchContext {
         filter: &Compiled<'_>,
     ) -> Result<SearchResult> {
         self.clear();
-        let out = self.traverse(s, prepared, req, filter);
-        self.clear();
-        out
-    }
-
-    fn traverse(
-        &mut self,
-        s: &Searcher<'_>,
-        prepared: &[f32],
-        req: &SearchRequest,
-        filter: &Compiled<'_>,
-    ) -> Result<SearchResult> {
         let d = s.dims();
         self.codes.resize(d, 0);
         let q = Query {
@@ -224,20 +213,176 @@ impl SearchContext {
             stats: quantize(prepared, &mut self.codes),
             rel: (d as f64 + 4.0) * EPS,
         };
-        let k = req.k;
-        let (exact, budget, rerank, patience) = match req.mode {
-            Mode::Exact => (true, super::Budget::default(), 0, 0),
-            Mode::Budgeted(b) => (true, b, 0, 0),
-            Mode::Adaptive(p) => {
-                let (r, pat) = p.params();
-                (false, super::Budget::default(), r, pat)
-            }
+        let out = match req.mode {
+            Mode::Exact => self.traverse(s, &q, req.k, super::Budget::default(), filter),
+            Mode::Budgeted(b) => self.traverse(s, &q, req.k, b, filter),
+            Mode::Adaptive(p) => self.probe(s, &q, req, p, filter),
         };
-        let pool_cap = k.saturating_mul(rerank.max(1));
+        self.clear();
+        out
+    }
+
+    /// The adaptive search, IVF style: rank every logical leaf by the
+    /// approximate distance from the query to its representative (one
+    /// kernel call over the [`super::catalogue::Catalogue`]), scan the
+    /// best `probes` leaves (more while fewer than `k` eligible records
+    /// were seen, so filters never under-fill), keep the best `rerank·k`
+    /// records by approximate score and rescore those canonically.
+    ///
+    /// Every decision derives from the integer code dots and fixed scalar
+    /// f64 arithmetic, ties broken by catalogue position and key, so the
+    /// hits are the same on every ISA.
+    fn probe(
+        &mut self,
+        s: &Searcher<'_>,
+        q: &Query<'_>,
+        req: &SearchRequest,
+        preset: super::Preset,
+        filter: &Compiled<'_>,
+    ) -> Result<SearchResult> {
+        let d = s.dims();
+        let k = req.k;
+        let (rerank, preset_probes) = preset.params();
+        let pool_cap = k.saturating_mul(rerank);
+        let mut stats = SearchStats::default();
+        let cat = s.catalogue()?;
+        if cat.len() == 0 {
+            // The root is at level 0: the whole map is one logical leaf.
+            let root = s.root.clone();
+            self.scan(s, q, &root, filter, pool_cap, &mut stats)?;
+        } else {
+            stats.distance_evals += cat.len() as u64;
+            self.dots.resize(cat.len(), 0);
+            prox_kernels::sq8::dot_i8_many(&self.codes, &cat.codes, &mut self.dots);
+            self.rank.clear();
+            for i in 0..cat.len() {
+                let (min, max) = cat.bounds(i);
+                if filter.overlaps(min, max) {
+                    // The representative's approximate score; subtracting a
+                    // multiple of the covering radius (the lower bound's
+                    // shape) lowered recall at every probe count on both
+                    // benchmark datasets (docs/search.md).
+                    let prio = q.approx(&cat.stats[i], self.dots[i]);
+                    self.rank.push((prio, i as u32));
+                }
+            }
+            let probes = req
+                .probes
+                .unwrap_or(preset_probes)
+                .clamp(1, self.rank.len().max(1));
+            let by_prio = |a: &(f64, u32), b: &(f64, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+            if probes < self.rank.len() {
+                self.rank.select_nth_unstable_by(probes - 1, by_prio);
+            }
+            let head = probes.min(self.rank.len());
+            self.rank[..head].sort_unstable_by(by_prio);
+            let mut next = 0;
+            while next < self.rank.len() {
+                if next >= head {
+                    if self.pool.len() >= k {
+                        break;
+                    }
+                    if next == head {
+                        // A filter left too few candidates: continue in
+                        // order until `k` eligible records were seen.
+                        self.rank[head..].sort_unstable_by(by_prio);
+                    }
+                }
+                let (node, idx) = &cat.parents[self.rank[next].1 as usize];
+                let leaf = node.child(*idx as usize, &s.loader)?.clone();
+                self.scan(s, q, &leaf, filter, pool_cap, &mut stats)?;
+                next += 1;
+            }
+        }
+
+        self.rescore.extend(self.pool.drain());
+        for c in &mut self.rescore {
+            c.score =
+                prox_kernels::canonical::score(q.metric, q.v, c.node.vector(c.idx as usize, d));
+        }
+        stats.rescored += self.rescore.len() as u64;
+        self.rescore.sort_unstable();
+        let hits = self
+            .rescore
+            .iter()
+            .take(k)
+            .map(|c| Hit {
+                key: c.key().to_vec(),
+                score: c.score,
+                value: None,
+            })
+            .collect();
+        Ok(SearchResult {
+            hits,
+            completion: Completion::Approximate,
+            stats,
+        })
+    }
+
+    /// Adds the eligible records of the level-0 subtree `node` (a logical
+    /// leaf, or an overflow directory of leaf pages) to the approximate
+    /// pool of the best `pool_cap` by `(approximate score, key)`.
+    fn scan(
+        &mut self,
+        s: &Searcher<'_>,
+        q: &Query<'_>,
+        node: &Arc<Node>,
+        filter: &Compiled<'_>,
+        pool_cap: usize,
+        stats: &mut SearchStats,
+    ) -> Result<()> {
+        if !node.leafy {
+            for i in 0..node.len {
+                let (min, max) = node.bounds(i);
+                if filter.overlaps(min, max) {
+                    let child = node.child(i, &s.loader)?.clone();
+                    self.scan(s, q, &child, filter, pool_cap, stats)?;
+                }
+            }
+            return Ok(());
+        }
+        stats.nodes_visited += 1;
+        stats.distance_evals += node.len as u64;
+        self.dots.resize(node.len, 0);
+        prox_kernels::sq8::dot_i8_many(&self.codes, &node.codes, &mut self.dots);
+        for i in 0..node.len {
+            let score = q.approx(&node.stats[i], self.dots[i]);
+            if self.pool.len() >= pool_cap {
+                // Cheap reject before the key comparison and filter.
+                let Some(w) = self.pool.peek() else { break };
+                if score > w.score {
+                    continue;
+                }
+                let key = node.key(i);
+                if w.order(score, key) != Ordering::Greater || !filter.accepts(key) {
+                    continue;
+                }
+                self.pool.pop();
+            } else if !filter.accepts(node.key(i)) {
+                continue;
+            }
+            self.pool.push(Cand {
+                score,
+                node: node.clone(),
+                idx: i as u32,
+            });
+        }
+        Ok(())
+    }
+
+    /// The exact search (with optional caps): best-first by lower bound.
+    fn traverse(
+        &mut self,
+        s: &Searcher<'_>,
+        q: &Query<'_>,
+        k: usize,
+        budget: super::Budget,
+        filter: &Compiled<'_>,
+    ) -> Result<SearchResult> {
+        let d = s.dims();
         let mut stats = SearchStats::default();
         let mut seq = 0u64;
         let mut completion = Completion::Exact;
-        let mut idle = 0u32;
 
         let mut node = s.root.clone();
         loop {
@@ -246,8 +391,7 @@ impl SearchContext {
             stats.distance_evals += node.len as u64;
             self.dots.resize(node.len, 0);
             prox_kernels::sq8::dot_i8_many(&self.codes, &node.codes, &mut self.dots);
-            let mut improved = false;
-            if node.leafy && exact {
+            if node.leafy {
                 // Points in increasing lower-bound order: the k-th canonical
                 // score tightens as early as possible and the first point
                 // whose bound exceeds it ends the leaf (every later bound is
@@ -284,53 +428,16 @@ impl SearchContext {
                     let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i, d));
                     insert_sorted(&mut self.best, k, score, &node, i);
                 }
-            }
-            let entries = if node.leafy && exact { 0 } else { node.len };
-            for i in 0..entries {
-                let eligible = if node.leafy {
-                    filter.accepts(node.key(i))
-                } else {
+            } else {
+                for i in 0..node.len {
                     let (min, max) = node.bounds(i);
-                    filter.overlaps(min, max)
-                };
-                if !eligible {
-                    continue;
-                }
-                let x = &node.stats[i];
-                let dot = self.dots[i];
-                if node.leafy {
-                    // Adaptive mode (exact leaves were handled above).
-                    let score = q.approx(x, dot);
-                    let key = node.key(i);
-                    if self.pool.len() < pool_cap {
-                        self.pool.push(Cand {
-                            score,
-                            node: node.clone(),
-                            idx: i as u32,
-                        });
-                        improved = true;
-                    } else if self
-                        .pool
-                        .peek()
-                        .is_some_and(|w| w.order(score, key) == Ordering::Greater)
-                    {
-                        self.pool.pop();
-                        self.pool.push(Cand {
-                            score,
-                            node: node.clone(),
-                            idx: i as u32,
-                        });
-                        improved = true;
+                    if !filter.overlaps(min, max) {
+                        continue;
                     }
-                } else {
+                    let x = &node.stats[i];
+                    let dot = self.dots[i];
                     let lb = q.lower_bound(x, dot, node.radius[i]);
-                    if exact {
-                        if self.best.len() == k && lb > self.best[k - 1].score {
-                            continue;
-                        }
-                    } else if self.pool.len() >= pool_cap
-                        && self.pool.peek().is_some_and(|w| lb > w.score)
-                    {
+                    if self.best.len() == k && lb > self.best[k - 1].score {
                         continue;
                     }
                     if budget
@@ -341,11 +448,9 @@ impl SearchContext {
                         continue;
                     }
                     seq += 1;
-                    let approx = q.approx(x, dot);
                     self.frontier.push(Item {
-                        prio: if exact { lb } else { approx },
                         lb,
-                        approx,
+                        approx: q.approx(x, dot),
                         seq,
                         node: node.clone(),
                         idx: i as u32,
@@ -353,31 +458,14 @@ impl SearchContext {
                     stats.frontier_peak = stats.frontier_peak.max(self.frontier.len());
                 }
             }
-            if node.leafy && !exact {
-                idle = if improved { 0 } else { idle + 1 };
-            }
 
             // ---- choose the next node ----
-            let next = loop {
-                let Some(item) = self.frontier.pop() else {
-                    break None;
-                };
-                if exact {
-                    if self.best.len() == k && item.lb > self.best[k - 1].score {
-                        // Every remaining subtree is bounded above the k-th hit.
-                        self.frontier.clear();
-                        break None;
-                    }
-                } else if self.pool.len() >= pool_cap
-                    && self.pool.peek().is_some_and(|w| item.lb > w.score)
-                {
-                    continue;
-                }
-                break Some(item);
+            let Some(item) = self.frontier.pop() else {
+                break;
             };
-            let Some(item) = next else { break };
-            if !exact && self.pool.len() >= k && idle >= patience {
-                completion = Completion::Approximate;
+            if self.best.len() == k && item.lb > self.best[k - 1].score {
+                // Every remaining subtree is bounded above the k-th hit.
+                self.frontier.clear();
                 break;
             }
             if budget.max_nodes.is_some_and(|m| stats.nodes_visited >= m) {
@@ -394,40 +482,16 @@ impl SearchContext {
             }
             node = child;
         }
-        if !exact && completion == Completion::Exact {
-            // The adaptive search ran out of subtrees: it saw every eligible
-            // record its approximate pruning admitted, which is still not a
-            // proof of exactness.
-            completion = Completion::Approximate;
-        }
 
-        let hits = if exact {
-            self.best
-                .iter()
-                .map(|c| Hit {
-                    key: c.key().to_vec(),
-                    score: c.score,
-                    value: None,
-                })
-                .collect()
-        } else {
-            self.rescore.extend(self.pool.drain());
-            for c in &mut self.rescore {
-                c.score =
-                    prox_kernels::canonical::score(q.metric, q.v, c.node.vector(c.idx as usize, d));
-            }
-            stats.rescored += self.rescore.len() as u64;
-            self.rescore.sort_unstable();
-            self.rescore
-                .iter()
-                .take(k)
-                .map(|c| Hit {
-                    key: c.key().to_vec(),
-                    score: c.score,
-                    value: None,
-                })
-                .collect()
-        };
+        let hits = self
+            .best
+            .iter()
+            .map(|c| Hit {
+                key: c.key().to_vec(),
+                score: c.score,
+                value: None,
+            })
+            .collect();
         Ok(SearchResult {
             hits,
             completion,

@@ -35,7 +35,7 @@ pub(crate) struct Node {
     /// True when entries are records (point summaries).
     pub(crate) leafy: bool,
     /// True for overflow directories.
-    directory: bool,
+    pub(crate) directory: bool,
     /// Number of entries.
     pub(crate) len: usize,
     keys: Vec<u8>,
