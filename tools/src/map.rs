@@ -93,7 +93,9 @@ pub struct QuerySpec {
     pub budget: Option<u64>,
     /// HNSW ef (or PQ rerank multiplier on the PQ path).
     pub ef: Option<usize>,
-    /// PQ fast-scan lists probed (None: the index default, nlist/16).
+    /// PQ fast-scan lists probed (None: the index default, nlist/16); on
+    /// the native path, logical leaves scanned by the adaptive presets
+    /// (None: the preset's count).
     pub nprobe: Option<usize>,
 }
 
@@ -234,7 +236,9 @@ impl<'s> OpenMap<'s> {
                 (ModeChoice::Balanced, None) => search::Mode::Adaptive(search::Preset::Balanced),
                 (ModeChoice::High, None) => search::Mode::Adaptive(search::Preset::HighRecall),
             };
-            let req = SearchRequest::new(spec.k).mode(native);
+            let mut req = SearchRequest::new(spec.k).mode(native);
+            // On the native path `nprobe` is the adaptive search's leaf count.
+            req.probes = spec.nprobe;
             let c = ctx.native.get_or_insert_with(SearchContext::new);
             let r = self.searcher.search_with(c, q, &req)?;
             return Ok(Answer {

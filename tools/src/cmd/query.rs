@@ -51,7 +51,9 @@ pub struct QueryArgs {
     /// HNSW ef (PQ: rerank multiplier); default from the sidecar manifest.
     #[arg(long)]
     pub ef: Option<usize>,
-    /// PQ fast-scan: partitions probed per query (default: the index's, nlist/16).
+    /// PQ fast-scan: partitions probed per query (default: the index's,
+    /// nlist/16). Native path: logical leaves scanned by the adaptive
+    /// presets (default: the preset's count).
     #[arg(long)]
     pub nprobe: Option<usize>,
     /// Search threads (default: all cores).
