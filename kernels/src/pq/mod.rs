@@ -23,6 +23,8 @@
 //! in blocks of 32 rows, u8-quantised tables, `pshufb` / `tbl` lookups,
 //! exact integer sums on every ISA).
 
+pub mod coarse;
+
 pub mod fastscan;
 
 mod scalar;

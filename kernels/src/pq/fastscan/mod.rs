@@ -181,8 +181,15 @@ impl Lut {
     }
 
     /// [`Lut::quantize`] into `self`, reusing its allocation (queries call
-    /// this once each and allocate nothing in steady state).
+    /// this once each and allocate nothing in steady state). The per-row
+    /// bounds and the quantisation run on the dispatched ISA; both are exact
+    /// (`min`/`max`, one IEEE division and an exact rounding per entry), so
+    /// every tier produces the scalar model's bytes.
     pub fn requantize(&mut self, m: usize, table: &[f32], bias: f32) -> Result<()> {
+        self.requantize_on(isa(), m, table, bias)
+    }
+
+    fn requantize_on(&mut self, isa: Isa, m: usize, table: &[f32], bias: f32) -> Result<()> {
         check_m(m)?;
         if table.len() != CODES * m {
             return Err(Error::WrongDimension {
@@ -200,18 +207,17 @@ impl Lut {
                 index,
             });
         }
+        // Per row: smallest and largest finite entry (`+inf` / `-inf` for
+        // a row without one). m <= 256 was checked.
+        let mut lo = [0f32; MAX_SUBSPACES];
+        let mut hi = [0f32; MAX_SUBSPACES];
+        bounds_on(isa, table, &mut lo[..m], &mut hi[..m]);
         let mut offset = bias;
         let mut range = 0.0f32;
-        for row in table.chunks_exact(CODES) {
-            let (lo, hi) = row
-                .iter()
-                .filter(|x| x.is_finite())
-                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| {
-                    (lo.min(x), hi.max(x))
-                });
-            if lo.is_finite() {
-                offset += lo;
-                range = range.max(hi - lo);
+        for (&l, &h) in lo[..m].iter().zip(&hi[..m]) {
+            if l.is_finite() {
+                offset += l;
+                range = range.max(h - l);
             }
         }
         // A zero (or overflowed) range quantises every entry to 0.
@@ -225,22 +231,7 @@ impl Lut {
         self.scale = scale;
         self.entries.clear();
         self.entries.resize(CODES * padded_m(m), 0);
-        for (row, out) in table
-            .chunks_exact(CODES)
-            .zip(self.entries.chunks_exact_mut(CODES))
-        {
-            let lo = row
-                .iter()
-                .filter(|x| x.is_finite())
-                .fold(f32::INFINITY, |lo, &x| lo.min(x));
-            for (&t, o) in row.iter().zip(out.iter_mut()) {
-                *o = if t.is_finite() {
-                    round_u8((t - lo) / scale)
-                } else {
-                    255
-                };
-            }
-        }
+        quantize_on(isa, table, &lo[..m], scale, &mut self.entries);
         Ok(())
     }
 
@@ -268,6 +259,157 @@ impl Lut {
     pub fn distance(&self, sum: u16) -> f32 {
         self.offset + self.scale * f32::from(sum)
     }
+}
+
+fn bounds_on(isa: Isa, table: &[f32], lo: &mut [f32], hi: &mut [f32]) {
+    match isa {
+        // SAFETY: `isa` is available, so AVX2 is present; `table` has 16
+        // entries per slot of `lo` and `hi` (checked by the caller).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::bounds(table, lo, hi) },
+        _ => scalar::bounds(table, lo, hi),
+    }
+}
+
+fn quantize_on(isa: Isa, table: &[f32], lo: &[f32], scale: f32, out: &mut [u8]) {
+    match isa {
+        // SAFETY: `isa` is available, so AVX2 is present; `table` has 16
+        // entries per slot of `lo`, `out` at least as many bytes.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::quantize(table, lo, scale, out) },
+        _ => scalar::quantize(table, lo, scale, out),
+    }
+}
+
+/// What a query table built by [`table`] holds (lower is better).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableKind {
+    /// Squared L2 partials `Σ_d (q_d − c_d)²`.
+    L2,
+    /// Negated dot partials `−Σ_d q_d · c_d` (inner product, cosine).
+    NegDot,
+}
+
+/// Codebooks of a 4-bit quantizer transposed for [`table`]: `dim × 16`
+/// floats, component-major (`out[16·d + j]` = component `d` of centroid
+/// `j` of the subspace holding `d`). `books` is the `PQPQ` layout (per
+/// subspace, `k` centroids of its width, centroid-major; subspace `s` covers
+/// components `[⌊s·dim/m⌋, ⌊(s+1)·dim/m⌋)`); slots `j ≥ k` hold 0.
+///
+/// Errors if `m` is out of range or `m > dim`, `k > 16`, or
+/// `books.len() != k · dim`.
+pub fn transpose_books(dim: usize, m: usize, k: usize, books: &[f32]) -> Result<Vec<f32>> {
+    check_m(m)?;
+    if m > dim || k > CODES {
+        return Err(Error::InvalidParameter {
+            what: "fast-scan codebooks",
+            reason: format!("need m <= dim and k <= 16, got m = {m}, dim = {dim}, k = {k}"),
+        });
+    }
+    if books.len() != k * dim {
+        return Err(Error::WrongDimension {
+            what: "fast-scan codebooks (k * dim floats)",
+            expected: k * dim,
+            got: books.len(),
+        });
+    }
+    let mut out = vec![0f32; CODES * dim];
+    for s in 0..m {
+        let (a, b) = (s * dim / m, (s + 1) * dim / m);
+        let w = b - a;
+        let block = &books[k * a..k * b];
+        for j in 0..k {
+            for i in 0..w {
+                out[CODES * (a + i) + j] = block[j * w + i];
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[track_caller]
+fn check_table(query: &[f32], m: usize, books_t: &[f32], out: &[f32]) {
+    assert!(
+        (1..=query.len()).contains(&m)
+            && books_t.len() == CODES * query.len()
+            && out.len() == CODES * m,
+        "fast-scan table: query {} floats, m {m}, books {} floats (16 per component), out {} \
+         (16 per subspace)",
+        query.len(),
+        books_t.len(),
+        out.len()
+    );
+}
+
+fn table_on(
+    isa: Isa,
+    kind: TableKind,
+    query: &[f32],
+    m: usize,
+    books_t: &[f32],
+    k: usize,
+    out: &mut [f32],
+) {
+    match isa {
+        // SAFETY: `isa` is available, so AVX2 is present; `check_table`
+        // held.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::table(kind, query, m, books_t, k, out) },
+        _ => scalar::table(kind, query, m, books_t, k, out),
+    }
+}
+
+/// The query's `m × 16` f32 table (subspace-major, lower is better) from
+/// transposed codebooks ([`transpose_books`]): entry `(s, j)` accumulates
+/// from `0.0`, component by component in ascending order, `(q_d − c_d)²`
+/// ([`TableKind::L2`]: subtract, multiply, add) or `q_d · c_d` (then
+/// negated, [`TableKind::NegDot`]), never fused; slots `j ≥ k` are `+inf`.
+/// AVX2 computes the 16 slots of a subspace in lanes with the same
+/// operations, so the table is bit-identical on every ISA (portable and
+/// NEON use the scalar model: the table is `O(16 · dim)`, small next to the
+/// scan).
+///
+/// # Panics
+/// If `m` is not in `1..=query.len()`, `books_t.len() != 16 · query.len()`
+/// or `out.len() != 16 · m`.
+#[track_caller]
+pub fn table(kind: TableKind, query: &[f32], m: usize, books_t: &[f32], k: usize, out: &mut [f32]) {
+    check_table(query, m, books_t, out);
+    table_on(isa(), kind, query, m, books_t, k, out)
+}
+
+/// [`table`] on an explicit ISA; `false` (and `out` untouched) if
+/// unavailable.
+#[track_caller]
+pub fn table_with(
+    isa: Isa,
+    kind: TableKind,
+    query: &[f32],
+    m: usize,
+    books_t: &[f32],
+    k: usize,
+    out: &mut [f32],
+) -> bool {
+    check_table(query, m, books_t, out);
+    isa.is_available() && {
+        table_on(isa, kind, query, m, books_t, k, out);
+        true
+    }
+}
+
+/// [`Lut::quantize`] on an explicit ISA; `Ok(None)` if unavailable.
+pub fn quantize_with(isa: Isa, m: usize, table: &[f32], bias: f32) -> Result<Option<Lut>> {
+    if !isa.is_available() {
+        return Ok(None);
+    }
+    let mut lut = Lut {
+        m: 0,
+        offset: 0.0,
+        scale: 1.0,
+        entries: Vec::new(),
+    };
+    lut.requantize_on(isa, m, table, bias)?;
+    Ok(Some(lut))
 }
 
 #[track_caller]
@@ -414,5 +556,171 @@ mod tests {
                 assert_eq!(u32::from(out[r]), want, "{isa} row {r}");
             }
         }
+    }
+
+    /// SplitMix64 stream for the equivalence tests (seed printed on
+    /// failure; `PROX_SEED` overrides).
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+    }
+
+    fn seed() -> u64 {
+        std::env::var("PROX_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x7ab1e)
+    }
+
+    fn uniform(next: &mut impl FnMut() -> u64) -> f32 {
+        ((next() >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+    }
+
+    #[test]
+    fn transpose_matches_codebook_layout() {
+        // dim 5, m 2: subspaces [0, 2) and [2, 5); k = 3.
+        let books: Vec<f32> = (0..15).map(|i| i as f32).collect();
+        let t = transpose_books(5, 2, 3, &books).unwrap();
+        // Subspace 0 block: centroid j = books[2j..2j+2].
+        assert_eq!(t[0], 0.0);
+        assert_eq!(t[1], 2.0);
+        assert_eq!(t[CODES + 2], 5.0);
+        // Subspace 1 block starts at 6: centroid j = books[6+3j..6+3j+3].
+        assert_eq!(t[2 * CODES + 1], 9.0);
+        assert_eq!(t[4 * CODES + 2], 14.0);
+        assert_eq!(t[3], 0.0, "slot >= k");
+        assert!(transpose_books(5, 6, 3, &books).is_err());
+        assert!(transpose_books(5, 2, 17, &books).is_err());
+        assert!(transpose_books(5, 2, 3, &books[1..]).is_err());
+    }
+
+    /// Every ISA's table equals the scalar model bit for bit, and the scalar
+    /// model equals a direct per-centroid fold.
+    #[test]
+    fn table_every_isa_equals_scalar() {
+        let s0 = seed();
+        let mut next = rng(s0);
+        for &(dim, m) in &[
+            (1, 1),
+            (2, 1),
+            (7, 3),
+            (16, 16),
+            (17, 8),
+            (33, 5),
+            (128, 64),
+            (384, 192),
+            (384, 48),
+            (768, 256),
+        ] {
+            for k in [1, 5, 16] {
+                let books: Vec<f32> = (0..k * dim).map(|_| uniform(&mut next)).collect();
+                let q: Vec<f32> = (0..dim).map(|_| uniform(&mut next)).collect();
+                let bt = transpose_books(dim, m, k, &books).unwrap();
+                for kind in [TableKind::L2, TableKind::NegDot] {
+                    let mut want = vec![0f32; CODES * m];
+                    scalar::table(kind, &q, m, &bt, k, &mut want);
+                    for s in 0..m {
+                        let (a, b) = (s * dim / m, (s + 1) * dim / m);
+                        let w = b - a;
+                        for j in 0..CODES {
+                            let direct = if j >= k {
+                                f32::INFINITY
+                            } else {
+                                let c = &books[k * a + j * w..k * a + (j + 1) * w];
+                                let f = q[a..b].iter().zip(c);
+                                match kind {
+                                    TableKind::L2 => f.fold(0f32, |acc, (x, y)| {
+                                        let d = x - y;
+                                        acc + d * d
+                                    }),
+                                    TableKind::NegDot => -f.fold(0f32, |acc, (x, y)| acc + x * y),
+                                }
+                            };
+                            assert_eq!(
+                                want[s * CODES + j].to_bits(),
+                                direct.to_bits(),
+                                "dim {dim} m {m} k {k} {kind:?} (PROX_SEED={s0})"
+                            );
+                        }
+                    }
+                    for isa in crate::available_isas() {
+                        let mut got = vec![0f32; CODES * m];
+                        assert!(table_with(isa, kind, &q, m, &bt, k, &mut got));
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{isa} dim {dim} m {m} k {k} {kind:?} (PROX_SEED={s0})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every ISA quantises to the scalar model's bytes, offset and scale,
+    /// including `+inf` slots, constant rows, rows without a finite entry
+    /// and entries landing exactly on a rounding half.
+    #[test]
+    fn quantize_every_isa_equals_scalar() {
+        let s0 = seed();
+        let mut next = rng(s0 ^ 0x51);
+        for m in [1, 2, 3, 8, 15, 64, 192, 256] {
+            for case in 0..6 {
+                let mut t: Vec<f32> = (0..CODES * m).map(|_| uniform(&mut next) * 50.0).collect();
+                match case {
+                    1 => t
+                        .iter_mut()
+                        .skip(11)
+                        .step_by(16)
+                        .for_each(|x| *x = f32::INFINITY),
+                    2 => t[..CODES].iter_mut().for_each(|x| *x = f32::INFINITY),
+                    3 => t.iter_mut().for_each(|x| *x = 3.0),
+                    // Integers over a range of 255: exact halves after
+                    // scaling by 2.
+                    4 => t.iter_mut().enumerate().for_each(|(i, x)| {
+                        *x = ((i * 37) % 256) as f32 + if i % 3 == 0 { 0.5 } else { 0.0 }
+                    }),
+                    5 => t.iter_mut().for_each(|x| *x *= 1e-30),
+                    _ => {}
+                }
+                let mut want = Lut::quantize(m, &t, 0.25).unwrap();
+                want.requantize_on(Isa::Scalar, m, &t, 0.25).unwrap();
+                // The scalar model is the pre-SIMD definition.
+                let mut lo = vec![0f32; m];
+                let mut hi = vec![0f32; m];
+                scalar::bounds(&t, &mut lo, &mut hi);
+                for (row, out) in t
+                    .chunks_exact(CODES)
+                    .zip(want.entries().chunks_exact(CODES))
+                {
+                    let l = row
+                        .iter()
+                        .filter(|x| x.is_finite())
+                        .fold(f32::INFINITY, |a, &x| a.min(x));
+                    for (&x, &o) in row.iter().zip(out) {
+                        let e = if x.is_finite() {
+                            round_u8((x - l) / want.scale())
+                        } else {
+                            255
+                        };
+                        assert_eq!(o, e, "m {m} case {case} (PROX_SEED={s0})");
+                    }
+                }
+                for isa in crate::available_isas() {
+                    let got = quantize_with(isa, m, &t, 0.25).unwrap().unwrap();
+                    assert_eq!(got, want, "{isa} m {m} case {case} (PROX_SEED={s0})");
+                }
+            }
+        }
+        assert!(quantize_with(Isa::Scalar, 1, &[f32::NAN; 16], 0.0).is_err());
     }
 }

@@ -1,0 +1,54 @@
+//! AVX2 coarse dots: per query component pair, one broadcast `i32` (two
+//! `i16`) and, per block of 8 rows, one `vpmaddwd` with the block's 16
+//! `i16` for that pair, accumulated in `i32` lanes (lane `r` = row `r`).
+//! Four blocks share each broadcast. Sums are exact (see the module docs).
+
+use std::arch::x86_64::*;
+
+use super::ROWS;
+
+/// The query pair `p` as two `i16` in one `i32` (low = component `2p`).
+#[inline]
+fn pair(q: &[i8], p: usize) -> i32 {
+    let lo = i32::from(q[2 * p]) & 0xffff;
+    let hi = q.get(2 * p + 1).map_or(0, |&x| i32::from(x));
+    lo | (hi << 16)
+}
+
+/// Dots of `q` against `n` rows in transposed blocks.
+///
+/// # Safety
+/// The CPU must support AVX2; `data.len() == ⌈n / 8⌉ · ⌈q.len() / 2⌉ · 16`
+/// and `out.len() == n`.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn dots(q: &[i8], data: &[i16], n: usize, out: &mut [i32]) {
+    let pairs = q.len().div_ceil(2);
+    let stride = pairs * 2 * ROWS;
+    let nblocks = n.div_ceil(ROWS);
+    debug_assert_eq!(data.len(), nblocks * stride);
+    let mut b = 0;
+    while b < nblocks {
+        let group = (nblocks - b).min(4);
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let base = data.as_ptr();
+        for p in 0..pairs {
+            let qv = _mm256_set1_epi32(pair(q, p));
+            for (g, acc) in acc.iter_mut().enumerate().take(group) {
+                // SAFETY: block b + g < nblocks and p < pairs, so these 16
+                // i16 lie inside `data`.
+                let c =
+                    unsafe { _mm256_loadu_si256(base.add((b + g) * stride + p * 2 * ROWS).cast()) };
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(c, qv));
+            }
+        }
+        for (g, acc) in acc.iter().enumerate().take(group) {
+            let mut lanes = [0i32; ROWS];
+            // SAFETY: `lanes` holds 8 i32.
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *acc) };
+            let r0 = (b + g) * ROWS;
+            let len = (n - r0).min(ROWS);
+            out[r0..r0 + len].copy_from_slice(&lanes[..len]);
+        }
+        b += group;
+    }
+}
