@@ -16,23 +16,28 @@
 //!   fast-scan blocks of 32 (`prox_kernels::pq::fastscan`); `ids` maps a
 //!   list position to the record index.
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
-//!   symmetric scale, exact `i32` dot via `sq8::dot_i8_many`, then scalar
+//!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
 //!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
-//!   `−q·c`; ties go to the lower list. The `nprobe` best lists are scanned
-//!   with a u8 table quantised from the query's `m × 16` table (scalar f32),
-//!   keeping the `k · rerank` smallest integer sums (ties to the lower
-//!   record). Those are rescored with the deterministic f32 kernel, and the
-//!   best `max(2k, k + 8)` of them rescored canonically and ordered by
-//!   `(score, key)`. Every step is integer or fixed-order scalar f32, so
-//!   hits are bit-identical on every ISA and thread count.
+//!   `−q·c`; the `nprobe` best are selected in one pass, ties to the lower
+//!   list. The query's `m × 16` f32 table comes from
+//!   `fastscan::table` (SIMD over the 16 centroid slots, the same
+//!   operations per entry on every ISA) and is quantised to u8 in one
+//!   vectorised pass (`Lut::requantize`); the `nprobe` lists are scanned
+//!   with it, keeping the `k · rerank` smallest integer sums (ties to the
+//!   lower record). Those are rescored with the deterministic f32 kernel
+//!   (vectors prefetched first), and only the best `k` of them, plus any
+//!   tied with the `k`-th, are scored canonically and ordered by
+//!   `(score, key)`. Every step is integer or fixed-order f32, so hits are
+//!   bit-identical on every ISA and thread count.
 //! * **Filters**: small eligible sets (at most the rows `nprobe` lists hold
 //!   on average) are scanned flat with the 8-bit ADC path; otherwise
 //!   ineligible rows are skipped during the scan and further lists are
 //!   probed (in coarse order) until `min(k, eligible)` candidates exist, so
 //!   filtered searches never under-fill.
 
-use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES, MAX_SUBSPACES};
-use prox_kernels::{canonical, sq8, Metric};
+use prox_kernels::pq::coarse;
+use prox_kernels::pq::fastscan::{self, Lut, TableKind, BLOCK, CODES, MAX_SUBSPACES};
+use prox_kernels::{canonical, prefetch, sq8, Metric};
 use rayon::prelude::*;
 
 use super::Pq;
@@ -84,10 +89,14 @@ pub struct FastScan {
     centroids: Vec<f32>,
     /// Deterministic squared norms of the centroids.
     norms: Vec<f32>,
-    /// `nlist × dims` SQ8 codes of the centroids.
-    codes8: Vec<i8>,
+    /// `nlist × dims` SQ8 codes of the centroids, transposed for
+    /// `prox_kernels::pq::coarse::dots`.
+    codes8: coarse::Blocks,
     /// Per-centroid SQ8 scale.
     scales8: Vec<f32>,
+    /// The PQ codebooks transposed for the query table
+    /// (`fastscan::transpose_books`: `dims × 16`).
+    books_t: Vec<f32>,
     list_start: Vec<u32>,
     block_start: Vec<u32>,
     ids: Vec<u32>,
@@ -258,6 +267,14 @@ impl FastScan {
             .zip(codes8.chunks_exact_mut(dims))
             .map(|(c, o)| sq8_row(c, o))
             .collect();
+        let codes8 = coarse::Blocks::new(dims, &codes8).ok()?;
+        let books_t = fastscan::transpose_books(
+            dims,
+            m,
+            usize::from(pq.params.centroids),
+            pq.codebooks.data(),
+        )
+        .ok()?;
         let zero = vec![0f32; dims];
         let norms = centroids
             .chunks_exact(dims)
@@ -272,6 +289,7 @@ impl FastScan {
             norms,
             codes8,
             scales8,
+            books_t,
             list_start,
             block_start,
             ids,
@@ -301,17 +319,22 @@ impl FastScan {
         self.blocks.len()
             + 4 * (self.ids.len() + self.list_start.len() + self.block_start.len())
             + 4 * (self.centroids.len() + self.norms.len() + self.scales8.len())
-            + self.codes8.len()
+            + self.codes8.heap_bytes()
+            + 4 * self.books_t.len()
     }
 
-    /// Coarse ranking scores of every list for `q` into `out`
-    /// (`(score, list)`, lower is better).
-    fn coarse(&self, q: &[f32], ctx: &mut IvfContext) {
+    /// Coarse ranking of every list for `q`: `ctx.coarse` gets `(score,
+    /// list)` of all lists in list order (lower is better) and
+    /// `ctx.probe` the `nprobe` best of them ascending by `(score, list)`,
+    /// selected in one pass (a sorted array of the best so far; a list
+    /// enters only if it beats the current last).
+    fn coarse(&self, q: &[f32], nprobe: usize, ctx: &mut IvfContext) {
         ctx.q8.resize(self.dims, 0);
         let sq = sq8_row(q, &mut ctx.q8);
         ctx.dots.resize(self.nlist, 0);
-        sq8::dot_i8_many(&ctx.q8, &self.codes8, &mut ctx.dots);
+        coarse::dots(&ctx.q8, &self.codes8, &mut ctx.dots);
         ctx.coarse.clear();
+        ctx.probe.clear();
         for (l, (&dot, (&sc, &norm))) in ctx
             .dots
             .iter()
@@ -323,7 +346,19 @@ impl FastScan {
                 Metric::L2 => norm - 2.0 * qc,
                 Metric::Cosine | Metric::InnerProduct => -qc,
             };
-            ctx.coarse.push((score, l as u32));
+            let e = (score, l as u32);
+            ctx.coarse.push(e);
+            let full = ctx.probe.len() == nprobe;
+            if full && rescored_cmp(&e, &ctx.probe[nprobe - 1]).is_ge() {
+                continue;
+            }
+            // Lists arrive in ascending id order, so an equal score sorts
+            // after the ones present: insert after every entry <= e.
+            let at = ctx.probe.partition_point(|x| rescored_cmp(x, &e).is_le());
+            if full {
+                ctx.probe.pop();
+            }
+            ctx.probe.insert(at, e);
         }
     }
 }
@@ -336,6 +371,7 @@ pub(super) struct IvfContext {
     q8: Vec<i8>,
     dots: Vec<i32>,
     coarse: Vec<(f32, u32)>,
+    probe: Vec<(f32, u32)>,
     sums: Vec<u16>,
     cands: Vec<(u16, u32)>,
     rescored: Vec<(f32, u32)>,
@@ -408,30 +444,22 @@ impl Pq {
         if want == 0 {
             return true;
         }
-        // Query table: m x 16 f32 in fixed scalar order (deterministic).
-        let kc = usize::from(self.params.centroids);
-        ctx.table.clear();
-        for (&(a, b), book) in self.layout.iter().zip(&self.books) {
-            let part = &q[a..b];
-            let w = b - a;
-            for j in 0..CODES {
-                ctx.table.push(if j < kc {
-                    let c = &book[j * w..(j + 1) * w];
-                    match self.metric {
-                        Metric::L2 => part.iter().zip(c).fold(0f32, |s, (x, y)| {
-                            let d = x - y;
-                            s + d * d
-                        }),
-                        Metric::Cosine | Metric::InnerProduct => {
-                            -part.iter().zip(c).fold(0f32, |s, (x, y)| s + x * y)
-                        }
-                    }
-                } else {
-                    f32::INFINITY
-                });
-            }
-        }
-        fs.coarse(q, ctx);
+        // Query table: m x 16 f32, fixed per-entry order on every ISA.
+        let kind = match self.metric {
+            Metric::L2 => TableKind::L2,
+            Metric::Cosine | Metric::InnerProduct => TableKind::NegDot,
+        };
+        ctx.table.resize(CODES * fs.m, 0.0);
+        fastscan::table(
+            kind,
+            q,
+            fs.m,
+            &fs.books_t,
+            usize::from(self.params.centroids),
+            &mut ctx.table,
+        );
+        let nprobe = opts.nprobe.clamp(1, fs.nlist);
+        fs.coarse(q, nprobe, ctx);
         let lut_ok = match ctx.lut.as_mut() {
             Some(l) => l.requantize(fs.m, &ctx.table, 0.0).is_ok(),
             None => match Lut::quantize(fs.m, &ctx.table, 0.0) {
@@ -446,11 +474,6 @@ impl Pq {
             // Only a table with NaN partials (overflowing vectors) gets here.
             return false;
         };
-        let nprobe = opts.nprobe.clamp(1, fs.nlist);
-        if nprobe < fs.nlist {
-            ctx.coarse.select_nth_unstable_by(nprobe - 1, rescored_cmp);
-        }
-        ctx.coarse[..nprobe].sort_unstable_by(rescored_cmp);
         let bb = fastscan::block_bytes(fs.m);
         let depth = opts.depth.max(want);
         ctx.cands.clear();
@@ -461,10 +484,16 @@ impl Pq {
                 if ctx.cands.len() >= want {
                     break;
                 }
-                // Under-filled by a filter: probe on in coarse order.
-                ctx.coarse[nprobe..].sort_unstable_by(rescored_cmp);
+                // Under-filled by a filter: probe on in coarse order. The
+                // full order's first `nprobe` entries are `ctx.probe` (a
+                // total order), so probing resumes at position `nprobe`.
+                ctx.coarse.sort_unstable_by(rescored_cmp);
             }
-            let l = ctx.coarse[probed].1 as usize;
+            let l = if probed < nprobe {
+                ctx.probe[probed].1
+            } else {
+                ctx.coarse[probed].1
+            } as usize;
             probed += 1;
             let (p0, p1) = (fs.list_start[l] as usize, fs.list_start[l + 1] as usize);
             if p0 == p1 {
@@ -483,18 +512,33 @@ impl Pq {
             }
         }
         shrink(&mut ctx.cands, depth);
-        // Deterministic f32 rescoring, then canonical scores for the best.
+        // Deterministic f32 rescoring of the candidates (their vectors
+        // prefetched first: they are scattered over the arena), then
+        // canonical scores only for the best `k` by that score plus every
+        // candidate tied with the `k`-th, ordered by `(score, key)`.
+        for &(_, id) in &ctx.cands {
+            prefetch::prefetch_read(self.vectors.row(id as usize));
+        }
         ctx.rescored.clear();
         for &(_, id) in &ctx.cands {
             let s = det_score(self.metric, q, self.vectors.row(id as usize));
             ctx.rescored.push((s, id));
         }
-        let keep = (2 * k).max(k + 8).min(ctx.rescored.len());
-        if keep == 0 {
+        if ctx.rescored.is_empty() {
             return true;
         }
-        if keep < ctx.rescored.len() {
-            ctx.rescored.select_nth_unstable_by(keep - 1, rescored_cmp);
+        let mut keep = ctx.rescored.len();
+        if k < keep {
+            ctx.rescored.select_nth_unstable_by(k - 1, rescored_cmp);
+            let kth = ctx.rescored[k - 1].0;
+            // Move the ties of the k-th score (beyond k) next to the best k.
+            keep = k;
+            for i in k..ctx.rescored.len() {
+                if ctx.rescored[i].0 == kth {
+                    ctx.rescored.swap(keep, i);
+                    keep += 1;
+                }
+            }
         }
         out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| Hit {
             id,
