@@ -1,15 +1,18 @@
 //! The wire format: request parsing with field-level errors, and the
 //! response bodies (serde).
 //!
-//! Requests are streamed through a typed deserializer: the vector member
-//! (`vector`, or `vectors` of a batch) is parsed straight into a `Vec<f32>`
-//! with the length and finiteness checks, without a `serde_json::Value` per
-//! component; the few small option members are read as values and checked
-//! field by field. Every rejection names the field at fault (`body` for JSON
-//! that does not parse or is not an object). Unknown fields are rejected, so
-//! a typo never silently falls back to a default. Numbers are parsed with
-//! serde_json's `float_roundtrip` (exact decimal) semantics and narrowed to
-//! f32 exactly as before, so answers equal the engine's bit for bit.
+//! Requests are streamed through serde_json once: the vector member
+//! (`vector`, or `vectors` of a batch) is captured as raw text whose syntax
+//! serde_json checks without converting any number, and the few small
+//! option members are read as values and checked field by field. The vector
+//! text is then read by a dedicated scanner ([`Scan`]) straight into a
+//! `Vec<f32>`, with the length and finiteness checks. Every component is
+//! converted directly to the nearest f32 (`str::parse::<f32>`, correctly
+//! rounded: the value serde_json's `float_roundtrip` gives for an `f32`, and
+//! never the double rounding of going through f64 first). Every rejection
+//! names the field at fault (`body` for JSON that does not parse or is not
+//! an object). Unknown fields are rejected, so a typo never silently falls
+//! back to a default.
 
 use crate::snapshot::{Answer, PathChoice, Query, QueryMode};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -17,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use prox_engine::proximity::search::Filter;
 use serde::de;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::fmt;
@@ -256,248 +260,217 @@ pub(crate) fn batch_request(
     Ok((flat, n, q))
 }
 
-/// The outcome of parsing one vector: the values, or the error naming the
-/// field. Content errors are deferred (the rest of the body is still read)
-/// so that malformed JSON and option errors take precedence, as they did
-/// when the body was parsed into a value tree first.
-type Parsed<T> = Result<T, ApiError>;
-
-/// One JSON array element: a number (as f64, exactly as `serde_json::Value`
-/// would give it) or something else (consumed).
-struct Elem;
-
-impl<'de> de::DeserializeSeed<'de> for Elem {
-    type Value = Option<f64>;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<f64>, D::Error> {
-        d.deserialize_any(ElemVisitor)
-    }
-}
-
-struct ElemVisitor;
-
-impl<'de> de::Visitor<'de> for ElemVisitor {
-    type Value = Option<f64>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a number")
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Option<f64>, E> {
-        Ok(Some(v as f64))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Option<f64>, E> {
-        Ok(Some(v as f64))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Option<f64>, E> {
-        Ok(Some(v))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Option<f64>, E> {
-        Ok(None)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Option<f64>, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Option<f64>, E> {
-        Ok(None)
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Option<f64>, A::Error> {
-        while s.next_element::<de::IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-    fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Option<f64>, A::Error> {
-        while m.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-}
-
-/// Why a vector was rejected, first offending component first.
-enum Bad {
+/// The first problem of a vector, in the order the checks apply (length
+/// first, then the first offending component).
+enum Bad<'a> {
     NotNumber(usize),
-    NotFinite(usize, f64),
+    NotFinite(usize, &'a str),
 }
 
-/// Parses one vector straight into `out` (appending), without a value tree:
-/// an array of exactly `dims` numbers, each finite as f32. Anything else
-/// (another JSON type, a wrong length) is consumed and reported as a
-/// deferred [`ApiError`] naming `field`.
-struct VectorSeed<'a> {
-    field: &'a dyn Fn() -> String,
-    dims: usize,
-    out: &'a mut Vec<f32>,
+/// A cursor over JSON text that serde_json has already checked is
+/// well-formed (a [`RawValue`]): it only finds token boundaries and never
+/// reports syntax errors. Every index it stops at is on an ASCII byte, so
+/// slicing the `str` there cannot split a character; running off the end
+/// (impossible for well-formed input) reads as the end of the value.
+struct Scan<'a> {
+    s: &'a str,
+    i: usize,
 }
 
-impl<'de> de::DeserializeSeed<'de> for VectorSeed<'_> {
-    type Value = Parsed<()>;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Parsed<()>, D::Error> {
-        d.deserialize_any(self)
+impl<'a> Scan<'a> {
+    fn new(raw: &'a RawValue) -> Scan<'a> {
+        Scan { s: raw.get(), i: 0 }
     }
-}
 
-impl VectorSeed<'_> {
-    fn not_array(&self) -> ApiError {
-        ApiError::field(&(self.field)(), "must be an array of numbers")
+    fn peek(&self) -> u8 {
+        self.s.as_bytes().get(self.i).copied().unwrap_or(0)
     }
-}
 
-impl<'de> de::Visitor<'de> for VectorSeed<'_> {
-    type Value = Parsed<()>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of numbers")
+    fn ws(&mut self) {
+        while matches!(self.peek(), b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Parsed<()>, E> {
-        Ok(Err(self.not_array()))
+
+    /// Consumes `c` (after whitespace) if it comes next.
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        let hit = self.peek() == c;
+        if hit {
+            self.i += 1;
+        }
+        hit
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Parsed<()>, E> {
-        Ok(Err(self.not_array()))
+
+    /// The number token at the cursor, consumed; `None` (nothing consumed)
+    /// if the next value is not a number.
+    fn number(&mut self) -> Option<&'a str> {
+        self.ws();
+        if !matches!(self.peek(), b'-' | b'0'..=b'9') {
+            return None;
+        }
+        let start = self.i;
+        self.i += 1;
+        while matches!(self.peek(), b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+            self.i += 1;
+        }
+        self.s.get(start..self.i)
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Parsed<()>, E> {
-        Ok(Err(self.not_array()))
+
+    fn skip_string(&mut self) {
+        let b = self.s.as_bytes();
+        self.i += 1; // the opening quote
+        while self.i < b.len() && b[self.i] != b'"' {
+            self.i += if b[self.i] == b'\\' { 2 } else { 1 };
+        }
+        self.i += 1; // the closing quote
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Parsed<()>, E> {
-        Ok(Err(self.not_array()))
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Parsed<()>, E> {
-        Ok(Err(self.not_array()))
-    }
-    fn visit_unit<E>(self) -> Result<Parsed<()>, E> {
-        Ok(Err(self.not_array()))
-    }
-    fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Parsed<()>, A::Error> {
-        while m.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
-        Ok(Err(self.not_array()))
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Parsed<()>, A::Error> {
-        let start = self.out.len();
-        self.out.reserve(self.dims);
-        let mut n = 0usize;
-        let mut bad: Option<Bad> = None;
-        while let Some(x) = s.next_element_seed(Elem)? {
-            if n < self.dims && bad.is_none() {
-                match x {
-                    None => bad = Some(Bad::NotNumber(n)),
-                    Some(f) => {
-                        let g = f as f32;
-                        if g.is_finite() {
-                            self.out.push(g);
-                        } else {
-                            bad = Some(Bad::NotFinite(n, f));
+
+    /// Skips one value of any type.
+    fn skip_value(&mut self) {
+        self.ws();
+        let b = self.s.as_bytes();
+        match self.peek() {
+            b'"' => self.skip_string(),
+            b'[' | b'{' => {
+                self.i += 1;
+                let mut depth = 1usize;
+                while depth > 0 && self.i < b.len() {
+                    match b[self.i] {
+                        b'"' => self.skip_string(),
+                        b'[' | b'{' => {
+                            depth += 1;
+                            self.i += 1;
                         }
+                        b']' | b'}' => {
+                            depth -= 1;
+                            self.i += 1;
+                        }
+                        _ => self.i += 1,
                     }
                 }
             }
-            n += 1;
+            _ => {
+                while self.i < b.len()
+                    && !matches!(b[self.i], b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r')
+                {
+                    self.i += 1;
+                }
+            }
         }
-        let field = (self.field)();
-        if n != self.dims {
-            self.out.truncate(start);
-            return Ok(Err(ApiError {
+    }
+
+    /// Reads one vector (an array of exactly `dims` numbers, each finite as
+    /// f32) at the cursor, appending it to `out`; on any error `out` is left
+    /// as it was and the error names `field()`. Each component is parsed
+    /// straight to the nearest f32 (`str::parse::<f32>`: correctly rounded,
+    /// the same value serde_json's `float_roundtrip` gives for an `f32`).
+    fn vector(
+        &mut self,
+        dims: usize,
+        field: impl Fn() -> String,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ApiError> {
+        if !self.eat(b'[') {
+            self.skip_value();
+            return Err(ApiError::field(&field(), "must be an array of numbers"));
+        }
+        let start = out.len();
+        out.reserve(dims);
+        let mut n = 0usize;
+        let mut bad: Option<Bad<'a>> = None;
+        if !self.eat(b']') {
+            loop {
+                match self.number() {
+                    Some(t) if bad.is_none() && n < dims => match t.parse::<f32>() {
+                        Ok(x) if x.is_finite() => out.push(x),
+                        Ok(_) => bad = Some(Bad::NotFinite(n, t)),
+                        Err(_) => bad = Some(Bad::NotNumber(n)),
+                    },
+                    Some(_) => {}
+                    None => {
+                        self.skip_value();
+                        if bad.is_none() {
+                            bad = Some(Bad::NotNumber(n));
+                        }
+                    }
+                }
+                n += 1;
+                if !self.eat(b',') {
+                    self.eat(b']');
+                    break;
+                }
+            }
+        }
+        if n != dims {
+            out.truncate(start);
+            return Err(ApiError {
                 code: "wrong_dimension",
                 ..ApiError::field(
-                    &field,
-                    format!("has {n} components, the map has {} dimensions", self.dims),
+                    &field(),
+                    format!("has {n} components, the map has {dims} dimensions"),
                 )
-            }));
+            });
         }
-        Ok(match bad {
+        match bad {
             None => Ok(()),
             Some(b) => {
-                self.out.truncate(start);
+                out.truncate(start);
                 Err(match b {
                     Bad::NotNumber(i) => {
-                        ApiError::field(&field, format!("component {i} is not a number"))
+                        ApiError::field(&field(), format!("component {i} is not a number"))
                     }
-                    Bad::NotFinite(i, f) => ApiError {
+                    Bad::NotFinite(i, t) => ApiError {
                         code: "not_finite",
                         ..ApiError::field(
-                            &field,
-                            format!("component {i} ({f}) is not a finite 32-bit float"),
+                            &field(),
+                            format!("component {i} ({t}) is not a finite 32-bit float"),
                         )
                     },
                 })
             }
-        })
+        }
     }
-}
 
-/// `vectors` of a batch: an array of 1..=`max_batch` vectors, flattened
-/// row-major into `out`; returns the row count.
-struct RowsSeed<'a> {
-    dims: usize,
-    max_batch: usize,
-    out: &'a mut Vec<f32>,
-}
-
-impl<'de> de::DeserializeSeed<'de> for RowsSeed<'_> {
-    type Value = Parsed<usize>;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Parsed<usize>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-fn not_rows() -> ApiError {
-    ApiError::field("vectors", "must be an array of vectors")
-}
-
-impl<'de> de::Visitor<'de> for RowsSeed<'_> {
-    type Value = Parsed<usize>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of vectors")
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Parsed<usize>, E> {
-        Ok(Err(not_rows()))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Parsed<usize>, E> {
-        Ok(Err(not_rows()))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Parsed<usize>, E> {
-        Ok(Err(not_rows()))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Parsed<usize>, E> {
-        Ok(Err(not_rows()))
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Parsed<usize>, E> {
-        Ok(Err(not_rows()))
-    }
-    fn visit_unit<E>(self) -> Result<Parsed<usize>, E> {
-        Ok(Err(not_rows()))
-    }
-    fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Parsed<usize>, A::Error> {
-        while m.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
-        Ok(Err(not_rows()))
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Parsed<usize>, A::Error> {
+    /// Reads `vectors` of a batch: an array of 1..=`max_batch` vectors,
+    /// flattened row-major into `out`; returns the row count. The first bad
+    /// row's error wins; later rows are only counted.
+    fn rows(
+        &mut self,
+        dims: usize,
+        max_batch: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<usize, ApiError> {
+        if !self.eat(b'[') {
+            return Err(ApiError::field("vectors", "must be an array of vectors"));
+        }
         let mut n = 0usize;
         let mut first_err: Option<ApiError> = None;
-        loop {
-            if n >= self.max_batch || first_err.is_some() {
-                // Only counted (and syntax-checked) from here on.
-                if s.next_element::<de::IgnoredAny>()?.is_none() {
+        if !self.eat(b']') {
+            loop {
+                if n < max_batch && first_err.is_none() {
+                    if let Err(e) = self.vector(dims, || format!("vectors[{n}]"), out) {
+                        first_err = Some(e);
+                    }
+                } else {
+                    self.skip_value();
+                }
+                n += 1;
+                if !self.eat(b',') {
                     break;
                 }
-            } else {
-                let i = n;
-                let field = move || format!("vectors[{i}]");
-                let seed = VectorSeed {
-                    field: &field,
-                    dims: self.dims,
-                    out: self.out,
-                };
-                match s.next_element_seed(seed)? {
-                    None => break,
-                    Some(Ok(())) => {}
-                    Some(Err(e)) => first_err = Some(e),
-                }
             }
-            n += 1;
         }
-        if n == 0 || n > self.max_batch {
-            return Ok(Err(ApiError::field(
+        if n == 0 || n > max_batch {
+            return Err(ApiError::field(
                 "vectors",
-                format!("must hold 1..={} vectors, got {n}", self.max_batch),
-            )));
+                format!("must hold 1..={max_batch} vectors, got {n}"),
+            ));
         }
-        Ok(match first_err {
+        match first_err {
             Some(e) => Err(e),
             None => Ok(n),
-        })
+        }
     }
 }
 
@@ -519,61 +492,43 @@ impl Want {
     }
 }
 
-/// What the body visitor extracts: the vector member's outcome (rows
-/// parsed into `out`, or its deferred error), if present, and every other
-/// member as a small value for [`query`].
-struct Body {
-    vectors: Option<Parsed<usize>>,
+/// What the body visitor extracts: the vector member's text (checked
+/// well-formed, not yet converted), if present, and every other member as
+/// a small value for [`query`].
+struct Body<'de> {
+    vector: Option<&'de RawValue>,
     rest: Map<String, Value>,
 }
 
-/// The top-level object, streamed: the vector member is parsed straight
-/// into `out`, the (few, small) other members into values. Anything but an
-/// object is a data error, reported as "the body must be a JSON object".
-struct BodySeed<'a> {
-    want: Want,
-    out: &'a mut Vec<f32>,
+/// The top-level object, streamed: the vector member is kept as raw text
+/// (serde_json checks its syntax without converting any number), the few,
+/// small other members become values. Anything but an object is a data
+/// error, reported as "the body must be a JSON object".
+struct BodySeed {
+    field: &'static str,
 }
 
-impl<'de> de::DeserializeSeed<'de> for BodySeed<'_> {
-    type Value = Body;
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Body, D::Error> {
+impl<'de> de::DeserializeSeed<'de> for BodySeed {
+    type Value = Body<'de>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Body<'de>, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> de::Visitor<'de> for BodySeed<'_> {
-    type Value = Body;
+impl<'de> de::Visitor<'de> for BodySeed {
+    type Value = Body<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
-    fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Body, A::Error> {
+    fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Body<'de>, A::Error> {
         let mut body = Body {
-            vectors: None,
+            vector: None,
             rest: Map::new(),
         };
-        let name = self.want.field();
         while let Some(key) = m.next_key::<Cow<'de, str>>()? {
-            if key == name {
+            if key == self.field {
                 // A repeated member replaces the earlier one, as in a value tree.
-                self.out.clear();
-                let got = match self.want {
-                    Want::One { dims } => {
-                        let field = || "vector".to_string();
-                        m.next_value_seed(VectorSeed {
-                            field: &field,
-                            dims,
-                            out: self.out,
-                        })?
-                        .map(|()| 1)
-                    }
-                    Want::Rows { dims, max_batch } => m.next_value_seed(RowsSeed {
-                        dims,
-                        max_batch,
-                        out: self.out,
-                    })?,
-                };
-                body.vectors = Some(got);
+                body.vector = Some(m.next_value()?);
             } else {
                 let v: Value = m.next_value()?;
                 body.rest.insert(key.into_owned(), v);
@@ -584,16 +539,17 @@ impl<'de> de::Visitor<'de> for BodySeed<'_> {
 }
 
 /// Parses a body of `want` into `out` (row-major vectors) and the query
-/// options, in the precedence the value-tree parser had: malformed JSON,
-/// not an object, the options (and unknown fields), then the vector member.
+/// options, in this precedence: malformed JSON, not an object, the options
+/// (and unknown fields), then the vector member.
 fn parse(
     body: &[u8],
     want: Want,
     limits: Limits,
     out: &mut Vec<f32>,
 ) -> Result<(usize, Query), ApiError> {
+    let field = want.field();
     let mut de = serde_json::Deserializer::from_slice(body);
-    let parsed = de::DeserializeSeed::deserialize(BodySeed { want, out }, &mut de)
+    let parsed = de::DeserializeSeed::deserialize(BodySeed { field }, &mut de)
         .and_then(|b| de.end().map(|()| b));
     let mut b = match parsed {
         Ok(b) => b,
@@ -610,11 +566,17 @@ fn parse(
             })
         }
     };
-    let field = want.field();
     let q = query(&mut b.rest, field, limits)?;
-    let n = b
-        .vectors
-        .ok_or_else(|| ApiError::field(field, "is required"))??;
+    let raw = b
+        .vector
+        .ok_or_else(|| ApiError::field(field, "is required"))?;
+    let mut scan = Scan::new(raw);
+    let n = match want {
+        Want::One { dims } => scan
+            .vector(dims, || "vector".to_string(), out)
+            .map(|()| 1)?,
+        Want::Rows { dims, max_batch } => scan.rows(dims, max_batch, out)?,
+    };
     Ok((n, q))
 }
 
@@ -653,14 +615,33 @@ impl From<Answer> for WireAnswer {
     }
 }
 
-/// `POST .../search` response.
+/// `POST .../search` response: the batch answer's fields inline (spelled
+/// out rather than `#[serde(flatten)]`, which goes through a map
+/// serializer).
 #[derive(Debug, Serialize)]
 pub(crate) struct SearchResponse {
-    pub(crate) descriptor: String,
-    pub(crate) generation: u64,
-    #[serde(flatten)]
-    pub(crate) answer: WireAnswer,
-    pub(crate) took_us: u64,
+    descriptor: String,
+    generation: u64,
+    completion: &'static str,
+    path: &'static str,
+    results: Vec<WireHit>,
+    took_us: u64,
+}
+
+impl SearchResponse {
+    /// The response for `answer` from the snapshot `descriptor` /
+    /// `generation`.
+    pub(crate) fn new(descriptor: String, generation: u64, answer: Answer, took_us: u64) -> Self {
+        let a = WireAnswer::from(answer);
+        SearchResponse {
+            descriptor,
+            generation,
+            completion: a.completion,
+            path: a.path,
+            results: a.results,
+            took_us,
+        }
+    }
 }
 
 /// `POST .../search:batch` response.
@@ -766,19 +747,36 @@ mod tests {
         assert_eq!(b.unwrap_err().field.as_deref(), Some("vectors"));
     }
 
-    /// The old value-tree reading of one vector, as the reference.
-    fn via_value(body: &[u8]) -> Vec<f32> {
-        let v: Value = serde_json::from_slice(body).unwrap();
-        v["vector"]
-            .as_array()
+    /// The references for one body's vector: each component through
+    /// `str::parse::<f32>`, and the whole array through serde_json into
+    /// `Vec<f32>` (`float_roundtrip`); they must agree with each other.
+    fn reference(body: &str) -> Vec<u32> {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let text = v["vector"].to_string();
+        let inner = body
+            .split_once('[')
+            .and_then(|(_, r)| r.split_once(']'))
             .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect()
+            .0;
+        let by_str: Vec<u32> = inner
+            .split(',')
+            .map(|t| t.trim().parse::<f32>().unwrap().to_bits())
+            .collect();
+        let raw = &body[body.find('[').unwrap()..=body.find(']').unwrap()];
+        let by_serde: Vec<f32> = serde_json::from_str(raw).unwrap();
+        let by_serde: Vec<u32> = by_serde.iter().map(|f| f.to_bits()).collect();
+        assert_eq!(by_str, by_serde, "references disagree for {text}");
+        by_str
+    }
+
+    fn parsed_bits(body: &str, dims: usize) -> Vec<u32> {
+        let (v, _) =
+            search_request(body.as_bytes(), dims, L).unwrap_or_else(|e| panic!("{e:?} for {body}"));
+        v.iter().map(|f| f.to_bits()).collect()
     }
 
     #[test]
-    fn vector_parse_matches_a_value_tree_bit_for_bit() {
+    fn vector_parse_equals_str_parse_and_serde_f32_bit_for_bit() {
         let seed: u64 = std::env::var("PROX_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -790,30 +788,111 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for round in 0..200 {
+        for round in 0..400 {
             let dims = 1 + (next() % 64) as usize;
             let parts: Vec<String> = (0..dims)
                 .map(|_| {
                     let r = next();
                     let f = f64::from_bits(r);
+                    let h = f32::from_bits(r as u32);
                     let g = (r as i64 as f64) / (1u64 << (r % 60)) as f64;
-                    match r % 6 {
+                    match r % 9 {
                         0 => format!("{}", g as f32),
                         1 => format!("{g}"),
                         2 => format!("{g:.25e}"),
                         3 => format!("{}", (r % 1000) as i64 - 500),
-                        4 if f.is_finite() && (f as f32).is_finite() => format!("{f:e}"),
+                        4 if f.abs() < 3.4e38 => format!("{f:e}"),
+                        // Every finite f32 bit pattern, shortest and long forms
+                        // (subnormals included).
+                        5 if h.is_finite() => format!("{h:e}"),
+                        6 if h.is_finite() => format!("{:.40e}", h as f64),
+                        // Exact f32 midpoints, nudged by less than an f64 ulp.
+                        7 if h.is_finite() && h != f32::MAX => {
+                            let mid = (h as f64 + h.next_up() as f64) / 2.0;
+                            format!("{:.30e}", mid)
+                        }
                         _ => format!("{:.17}", g / 3.0),
                     }
                 })
                 .collect();
-            let body = format!(r#"{{"vector":[{}],"k":3}}"#, parts.join(","));
-            let (v, _) = search_request(body.as_bytes(), dims, L)
-                .unwrap_or_else(|e| panic!("seed {seed} round {round}: {e:?} for {body}"));
-            let want = via_value(body.as_bytes());
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&v), bits(&want), "seed {seed} round {round}: {body}");
+            let sep = [",", " , ", ",\n", "\t,"][(next() % 4) as usize];
+            let body = format!(r#"{{"vector":[ {} ],"k":3}}"#, parts.join(sep));
+            assert_eq!(
+                parsed_bits(&body, dims),
+                reference(&body),
+                "seed {seed} round {round}: {body}"
+            );
         }
+    }
+
+    #[test]
+    fn vector_parse_edge_cases() {
+        for t in [
+            "0",
+            "-0",
+            "0.0",
+            "-0.0",
+            "0e0",
+            "0E+5",
+            "1E+5",
+            "1e-5",
+            "-1.5e-3",
+            "3.4028235e38",
+            "-3.4028235e38",
+            "3.40282356779733661637539395458142568447e38",
+            "1e-45",
+            "1.4e-45",
+            "7e-46",
+            "7.006492321624085e-46",
+            "1e-50",
+            "1.17549435e-38",
+            "1.1754942e-38",
+            "123456789012345678901234567890",
+            "0.000000000000000000000000000000000000000001",
+            "16777217",
+            "-16777217",
+            "1.00000005960464477539062500000000001",
+        ] {
+            let body = format!(r#"{{"vector":[{t}]}}"#);
+            assert_eq!(parsed_bits(&body, 1), reference(&body), "{t}");
+        }
+        // 1 + 2^-24 + 2^-60: just above the midpoint between 1 and the next
+        // f32. Rounding to f64 first lands exactly on the midpoint and then
+        // ties to even (1.0); the correctly rounded f32 is the next one up.
+        let body = r#"{"vector":[1.000000059604644776257986737988403547205962240695953369140625]}"#;
+        assert_eq!(parsed_bits(body, 1), vec![1f32.next_up().to_bits()]);
+        assert_eq!(parsed_bits(body, 1), reference(body));
+        // Beyond f32's range (rounds to infinity): not finite, with the text.
+        for t in ["3.40282357e38", "1e39", "-1e300", "1e400"] {
+            let e =
+                search_request(format!(r#"{{"vector":[0,{t}]}}"#).as_bytes(), 2, L).unwrap_err();
+            assert_eq!(e.code, "not_finite", "{t}");
+            assert!(e.message.contains(t), "{t}: {}", e.message);
+        }
+        // Whitespace everywhere the grammar allows it.
+        let (v, _) = search_request(b" { \"vector\" :\n[ 1 ,\t2 ] , \"k\" : 1 } ", 2, L).unwrap();
+        assert_eq!(v, vec![1.0, 2.0]);
+        // Non-numbers anywhere are named by position, after the length check.
+        for (body, msg) in [
+            (
+                r#"{"vector":[1,"a\"],[",3]}"#,
+                "component 1 is not a number",
+            ),
+            (
+                r#"{"vector":[1,{"a":[1,2]},3]}"#,
+                "component 1 is not a number",
+            ),
+            (r#"{"vector":[1,2,null]}"#, "component 2 is not a number"),
+            (r#"{"vector":[[1],2,true]}"#, "component 0 is not a number"),
+            (r#"{"vector":[1,"x",2,3]}"#, "has 4 components"),
+            (r#"{"vector":[]}"#, "has 0 components"),
+        ] {
+            let e = search_request(body.as_bytes(), 3, L).unwrap_err();
+            assert!(e.message.contains(msg), "{body}: {}", e.message);
+            assert_eq!(e.field.as_deref(), Some("vector"), "{body}");
+        }
+        let e = search_request(br#"{"vector":"[1,2]"}"#, 2, L).unwrap_err();
+        assert_eq!(e.message, "must be an array of numbers");
     }
 
     #[test]

@@ -26,8 +26,8 @@ struct Histogram {
 /// Counters shared by every request.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
-    /// (route, status) -> requests answered.
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// route -> status -> requests answered.
+    requests: Mutex<BTreeMap<String, BTreeMap<u16, u64>>>,
     /// route -> latency histogram.
     latency: Mutex<BTreeMap<String, Histogram>>,
     /// HTTP requests being handled.
@@ -61,12 +61,22 @@ fn esc(s: &str) -> String {
 impl Metrics {
     /// Records one answered request.
     pub(crate) fn observe(&self, route: &str, status: u16, took: Duration) {
-        *lock(&self.requests)
-            .entry((route.to_string(), status))
-            .or_default() += 1;
+        // Route keys are allocated only the first time a route is seen.
+        {
+            let mut req = lock(&self.requests);
+            if !req.contains_key(route) {
+                req.insert(route.to_string(), BTreeMap::new());
+            }
+            if let Some(by_status) = req.get_mut(route) {
+                *by_status.entry(status).or_default() += 1;
+            }
+        }
         let secs = took.as_secs_f64();
         let mut lat = lock(&self.latency);
-        let h = lat.entry(route.to_string()).or_default();
+        if !lat.contains_key(route) {
+            lat.insert(route.to_string(), Histogram::default());
+        }
+        let Some(h) = lat.get_mut(route) else { return };
         if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
             h.counts[i] += 1;
         }
@@ -85,7 +95,10 @@ impl Metrics {
             o,
             "# HELP prox_http_requests_total HTTP requests answered, by route and status.\n# TYPE prox_http_requests_total counter"
         );
-        let requests = lock(&self.requests).clone();
+        let requests: Vec<((String, u16), u64)> = lock(&self.requests)
+            .iter()
+            .flat_map(|(r, by)| by.iter().map(move |(s, n)| ((r.clone(), *s), *n)))
+            .collect();
         for ((route, status), n) in &requests {
             let _ = writeln!(
                 o,

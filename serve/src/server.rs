@@ -327,12 +327,12 @@ async fn search(
         .await?;
     st.metrics.queries.fetch_add(1, Ordering::Relaxed);
     Ok(json_bytes(
-        &api::SearchResponse {
-            descriptor: snap.descriptor().to_string(),
-            generation: snap.generation(),
-            answer: answer.into(),
-            took_us: micros(t),
-        },
+        &api::SearchResponse::new(
+            snap.descriptor().to_string(),
+            snap.generation(),
+            answer,
+            micros(t),
+        ),
         256 + 96 * k,
     ))
 }
