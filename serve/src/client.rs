@@ -67,6 +67,19 @@ pub fn resolve_url(url: &str) -> io::Result<SocketAddr> {
     })
 }
 
+impl Clone for Client {
+    /// The same settings without the connection: the clone opens its own
+    /// on first use.
+    fn clone(&self) -> Client {
+        Client {
+            addr: self.addr,
+            token: self.token.clone(),
+            timeout: self.timeout,
+            conn: None,
+        }
+    }
+}
+
 fn bad(m: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, m.into())
 }
@@ -104,15 +117,9 @@ impl Client {
         self.request("POST", path, Some(body))
     }
 
-    /// Sends one request, reusing the connection; a request that fails on a
-    /// reused connection before any response byte is retried once on a new
-    /// one (the server may have closed an idle connection).
-    pub fn request(
-        &mut self,
-        method: &str,
-        path: &str,
-        body: Option<&[u8]>,
-    ) -> io::Result<Response> {
+    /// Encodes one whole request (head and body) for
+    /// [`Client::send_prepared`], so a load generator pays for it once.
+    pub fn prepare(&self, method: &str, path: &str, body: Option<&[u8]>) -> Vec<u8> {
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
         if let Some(t) = &self.token {
             head.push_str(&format!("Authorization: Bearer {t}\r\n"));
@@ -124,53 +131,101 @@ impl Client {
             ));
         }
         head.push_str("\r\n");
+        let mut msg = head.into_bytes();
+        msg.extend_from_slice(body.unwrap_or_default());
+        msg
+    }
+
+    /// Sends one request, reusing the connection; a request that fails on a
+    /// reused connection before any response byte is retried once on a new
+    /// one (the server may have closed an idle connection).
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> io::Result<Response> {
+        let msg = self.prepare(method, path, body);
+        let mut headers = Vec::new();
+        let mut out = Vec::new();
+        let status = self.exchange(&msg, &mut out, &mut |n, v| {
+            headers.push((n.to_ascii_lowercase(), v.to_string()));
+        })?;
+        Ok(Response {
+            status,
+            headers,
+            body: out,
+        })
+    }
+
+    /// Sends a request made by [`Client::prepare`] (same retry rule as
+    /// [`Client::request`]); the body replaces the contents of `body` and
+    /// the status is returned. Headers are not collected, so the only
+    /// allocation is `body` growing.
+    pub fn send_prepared(&mut self, request: &[u8], body: &mut Vec<u8>) -> io::Result<u16> {
+        self.exchange(request, body, &mut |_, _| {})
+    }
+
+    fn exchange(
+        &mut self,
+        msg: &[u8],
+        body: &mut Vec<u8>,
+        header: &mut dyn FnMut(&str, &str),
+    ) -> io::Result<u16> {
         let reused = self.conn.is_some();
-        match self.exchange(head.as_bytes(), body) {
+        match self.exchange_once(msg, body, header) {
             Err(e) if reused && e.kind() != io::ErrorKind::TimedOut => {
                 self.conn = None;
-                let _ = e;
-                self.exchange(head.as_bytes(), body)
+                self.exchange_once(msg, body, header)
             }
             r => r,
         }
     }
 
-    fn exchange(&mut self, head: &[u8], body: Option<&[u8]>) -> io::Result<Response> {
-        if self.conn.is_none() {
-            let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
-            s.set_read_timeout(Some(self.timeout))?;
-            s.set_write_timeout(Some(self.timeout))?;
-            s.set_nodelay(true)?;
-            self.conn = Some(BufReader::new(s));
-        }
-        let r = self.conn.as_mut().map(|c| {
-            let mut msg = Vec::with_capacity(head.len() + body.map_or(0, <[u8]>::len));
-            msg.extend_from_slice(head);
-            if let Some(b) = body {
-                msg.extend_from_slice(b);
+    fn exchange_once(
+        &mut self,
+        msg: &[u8],
+        body: &mut Vec<u8>,
+        header: &mut dyn FnMut(&str, &str),
+    ) -> io::Result<u16> {
+        let c = match &mut self.conn {
+            Some(c) => c,
+            None => {
+                let s = TcpStream::connect_timeout(&self.addr, self.timeout)?;
+                s.set_read_timeout(Some(self.timeout))?;
+                s.set_write_timeout(Some(self.timeout))?;
+                s.set_nodelay(true)?;
+                self.conn.insert(BufReader::new(s))
             }
-            c.get_mut().write_all(&msg)?;
-            read_response(c)
-        });
+        };
+        let r = c
+            .get_mut()
+            .write_all(msg)
+            .and_then(|()| read_response(c, body, header));
         match r {
-            Some(Ok((resp, keep))) => {
+            Ok((status, keep)) => {
                 if !keep {
                     self.conn = None;
                 }
-                Ok(resp)
+                Ok(status)
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 self.conn = None;
                 Err(e)
             }
-            None => Err(bad("no connection")),
         }
     }
 }
 
-fn read_line(r: &mut impl BufRead, budget: &mut usize) -> io::Result<String> {
-    let mut line = Vec::new();
-    let n = r.take(*budget as u64 + 1).read_until(b'\n', &mut line)?;
+/// Reads one line (CRLF or LF) into `line` (cleared first), charging it
+/// to `budget`; returns it without the line end.
+fn read_line<'a>(
+    r: &mut impl BufRead,
+    budget: &mut usize,
+    line: &'a mut Vec<u8>,
+) -> io::Result<&'a str> {
+    line.clear();
+    let n = r.take(*budget as u64 + 1).read_until(b'\n', line)?;
     if n == 0 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -181,44 +236,57 @@ fn read_line(r: &mut impl BufRead, budget: &mut usize) -> io::Result<String> {
         return Err(bad("response headers too large"));
     }
     *budget -= n;
-    let s = String::from_utf8(line).map_err(|_| bad("non-UTF-8 header"))?;
-    Ok(s.trim_end_matches(['\r', '\n']).to_string())
+    let s = std::str::from_utf8(line).map_err(|_| bad("non-UTF-8 header"))?;
+    Ok(s.trim_end_matches(['\r', '\n']))
 }
 
-/// Reads one response; the flag says whether the connection stays usable.
-fn read_response(r: &mut BufReader<TcpStream>) -> io::Result<(Response, bool)> {
+/// Reads one response: each header goes to `header` (name as sent, value
+/// trimmed), the body (chunked bodies decoded) replaces `body`. Returns the
+/// status and whether the connection stays usable.
+fn read_response(
+    r: &mut BufReader<TcpStream>,
+    body: &mut Vec<u8>,
+    header: &mut dyn FnMut(&str, &str),
+) -> io::Result<(u16, bool)> {
     let mut budget = MAX_HEADERS;
-    let status_line = read_line(r, &mut budget)?;
+    let mut line = Vec::with_capacity(128);
+    let status_line = read_line(r, &mut budget, &mut line)?;
     let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or("");
+    let mut keep = parts.next() == Some("HTTP/1.1");
     let status: u16 = parts
         .next()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad(format!("bad status line {status_line:?}")))?;
-    let mut headers = Vec::new();
+    let mut chunked = false;
+    let mut length: Option<usize> = None;
     loop {
-        let line = read_line(r, &mut budget)?;
-        if line.is_empty() {
+        let l = read_line(r, &mut budget, &mut line)?;
+        if l.is_empty() {
             break;
         }
-        let (n, v) = line
+        let (n, v) = l
             .split_once(':')
-            .ok_or_else(|| bad(format!("bad header {line:?}")))?;
-        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+            .ok_or_else(|| bad(format!("bad header {l:?}")))?;
+        let (n, v) = (n.trim(), v.trim());
+        if n.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close") {
+            keep = false;
+        } else if n.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = v.eq_ignore_ascii_case("chunked");
+        } else if n.eq_ignore_ascii_case("content-length") && length.is_none() {
+            length = Some(v.parse().map_err(|_| bad("bad content-length"))?);
+        }
+        header(n, v);
     }
-    let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-    let mut keep = version == "HTTP/1.1"
-        && !get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
-    let mut body = Vec::new();
-    if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+    body.clear();
+    if chunked {
         loop {
             let mut b = MAX_HEADERS;
-            let size_line = read_line(r, &mut b)?;
+            let size_line = read_line(r, &mut b, &mut line)?;
             let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
                 .map_err(|_| bad(format!("bad chunk size {size_line:?}")))?;
             if size == 0 {
                 // Trailers, then the final empty line.
-                while !read_line(r, &mut b)?.is_empty() {}
+                while !read_line(r, &mut b, &mut line)?.is_empty() {}
                 break;
             }
             if body.len() + size > MAX_BODY {
@@ -227,27 +295,19 @@ fn read_response(r: &mut BufReader<TcpStream>) -> io::Result<(Response, bool)> {
             let at = body.len();
             body.resize(at + size, 0);
             r.read_exact(&mut body[at..])?;
-            read_line(r, &mut b)?;
+            read_line(r, &mut b, &mut line)?;
         }
-    } else if let Some(len) = get("content-length") {
-        let len: usize = len.parse().map_err(|_| bad("bad content-length"))?;
+    } else if let Some(len) = length {
         if len > MAX_BODY {
             return Err(bad("response body too large"));
         }
         body.resize(len, 0);
-        r.read_exact(&mut body)?;
+        r.read_exact(body)?;
     } else if status != 204 && status != 304 {
-        r.take(MAX_BODY as u64).read_to_end(&mut body)?;
+        r.take(MAX_BODY as u64).read_to_end(body)?;
         keep = false;
     }
-    Ok((
-        Response {
-            status,
-            headers,
-            body,
-        },
-        keep,
-    ))
+    Ok((status, keep))
 }
 
 #[cfg(test)]

@@ -197,102 +197,82 @@ fn body(args: &BenchServeArgs, q: &[f32]) -> Vec<u8> {
     v.to_string().into_bytes()
 }
 
-/// Runs `c` closed-loop clients for `dur`; returns the merged histogram,
-/// error count and elapsed seconds.
-fn http_level(
-    addr: std::net::SocketAddr,
-    token: Option<&str>,
-    path: &str,
-    bodies: &Arc<Vec<Vec<u8>>>,
-    c: usize,
-    dur: Duration,
-) -> (Hist, u64, f64) {
-    let next = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let workers: Vec<_> = (0..c)
-        .map(|_| {
-            let (next, stop, bodies) = (next.clone(), stop.clone(), bodies.clone());
-            let token = token.map(str::to_string);
-            let path = path.to_string();
-            std::thread::spawn(move || {
-                let mut cl = Client::new(addr).with_timeout(Duration::from_secs(10));
-                if let Some(t) = token {
-                    cl = cl.with_token(t);
-                }
-                let mut h = Hist::new();
-                let mut errors = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed) % bodies.len();
-                    let t = Instant::now();
-                    match cl.post(&path, &bodies[i]) {
-                        Ok(r) if r.status == 200 => h.add(t.elapsed()),
-                        _ => errors += 1,
+/// Runs `threads` closed-loop workers for `dur`: each takes the next item
+/// index (round robin over `items`) and runs `op` on it as soon as its
+/// previous one returns, timing it. `make` builds one worker's `op`
+/// (its connection, its scratch) before the clock starts; `op` returning
+/// `false` counts an error instead of a latency. Returns the merged
+/// histogram, the error count and the elapsed seconds.
+fn closed_loop<M, F>(threads: usize, items: usize, dur: Duration, make: M) -> (Hist, u64, f64)
+where
+    M: Fn() -> F + Sync,
+    F: FnMut(usize) -> bool,
+{
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let ready = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (next, stop, ready, make) = (&next, &stop, &ready, &make);
+                sc.spawn(move || {
+                    let mut op = make();
+                    let mut h = Hist::new();
+                    let mut errors = 0u64;
+                    ready.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed) % items;
+                        let t = Instant::now();
+                        if op(i) {
+                            h.add(t.elapsed());
+                        } else {
+                            errors += 1;
+                        }
                     }
-                }
-                (h, errors)
+                    (h, errors)
+                })
             })
-        })
-        .collect();
-    std::thread::sleep(dur);
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Hist::new();
-    let mut errors = 0;
-    for w in workers {
-        if let Ok((h, e)) = w.join() {
-            all.merge(&h);
-            errors += e;
+            .collect();
+        ready.wait();
+        let t0 = Instant::now();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        let mut all = Hist::new();
+        let mut errors = 0;
+        for w in workers {
+            if let Ok((h, e)) = w.join() {
+                all.merge(&h);
+                errors += e;
+            }
         }
-    }
-    (all, errors, t0.elapsed().as_secs_f64())
+        (all, errors, t0.elapsed().as_secs_f64())
+    })
 }
 
+/// `c` closed-loop HTTP clients, each on its own keep-alive connection,
+/// sending the pre-encoded `requests`; only the status of each answer is
+/// checked (anything but 200, or an I/O error, counts as an error).
+fn http_level(client: &Client, requests: &[Vec<u8>], c: usize, dur: Duration) -> (Hist, u64, f64) {
+    closed_loop(c, requests.len(), dur, || {
+        let mut cl = client.clone();
+        let mut body = Vec::with_capacity(4096);
+        move |i| matches!(cl.send_prepared(&requests[i], &mut body), Ok(200))
+    })
+}
+
+/// `threads` threads each searching one query at a time in process,
+/// through the same [`Snapshot::search`] the server runs.
 fn inproc_single(
-    snap: &Arc<Snapshot>,
-    queries: &Arc<io::Matrix>,
+    snap: &Snapshot,
+    queries: &io::Matrix,
     q: &Query,
     threads: usize,
     dur: Duration,
 ) -> (Hist, u64, f64) {
-    let next = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (next, stop, snap, queries, q) = (
-                next.clone(),
-                stop.clone(),
-                snap.clone(),
-                queries.clone(),
-                q.clone(),
-            );
-            std::thread::spawn(move || {
-                let mut scratch = Scratch::default();
-                let mut h = Hist::new();
-                let mut errors = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let i = next.fetch_add(1, Ordering::Relaxed) % queries.len();
-                    let t = Instant::now();
-                    match snap.search(&mut scratch, queries.row(i), &q) {
-                        Ok(_) => h.add(t.elapsed()),
-                        Err(_) => errors += 1,
-                    }
-                }
-                (h, errors)
-            })
-        })
-        .collect();
-    std::thread::sleep(dur);
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Hist::new();
-    let mut errors = 0;
-    for w in workers {
-        if let Ok((h, e)) = w.join() {
-            all.merge(&h);
-            errors += e;
-        }
-    }
-    (all, errors, t0.elapsed().as_secs_f64())
+    closed_loop(threads, queries.len(), dur, || {
+        let mut scratch = Scratch::default();
+        move |i| snap.search(&mut scratch, queries.row(i), q).is_ok()
+    })
 }
 
 /// Whole-query-set batches on a pool of `threads` until `dur` has passed
@@ -365,16 +345,20 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         ),
         None => None,
     };
-    let queries = Arc::new(io::read_matrix(&args.queries)?);
+    let queries = io::read_matrix(&args.queries)?;
     if queries.is_empty() {
         bail!("{}: no queries", args.queries.display());
     }
-    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(queries.rows().map(|q| body(args, q)).collect());
+    let bodies: Vec<Vec<u8>> = queries.rows().map(|q| body(args, q)).collect();
     let path = format!("/v1/maps/{}/search", args.name);
     let mut client = Client::new(addr).with_timeout(Duration::from_secs(30));
     if let Some(t) = &token {
         client = client.with_token(t.clone());
     }
+    let requests: Vec<Vec<u8>> = bodies
+        .iter()
+        .map(|b| client.prepare("POST", &path, Some(b)))
+        .collect();
     // Untimed pass: checks the answers, the path, and recall.
     let mut found = Vec::with_capacity(queries.len());
     let mut paths = std::collections::BTreeSet::new();
@@ -441,7 +425,7 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         );
         let (d, side) = proximity::resolve(&*store, &args.name)?
             .with_context(|| format!("no map {:?} in {}", args.name, dir.display()))?;
-        let snap = Arc::new(Snapshot::load(store, d, side)?);
+        let snap = Snapshot::load(store, d, side)?;
         let q = Query {
             k: args.k,
             mode,
@@ -469,7 +453,7 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         report(&mut rows, r, args.json)?;
     }
     for &c in &args.concurrency {
-        let (h, e, secs) = http_level(addr, token.as_deref(), &path, &bodies, c, args.duration);
+        let (h, e, secs) = http_level(&client, &requests, c, args.duration);
         let r = row("http", c, &h, e, secs);
         if let Some(base) = inproc_single_qps {
             crate::progress::note(format!(

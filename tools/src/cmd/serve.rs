@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// HTTP settings (`--http` is required here).
     #[command(flatten)]
     pub http: HttpArgs,
+    /// Async executor threads for connections and request parsing (0: one
+    /// per core). Searches never run on them.
+    #[arg(long, default_value_t = 0)]
+    pub io_threads: usize,
 }
 
 /// Prints `http <addr>` on stdout (what scripts wait for).
@@ -135,7 +139,14 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let cfg = args
         .http
         .config(addr, Source::Directory(args.store.store.clone()))?;
-    let rt = super::sync::runtime()?;
+    let rt = match args.io_threads {
+        0 => super::sync::runtime()?,
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?,
+    };
     rt.block_on(async {
         let server = Server::start(cfg, MapRegistry::new())
             .await
