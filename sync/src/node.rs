@@ -22,6 +22,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex, Notify};
+
+/// Block streams opened per pull before giving up, when each one is lost
+/// before its first answer (libp2p-stream drops inbound streams its
+/// accept loop has not taken yet; see docs/sync.md).
+const STREAM_ATTEMPTS: u32 = 4;
 use tokio::task::JoinHandle;
 
 /// Status of a node, as printed by `prox sync status`.
@@ -424,27 +429,41 @@ impl<L: Linker> Node<L> {
             let empty = expected.is_none() && planner.nothing_local();
             let bulk =
                 (inner.bulk && bulk_offered && empty).then(|| (name.to_string(), Cid::of(&value)));
-            let stream = {
-                let mut control = inner.control.lock().await;
-                tokio::time::timeout(
-                    inner.limits.request_timeout,
-                    control.open_stream(peer, BLOCKS_PROTOCOL),
-                )
-                .await
-                .map_err(|_| Error::Timeout {
-                    what: format!("opening a block stream to {peer}"),
-                    seconds: inner.limits.request_timeout.as_secs(),
-                })?
-                .map_err(|e| Error::network(peer, e))?
-            };
-            match session::drive(planner, stream, &inner.limits, bulk).await {
-                Ok(p) => p,
-                Err(e) => {
-                    if let Error::Misbehaving { violation, .. } = &e {
-                        tracing::warn!(%peer, %violation, "peer sent bad data; nothing of that batch was stored");
-                        let _ = inner.client.ban(peer, violation.to_string()).await;
+            let mut planner = planner;
+            let mut attempt = 1;
+            loop {
+                let stream = {
+                    let mut control = inner.control.lock().await;
+                    tokio::time::timeout(
+                        inner.limits.request_timeout,
+                        control.open_stream(peer, BLOCKS_PROTOCOL),
+                    )
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        what: format!("opening a block stream to {peer}"),
+                        seconds: inner.limits.request_timeout.as_secs(),
+                    })?
+                    .map_err(|e| Error::network(peer, e))?
+                };
+                match session::drive(planner, stream, &inner.limits, bulk.clone()).await {
+                    Ok(p) => break p,
+                    // The server dropped the stream before answering (its
+                    // accept loop lagged): nothing was applied, try a fresh
+                    // stream a bounded number of times.
+                    Err(session::Stopped::Lost(p, e)) if attempt < STREAM_ATTEMPTS => {
+                        tracing::debug!(%peer, attempt, %e, "block stream lost before any answer; reopening");
+                        tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+                        planner = *p;
+                        attempt += 1;
                     }
-                    return Err(e);
+                    Err(stop) => {
+                        let e = stop.into_error();
+                        if let Error::Misbehaving { violation, .. } = &e {
+                            tracing::warn!(%peer, %violation, "peer sent bad data; nothing of that batch was stored");
+                            let _ = inner.client.ban(peer, violation.to_string()).await;
+                        }
+                        return Err(e);
+                    }
                 }
             }
         };

@@ -201,6 +201,15 @@ impl<L: Linker> Planner<L> {
         })
     }
 
+    /// Puts an unanswered batch back at the front of the queue (its CIDs
+    /// are still in `wanted`). Batches go back newest first, so the queue
+    /// keeps its order.
+    pub(crate) fn requeue(&mut self, batch: Batch<L::Kind>) {
+        for item in batch.items.into_iter().rev() {
+            self.queue.push_front(item.cid);
+        }
+    }
+
     /// Accepts the answer to `batch`. Every block is verified (hash, then
     /// decode as the declared kind) before any of them is stored: on a
     /// violation nothing of this batch is kept.
@@ -669,14 +678,35 @@ async fn read_groups<R: AsyncRead + Unpin>(
     }
 }
 
+/// How [`drive`] ended without finishing.
+pub(crate) enum Stopped<L: Linker> {
+    /// The stream failed before any answer reached the planner (typically:
+    /// the server's accept loop lagged and libp2p-stream dropped the inbound
+    /// stream, which the client sees as an immediate end of file). Every
+    /// batch that was in flight is queued again, so the planner can be driven
+    /// over a fresh stream with nothing lost or fetched twice.
+    Lost(Box<Planner<L>>, Error),
+    /// Any other failure; the pull is over.
+    Failed(Error),
+}
+
+impl<L: Linker> Stopped<L> {
+    /// The error, whatever the kind of stop.
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            Stopped::Lost(_, e) | Stopped::Failed(e) => e,
+        }
+    }
+}
+
 /// Runs `planner` to completion over `stream`. Returns the planner (with
-/// its report) once the closure is in `main`.
+/// its report) once the closure is in `main`; see [`Stopped`] for failures.
 pub(crate) async fn drive<L, S>(
-    mut planner: Planner<L>,
+    planner: Planner<L>,
     stream: S,
     limits: &Limits,
     bulk: Option<(String, Cid)>,
-) -> Result<Planner<L>>
+) -> std::result::Result<Planner<L>, Stopped<L>>
 where
     L: Linker,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -691,7 +721,13 @@ where
     let reader = futures::io::BufReader::with_capacity(256 << 10, reader);
     let reader_task = tokio::spawn(read_groups(reader, limits.clone(), limits.idle_timeout, tx));
     let net = |e: std::io::Error| Error::network(peer, e);
-    let result: Result<Planner<L>> = async {
+    // The planner lives in `slot` between blocking steps; `answered` turns
+    // true once a group from the server reached it (from then on a failure
+    // cannot be retried on another stream without double bookkeeping).
+    let mut slot = Some(planner);
+    let mut answered = false;
+    let mut inflight: VecDeque<Batch<L::Kind>> = VecDeque::new();
+    let result: Result<()> = async {
         let mut refused_bulk = 0;
         if let Some((name, value_cid)) = bulk {
             let mut buf = Vec::new();
@@ -706,15 +742,18 @@ where
             writer.write_all(&buf).await.map_err(net)?;
             writer.flush().await.map_err(net)?;
             loop {
-                match next_group(&mut rx, peer).await? {
+                let group = next_group(&mut rx, peer, limits.idle_timeout).await?;
+                answered = true;
+                match group {
                     Group::Closure(blocks) => {
-                        planner = blocking(planner, move |p| p.on_closure_chunk(blocks, 1)).await?;
+                        step(&mut slot, move |p| p.on_closure_chunk(blocks, 1)).await?;
                     }
                     Group::ClosureEnd(status) => {
                         tracing::debug!(%peer, ?status, "closure stream ended");
-                        planner.report.bulk =
+                        let p = planner_mut(&mut slot)?;
+                        p.report.bulk =
                             matches!(status, ClosureStatus::Complete | ClosureStatus::Budget);
-                        if !planner.report.bulk {
+                        if !p.report.bulk {
                             // The refused request still cost a round trip.
                             refused_bulk = 1;
                         }
@@ -731,14 +770,15 @@ where
                     }
                 }
             }
-            planner.report.round_trips = planner.report.round_trips.max(1);
+            let p = planner_mut(&mut slot)?;
+            p.report.round_trips = p.report.round_trips.max(1);
         }
-        let mut inflight: VecDeque<Batch<L::Kind>> = VecDeque::new();
-        while !planner.done() {
+        while !planner_mut(&mut slot)?.done() {
             while inflight.len() < limits.inflight_batches as usize {
                 let flush = inflight.is_empty();
-                let len = planner.batch_len(limits.want_cids as usize, limits.batch_bytes);
-                let Some(batch) = planner.next_batch(len, flush) else {
+                let p = planner_mut(&mut slot)?;
+                let len = p.batch_len(limits.want_cids as usize, limits.batch_bytes);
+                let Some(batch) = p.next_batch(len, flush) else {
                     break;
                 };
                 let mut buf = Vec::new();
@@ -749,37 +789,71 @@ where
                 }
                 .encode(&mut buf)
                 .map_err(net)?;
-                writer.write_all(&buf).await.map_err(net)?;
+                // Queued before the write: a failed write leaves it in flight,
+                // to be queued again if the stream turns out to be lost.
                 inflight.push_back(batch);
+                writer.write_all(&buf).await.map_err(net)?;
             }
             writer.flush().await.map_err(net)?;
-            let Some(batch) = inflight.pop_front() else {
+            let Some(expected) = inflight.front().map(|b| b.id) else {
                 // flush was set, so every wanted CID would have been sent.
                 return Err(Error::network(peer, "pull stalled with nothing to request"));
             };
-            match next_group(&mut rx, peer).await? {
-                Group::Batch { id, frames } if id == batch.id => {
-                    planner = blocking(planner, move |p| p.on_batch(batch, frames)).await?;
+            let group = next_group(&mut rx, peer, limits.idle_timeout).await?;
+            answered = true;
+            match (group, inflight.pop_front()) {
+                (Group::Batch { id, frames }, Some(batch)) if id == expected => {
+                    step(&mut slot, move |p| p.on_batch(batch, frames)).await?;
                 }
-                Group::Refused(code) => return Err(refused(peer, code)),
+                (Group::Refused(code), _) => return Err(refused(peer, code)),
                 _ => {
                     return Err(Error::Misbehaving {
                         peer,
                         violation: Box::new(Violation::Protocol(format!(
-                            "expected the answer to batch {}",
-                            batch.id
+                            "expected the answer to batch {expected}"
                         ))),
                     })
                 }
             }
         }
-        planner.report.round_trips += refused_bulk;
-        Ok(planner)
+        planner_mut(&mut slot)?.report.round_trips += refused_bulk;
+        Ok(())
     }
     .await;
     let _ = writer.close().await;
     reader_task.abort();
-    result
+    match (result, slot) {
+        (Ok(()), Some(p)) => Ok(p),
+        (Err(e @ Error::Network { .. }), Some(mut p)) if !answered => {
+            while let Some(batch) = inflight.pop_back() {
+                p.requeue(batch);
+            }
+            Err(Stopped::Lost(Box::new(p), e))
+        }
+        (Err(e), _) => Err(Stopped::Failed(e)),
+        (Ok(()), None) => Err(Stopped::Failed(Error::Io(std::io::Error::other(
+            "pull planner lost",
+        )))),
+    }
+}
+
+/// The planner in `slot`; absent only after a failed blocking step, which
+/// ends the session before this is called again.
+fn planner_mut<L: Linker>(slot: &mut Option<Planner<L>>) -> Result<&mut Planner<L>> {
+    slot.as_mut()
+        .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))
+}
+
+/// Runs `f` on the planner in `slot` on a blocking thread and puts it back.
+async fn step<L: Linker>(
+    slot: &mut Option<Planner<L>>,
+    f: impl FnOnce(&mut Planner<L>) -> Result<()> + Send + 'static,
+) -> Result<()> {
+    let p = slot
+        .take()
+        .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))?;
+    *slot = Some(blocking(p, f).await?);
+    Ok(())
 }
 
 fn refused(peer: PeerId, code: RefusedCode) -> Error {
@@ -795,6 +869,7 @@ fn refused(peer: PeerId, code: RefusedCode) -> Error {
 async fn next_group(
     rx: &mut tokio::sync::mpsc::Receiver<std::result::Result<Group, ReadError>>,
     peer: PeerId,
+    idle: Duration,
 ) -> Result<Group> {
     match rx.recv().await {
         Some(Ok(g)) => Ok(g),
@@ -802,6 +877,12 @@ async fn next_group(
             peer,
             violation: Box::new(violation),
         }),
+        Some(Err(ReadError::Io(e))) if e.kind() == std::io::ErrorKind::TimedOut => {
+            Err(Error::Timeout {
+                what: format!("progress on the block stream from {peer}"),
+                seconds: idle.as_secs(),
+            })
+        }
         Some(Err(ReadError::Io(e))) => Err(Error::network(peer, e)),
         None => Err(Error::network(peer, "block stream closed")),
     }
