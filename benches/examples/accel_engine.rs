@@ -12,16 +12,23 @@
 //!   --build-threads 2 --params 16,32,64,128 --out /tmp/x \
 //!   [--path hnsw|pq] [--hnsw m=16,efc=200] [--pq m=48] [--gt gt.ivecs] \
 //!   [--sq8 | --pq-traversal m=16,k=256]
+//!   [--variants f32,sq8,pq:m=48 --gt gt.ivecs]
 //! ```
 //! For `--path pq` the sweep values are rerank multipliers. For HNSW,
 //! `--sq8` traverses on SQ8 codes and `--pq-traversal PQPARAMS` trains a PQ
 //! sidecar on the base set (timed as part of the build) and traverses on
 //! its codes; both rerank exactly.
+//!
+//! `--variants LIST` (diagnostics, needs `--gt`): after building the graph
+//! once, measures every traversal representation in `LIST` on it (`f32`,
+//! `sq8`, `pq:PQPARAMS`) for every sweep value
+//! and prints one JSON line per point (recall, QPS, index bytes) instead of
+//! the harness protocol.
 
 mod harness;
 use harness::{read_flat, read_vecs, report_search, to_row};
 
-use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
+use prox_engine::accel::hnsw::{Hit, SearchContext, SearchGraph, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
 use prox_engine::accel::{Hnsw, HnswParams, PqParams};
 use prox_kernels::Metric;
@@ -97,18 +104,22 @@ fn main() {
             )
             .unwrap()
             .into_search_graph();
+            if let Some(list) = get("--variants") {
+                variants(
+                    &g,
+                    &list,
+                    &queries,
+                    gt.as_ref().expect("--variants needs --gt"),
+                    &params,
+                    k,
+                    reps,
+                );
+                std::process::exit(0);
+            }
             // `--sq8`: traverse on SQ8 codes, rerank exactly.
             // `--pq-traversal PARAMS`: traverse on PQ codes, rerank exactly.
             Index::H(if let Some(pq) = get("--pq-traversal") {
-                let pp = PqParams::parse(&pq).unwrap();
-                let records: Vec<(Vec<u8>, Vec<f32>)> = (0..g.node_count() as u32)
-                    .map(|i| (g.key(i).to_vec(), g.vector(i).to_vec()))
-                    .collect();
-                let p = Pq::train(metric, dims, &records, &pp).unwrap();
-                drop(records);
-                let store = prox_engine::MemStore::new();
-                let sidecar = p.persist(&store, prox_engine::Cid::of(b"bench")).unwrap();
-                g.with_pq_sidecar(&p, &sidecar.manifest).unwrap()
+                with_pq(g, &pq)
             } else if args.iter().any(|a| a == "--sq8") {
                 g.with_sq8().unwrap()
             } else {
@@ -177,5 +188,68 @@ fn main() {
             );
         }
         report_search(&out, p, p, &ids, gt.as_ref(), k, best);
+    }
+}
+
+/// `g` with PQ traversal codes from a PQ sidecar trained on its vectors.
+fn with_pq(g: SearchGraph, params: &str) -> SearchGraph {
+    let pp = PqParams::parse(params).unwrap();
+    let records: Vec<(Vec<u8>, Vec<f32>)> = (0..g.node_count() as u32)
+        .map(|i| (g.key(i).to_vec(), g.vector(i).to_vec()))
+        .collect();
+    let p = Pq::train(g.metric(), g.dims(), &records, &pp).unwrap();
+    drop(records);
+    let store = prox_engine::MemStore::new();
+    let sidecar = p.persist(&store, prox_engine::Cid::of(b"bench")).unwrap();
+    g.with_pq_sidecar(&p, &sidecar.manifest).unwrap()
+}
+
+/// `--variants`: every traversal representation of `list` on one graph
+/// (see the module docs); recall@k against `gt`, best of `reps` batches.
+fn variants(
+    g: &SearchGraph,
+    list: &str,
+    queries: &[Vec<f32>],
+    gt: &[Vec<f32>],
+    params: &str,
+    k: usize,
+    reps: usize,
+) {
+    for name in list.split(',') {
+        let t = Instant::now();
+        let v = if name == "f32" {
+            g.clone()
+        } else if name == "sq8" {
+            g.clone().with_sq8().unwrap()
+        } else if let Some(p) = name.strip_prefix("pq:") {
+            with_pq(g.clone(), p)
+        } else {
+            panic!("unknown variant {name}")
+        };
+        let prep_s = t.elapsed().as_secs_f64();
+        for p in params.split(',') {
+            let ef: usize = p.trim().parse().expect("param");
+            let mut best = f64::INFINITY;
+            let mut res = Vec::new();
+            for _ in 0..reps {
+                let t = Instant::now();
+                res = v.search_batch(queries, SearchOptions { k, ef }).unwrap();
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            let mut found = 0usize;
+            for (hits, truth) in res.iter().zip(gt) {
+                let truth = &truth[..k.min(truth.len())];
+                found += hits
+                    .iter()
+                    .filter(|h| truth.contains(&(h.id as f32)))
+                    .count();
+            }
+            let recall = found as f64 / (k * queries.len()) as f64;
+            println!(
+                r#"{{"event": "variant", "name": "{name}", "ef": {ef}, "recall": {recall:.4}, "qps": {:.0}, "index_bytes": {}, "prep_s": {prep_s:.1}}}"#,
+                queries.len() as f64 / best,
+                v.heap_bytes()
+            );
+        }
     }
 }

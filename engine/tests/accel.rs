@@ -802,3 +802,98 @@ fn hnsw_pq_traversal_hits_are_isa_independent() {
 
 const FROZEN_PQ_TRAVERSAL_HITS: &str =
     "5b8e37a0e263369dad00a50fb71225bcf214cdd0b4f249b99287f9c03d5d6c3e";
+
+/// SQ8 traversal (one global step, exact integer scores, f32 rescoring,
+/// canonical rerank) on data whose dimensions have different offsets and
+/// ranges: recall@10 >= 0.95 at ef 64 for every metric; batch search equals
+/// one-at-a-time search at 1 and 3 threads; reported scores are canonical.
+#[test]
+fn hnsw_sq8_traversal_recall_on_skewed_dimensions() {
+    let s = seed();
+    for metric in METRICS {
+        // Dimension j scaled by 2^(j mod 5) and shifted by j (L2, inner
+        // product); cosine data stays unit length.
+        let data: Records = clustered(2000, 24, 16, s, Metric::L2)
+            .into_iter()
+            .map(|(key, v)| {
+                let v = v
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &x)| x * (1u32 << (j % 5)) as f32 + j as f32)
+                    .collect();
+                (key, prepare(metric, v))
+            })
+            .collect();
+        let qs = queries(50, s, metric, &data);
+        let g = Hnsw::build(
+            metric,
+            24,
+            &data,
+            &HnswParams::parse("m=12,efc=96").unwrap(),
+        )
+        .unwrap()
+        .search_graph()
+        .with_sq8()
+        .unwrap();
+        let r = recall_of(&g, metric, &data, &qs, 64);
+        assert!(
+            r >= 0.95,
+            "{metric}: SQ8 recall@10 {r} < 0.95 at ef 64 (seed {s})"
+        );
+        let opts = SearchOptions { k: 10, ef: 64 };
+        let one = pool(1).install(|| g.search_batch(&qs, opts).unwrap());
+        let three = pool(3).install(|| g.search_batch(&qs, opts).unwrap());
+        assert_eq!(one, three, "{metric}: 1 vs 3 threads (seed {s})");
+        let mut ctx = SearchContext::new();
+        let mut hits = Vec::new();
+        for (q, b) in qs.iter().zip(&one) {
+            g.search(&mut ctx, q, opts, &mut hits).unwrap();
+            assert_eq!(&hits, b, "{metric}: batch vs single (seed {s})");
+            for h in &hits {
+                assert_eq!(h.score, canonical::score(metric, q, &data[h.id as usize].1));
+            }
+        }
+    }
+}
+
+/// SQ8 traversal hits (ids and canonical scores) on fixed data equal a
+/// digest frozen from another ISA (CI re-runs this suite under
+/// `PROX_ISA=scalar`): query and node codes come from scalar arithmetic, the
+/// integer dot product is exact on every ISA, and the rerank is canonical.
+/// (Not the f32 rescoring: its order may differ by ISA, but only inside the
+/// band that the canonical rerank then orders exactly.)
+#[test]
+fn hnsw_sq8_traversal_hits_are_isa_independent() {
+    let mut digest = Vec::new();
+    for metric in METRICS {
+        let data = clustered(1500, 24, 10, 43, metric);
+        let qs = queries(30, 43, metric, &data);
+        let g = Hnsw::build(
+            metric,
+            24,
+            &data,
+            &HnswParams::parse("m=10,efc=64").unwrap(),
+        )
+        .unwrap()
+        .search_graph()
+        .with_sq8()
+        .unwrap();
+        for ef in [16, 64] {
+            for hits in g.search_batch(&qs, SearchOptions { k: 10, ef }).unwrap() {
+                for h in hits {
+                    digest.extend_from_slice(&h.id.to_le_bytes());
+                    digest.extend_from_slice(&h.score.to_bits().to_le_bytes());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        Cid::of(&digest).to_string(),
+        FROZEN_SQ8_TRAVERSAL_HITS,
+        "SQ8 traversal hits differ from the frozen ones (ISA {})",
+        prox_kernels::isa()
+    );
+}
+
+const FROZEN_SQ8_TRAVERSAL_HITS: &str =
+    "62cb722f96fe7de64e753f56cb23a24fd3765bb1a8bce6638e096622f2c508f5";

@@ -12,7 +12,6 @@ use super::{LayerSearch, Scored};
 use crate::accel::kernel::fast_score;
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
-use prox_kernels::pq::AdcTable;
 use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
 use std::cmp::Reverse;
@@ -55,6 +54,9 @@ pub struct SearchContext {
     set_ids: Vec<u32>,
     bits: Vec<u64>,
     qcodes: Vec<i8>,
+    /// PQ traversal: the query's ADC table (`m × 256` f32, subspace-major),
+    /// refilled in place per query.
+    adc: Vec<f32>,
 }
 
 /// Layer-0 search state: epoch-stamped visited marks (`stamps[i] == epoch`
@@ -265,15 +267,17 @@ impl SearchGraph {
             }
             ctx.cands.sort_unstable();
         } else if let Some(codebooks) = &self.pq {
-            // One ADC table per query (its `m × 256` entries are the only
-            // allocation); a neighbour costs `m` lookups summed in subspace
-            // order by the scalar row kernel, so traversal order depends only
-            // on the table.
-            let table = AdcTable::for_metric(metric, q, codebooks);
-            let mut score = |id: u32| table.distance(l0.code_bytes(id));
+            // The query's ADC table is refilled in the context's buffer (no
+            // allocation once grown); a neighbour costs `m` lookups summed
+            // in subspace order, so traversal order depends only on the
+            // table.
+            let mut table = std::mem::take(&mut ctx.adc);
+            let bias = fill_adc(metric, q, codebooks, &mut table);
+            let mut score = |id: u32| adc_distance(&table, bias, l0.code_bytes(id));
             // The block holds the code and the links (a few cache lines).
             let prefetch = |id: u32| prefetch_read(l0.block(id));
             self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+            ctx.adc = table;
             // PQ distances are coarse: rescore every layer-0 result (at most
             // `ef`) with the f32 kernel before the canonical rerank.
             for c in &ctx.cands {
@@ -448,6 +452,55 @@ fn sq8_rescore_depth(k: usize) -> usize {
     3 * k + 8
 }
 
+/// PQ ADC table slots per subspace (`prox_kernels::pq` layout).
+const ADC_SLOTS: usize = 256;
+
+/// Fills `table` with the ADC table of `q` exactly as
+/// `prox_kernels::pq::AdcTable::for_metric` builds it (same kernels, same
+/// entries, `+inf` in unused slots) and returns its bias; `table` is reused
+/// across queries, so steady-state queries allocate nothing.
+fn fill_adc(
+    metric: Metric,
+    q: &[f32],
+    codebooks: &prox_kernels::pq::Codebooks,
+    table: &mut Vec<f32>,
+) -> f32 {
+    let (m, k) = (codebooks.m(), codebooks.k());
+    table.resize(m * ADC_SLOTS, f32::INFINITY);
+    for (s, slots) in table.chunks_exact_mut(ADC_SLOTS).enumerate() {
+        let sub = &q[codebooks.subspace(s)];
+        let (used, unused) = slots.split_at_mut(k);
+        match metric {
+            Metric::L2 => prox_kernels::f32::l2sq_many(sub, codebooks.centroids(s), used),
+            Metric::Cosine | Metric::InnerProduct => {
+                prox_kernels::f32::dot_many(sub, codebooks.centroids(s), used);
+                used.iter_mut().for_each(|x| {
+                    if x.is_finite() {
+                        *x = -*x;
+                    }
+                });
+            }
+        }
+        unused.fill(f32::INFINITY);
+    }
+    if metric == Metric::Cosine {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// ADC distance of one code: table entries summed in subspace order from
+/// `0.0`, then `+ bias` (the order of `prox_kernels::pq::AdcTable::distance`).
+#[inline]
+fn adc_distance(table: &[f32], bias: f32, code: &[u8]) -> f32 {
+    let mut acc = 0.0f32;
+    for (s, &c) in code.iter().enumerate() {
+        acc += table[s * ADC_SLOTS + usize::from(c)];
+    }
+    acc + bias
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,6 +533,36 @@ mod tests {
                 ((i as u32).to_be_bytes().to_vec(), v)
             })
             .collect()
+    }
+
+    /// The in-place ADC table equals `AdcTable::for_metric` entry for entry
+    /// and distance for distance (so PQ traversal order is unchanged), and
+    /// refilling a table left by larger codebooks leaves no stale entries.
+    #[test]
+    fn adc_table_refill_matches_the_kernel_table() {
+        let seed = seed();
+        let rows = data(seed, 300, 12);
+        let mut table = Vec::new();
+        for (m, k) in [(4, 256), (3, 16)] {
+            let dims = 12;
+            let centroids: Vec<f32> = (0..m * k * (dims / m))
+                .map(|i| rows[i % rows.len()].1[i % dims])
+                .collect();
+            let cb = prox_kernels::pq::Codebooks::new(dims, m, k, centroids).unwrap();
+            for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
+                let q = &rows[(m * k) % rows.len()].1;
+                let bias = fill_adc(metric, q, &cb, &mut table);
+                let want = prox_kernels::pq::AdcTable::for_metric(metric, q, &cb);
+                assert_eq!(table.as_slice(), want.entries(), "{metric:?} seed {seed}");
+                assert_eq!(bias, want.bias());
+                let mut code = vec![0u8; m];
+                for (r, (_, v)) in rows.iter().enumerate().take(50) {
+                    cb.encode(v, &mut code);
+                    let got = adc_distance(&table, bias, &code);
+                    assert_eq!(got.to_bits(), want.distance(&code).to_bits(), "row {r}");
+                }
+            }
+        }
     }
 
     #[test]
