@@ -624,3 +624,47 @@ fn nprobe_reaches_the_pq_fast_scan_path() {
     assert_ne!(one, all, "--nprobe changed nothing (seed {})", seed());
     assert!(recall_all >= 0.9, "recall {recall_all} (seed {})", seed());
 }
+
+#[test]
+fn probes_set_the_native_leaves_scanned() {
+    // Chunks of ~8 records: the 400-record map has dozens of leaves.
+    let f = fixture(&["--log-chunk-size", "3"]);
+    let out = ok(&[
+        "bench",
+        "--store",
+        s(&f.store),
+        "--name",
+        "m",
+        "--queries",
+        s(&f.data.join("query.fvecs")),
+        "--gt",
+        s(&f.data.join("gt.ivecs")),
+        "--k",
+        "10",
+        "--path",
+        "native",
+        "--probes",
+        "1,100000",
+        "--threads",
+        "1",
+    ]);
+    let recs = json_lines(&out);
+    let point = |mode: &str| {
+        recs.iter()
+            .find(|r| r["mode"] == mode)
+            .unwrap_or_else(|| panic!("no {mode} point in {out}"))
+            .clone()
+    };
+    let (one, all) = (point("probes=1"), point("probes=100000"));
+    let f64_of = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    // One leaf holds a few records; every leaf holds all of them.
+    assert!(
+        f64_of(&one, "mean_distance_evals") < f64_of(&all, "mean_distance_evals"),
+        "{one} vs {all}"
+    );
+    assert!(
+        f64_of(&one, "recall") < f64_of(&all, "recall"),
+        "{one} vs {all}"
+    );
+    assert!(f64_of(&all, "recall") >= 0.99, "{all} (seed {})", seed());
+}
