@@ -67,6 +67,16 @@ impl Cand {
     fn key(&self) -> &[u8] {
         self.node.key(self.idx as usize)
     }
+
+    /// The reported hit (values are attached by the caller when asked).
+    fn hit(&self) -> Hit {
+        Hit {
+            key: self.key().to_vec(),
+            score: self.score,
+            value: None,
+        }
+    }
+
     fn order(&self, score: f64, key: &[u8]) -> Ordering {
         self.score
             .total_cmp(&score)
@@ -302,16 +312,7 @@ impl SearchContext {
         }
         stats.rescored += self.rescore.len() as u64;
         self.rescore.sort_unstable();
-        let hits = self
-            .rescore
-            .iter()
-            .take(k)
-            .map(|c| Hit {
-                key: c.key().to_vec(),
-                score: c.score,
-                value: None,
-            })
-            .collect();
+        let hits = self.rescore.iter().take(k).map(Cand::hit).collect();
         Ok(SearchResult {
             hits,
             completion: Completion::Approximate,
@@ -483,15 +484,7 @@ impl SearchContext {
             node = child;
         }
 
-        let hits = self
-            .best
-            .iter()
-            .map(|c| Hit {
-                key: c.key().to_vec(),
-                score: c.score,
-                value: None,
-            })
-            .collect();
+        let hits = self.best.iter().map(Cand::hit).collect();
         Ok(SearchResult {
             hits,
             completion,
