@@ -908,7 +908,126 @@ pub(crate) fn seconds_since(start: Instant) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::batch_len;
+    use super::{batch_len, drive, Planner, Stopped};
+    use crate::error::Error;
+    use crate::links::Linker;
+    use crate::protocol::limits::Limits;
+    use crate::stores::Stores;
+    use prox_engine::{Cid, MemStore};
+    use std::io;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    /// Root values are concatenated CIDs of childless blocks.
+    struct Flat;
+
+    impl Linker for Flat {
+        type Kind = ();
+        fn root_links(&self, value: &[u8]) -> prox_engine::Result<Vec<(Cid, ())>> {
+            Ok(value
+                .chunks_exact(32)
+                .map(|c| (Cid(c.try_into().unwrap_or([0; 32])), ()))
+                .collect())
+        }
+        fn links(&self, _: &(), _: &[u8]) -> prox_engine::Result<Vec<(Cid, ())>> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// A block stream as the client sees one the server dropped (end of
+    /// file at once, writes swallowed), or one that never answers.
+    struct Peer {
+        hung: bool,
+    }
+
+    impl futures::AsyncRead for Peer {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            if self.hung {
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(0))
+            }
+        }
+    }
+
+    impl futures::AsyncWrite for Peer {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            b: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn planner(cids: &[Cid]) -> Planner<Flat> {
+        let stores = Stores::new(Arc::new(MemStore::new()), Arc::new(MemStore::new()));
+        let value: Vec<u8> = cids.iter().flat_map(|c| c.0).collect();
+        Planner::new(Arc::new(Flat), stores, libp2p::PeerId::random(), &value).unwrap()
+    }
+
+    fn wanted(p: &mut Planner<Flat>) -> Vec<Cid> {
+        let batch = p.next_batch(1024, true).expect("a batch");
+        batch.items.iter().map(|w| w.cid).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_lost_before_any_answer_hands_back_the_whole_queue() {
+        let cids: Vec<Cid> = (0u8..5).map(|i| Cid::of(&[i])).collect();
+        let limits = Limits {
+            want_cids: 2, // three batches in flight when the stream ends
+            inflight_batches: 4,
+            ..Limits::default()
+        };
+        for bulk in [None, Some(("r".to_string(), Cid::of(b"r")))] {
+            let lost = drive(planner(&cids), Peer { hung: false }, &limits, bulk.clone()).await;
+            match lost {
+                Err(Stopped::Lost(mut p, Error::Network { .. })) => {
+                    assert_eq!(
+                        wanted(&mut p),
+                        cids,
+                        "bulk {bulk:?}: queue order after requeue"
+                    );
+                }
+                Err(Stopped::Lost(_, e)) | Err(Stopped::Failed(e)) => {
+                    panic!("bulk {bulk:?}: expected a lost stream, got {e}")
+                }
+                Ok(_) => panic!("bulk {bulk:?}: finished without blocks"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_silent_peer_times_out_and_is_not_retried() {
+        let limits = Limits {
+            idle_timeout: Duration::from_millis(50),
+            ..Limits::default()
+        };
+        let r = drive(
+            planner(&[Cid::of(b"x")]),
+            Peer { hung: true },
+            &limits,
+            None,
+        )
+        .await;
+        assert!(
+            matches!(r, Err(Stopped::Failed(Error::Timeout { .. }))),
+            "{:?}",
+            r.err().map(Stopped::into_error)
+        );
+    }
 
     #[test]
     fn batches_fit_the_byte_budget() {
