@@ -495,32 +495,38 @@ fn inspect_verify_gc_and_sidecar_paths() {
     ok(&["verify", "--store", st, "m"]);
 }
 
-#[test]
-fn bench_sweep_records_and_plots() {
-    let f = fixture(&["--hnsw"]);
-    let dir = f.data.clone();
-    let svg = dir.join("plot.svg");
-    let out = ok(&[
+/// `prox bench` of map "m" of `f` against its queries and ground truth,
+/// k = 10, one thread, plus `extra`; returns stdout.
+fn bench(f: &Fixture, extra: &[&str]) -> String {
+    let (q, gt) = (f.data.join("query.fvecs"), f.data.join("gt.ivecs"));
+    let mut args = vec![
         "bench",
         "--store",
         s(&f.store),
         "--name",
         "m",
         "--queries",
-        s(&dir.join("query.fvecs")),
+        s(&q),
         "--gt",
-        s(&dir.join("gt.ivecs")),
+        s(&gt),
         "--k",
         "10",
-        "--budget",
-        "200,100000",
-        "--ef",
-        "16,64",
         "--threads",
         "1",
-        "--plot",
-        s(&svg),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    ok(&args)
+}
+
+#[test]
+fn bench_sweep_records_and_plots() {
+    let f = fixture(&["--hnsw"]);
+    let dir = f.data.clone();
+    let svg = dir.join("plot.svg");
+    let out = bench(
+        &f,
+        &["--budget", "200,100000", "--ef", "16,64", "--plot", s(&svg)],
+    );
     let recs = json_lines(&out);
     assert_eq!(recs.len(), 2 + 4 + 2, "{out}");
     for r in &recs {
@@ -629,25 +635,7 @@ fn nprobe_reaches_the_pq_fast_scan_path() {
 fn probes_set_the_native_leaves_scanned() {
     // Chunks of ~8 records: the 400-record map has dozens of leaves.
     let f = fixture(&["--log-chunk-size", "3"]);
-    let out = ok(&[
-        "bench",
-        "--store",
-        s(&f.store),
-        "--name",
-        "m",
-        "--queries",
-        s(&f.data.join("query.fvecs")),
-        "--gt",
-        s(&f.data.join("gt.ivecs")),
-        "--k",
-        "10",
-        "--path",
-        "native",
-        "--probes",
-        "1,100000",
-        "--threads",
-        "1",
-    ]);
+    let out = bench(&f, &["--path", "native", "--probes", "1,100000"]);
     let recs = json_lines(&out);
     let point = |mode: &str| {
         recs.iter()
