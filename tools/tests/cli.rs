@@ -656,3 +656,68 @@ fn probes_set_the_native_leaves_scanned() {
     );
     assert!(f64_of(&all, "recall") >= 0.99, "{all} (seed {})", seed());
 }
+
+#[test]
+fn serve_answers_over_http_like_query() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::time::Duration;
+    let f = fixture(&[]);
+    let qf = f.data.join("query.fvecs");
+    // The first query row of the fvecs file: dimension, then its floats.
+    let bytes = std::fs::read(&qf).expect("query.fvecs");
+    let dim = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let vector: Vec<f32> = bytes[4..4 + 4 * dim]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let cli = ok(&map_cmd(
+        "query",
+        &f.store,
+        "m",
+        "--queries",
+        &qf,
+        &["--k", "10", "--mode", "exact", "--json"],
+    ));
+    let want = &json_lines(&cli)[0]["results"];
+
+    let mut child = prox()
+        .args([
+            "serve",
+            "--store",
+            s(&f.store),
+            "--http",
+            "127.0.0.1:0",
+            "--io-threads",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn prox serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    let addr = line.trim().strip_prefix("http http://").map(str::parse);
+    let Some(Ok(addr)) = addr else {
+        let _ = child.kill();
+        let mut err = String::new();
+        let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+        panic!("no address from prox serve: {line:?}\n{err}");
+    };
+    let body = serde_json::json!({"vector": vector, "k": 10, "mode": "exact", "with_values": true});
+    let r = prox_serve::client::Client::new(addr)
+        .with_timeout(Duration::from_secs(30))
+        .post("/v1/maps/m/search", body.to_string().as_bytes());
+    let _ = child.kill();
+    let _ = child.wait();
+    let r = r.expect("HTTP search");
+    assert_eq!(r.status, 200);
+    let got = r.json().expect("JSON answer");
+    assert_eq!(got["completion"], "exact", "{got}");
+    assert_eq!(&got["results"], want, "HTTP and CLI answers differ");
+}
