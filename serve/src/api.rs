@@ -1,18 +1,31 @@
 //! The wire format: request parsing with field-level errors, and the
 //! response bodies (serde).
 //!
-//! Requests are streamed through serde_json once: the vector member
-//! (`vector`, or `vectors` of a batch) is captured as raw text whose syntax
-//! serde_json checks without converting any number, and the few small
-//! option members are read as values and checked field by field. The vector
-//! text is then read by a dedicated scanner ([`Scan`]) straight into a
-//! `Vec<f32>`, with the length and finiteness checks. Every component is
-//! converted directly to the nearest f32 (`str::parse::<f32>`, correctly
-//! rounded: the value serde_json's `float_roundtrip` gives for an `f32`, and
-//! never the double rounding of going through f64 first). Every rejection
-//! names the field at fault (`body` for JSON that does not parse or is not
-//! an object). Unknown fields are rejected, so a typo never silently falls
-//! back to a default.
+//! Two readers, one answer. The single-pass reader ([`parse_fast`]) reads
+//! a well-formed body in one pass: the top-level object and the vector
+//! member with a strict RFC 8259 scanner that converts each number as it
+//! goes, the other (few, small) members through serde_json. It accepts only
+//! bodies that are valid JSON with a valid vector member and no repeated
+//! member; on anything else it gives up and the checked reader runs.
+//!
+//! The checked reader streams the body through serde_json once: the vector
+//! member (`vector`, or `vectors` of a batch) is captured as raw text whose
+//! syntax serde_json checks without converting any number, and the option
+//! members are read as values. The vector text is then read by [`Scan`]
+//! straight into a `Vec<f32>`, with the length and finiteness checks. It
+//! names the first problem; the options are checked field by field (the
+//! same function for both readers), so both give the same result for every
+//! body the single-pass reader accepts (tested on random and mutated
+//! bodies).
+//!
+//! Every component is converted directly to the nearest f32, correctly
+//! rounded: bit-identical to `str::parse::<f32>` and to serde_json's
+//! `float_roundtrip` for an `f32`, never the double rounding of going
+//! through f64 first ([`number_f32`]: an exact fast path for up to 19
+//! significant digits and powers of ten up to 22, `str::parse` for the
+//! rest). Every rejection names the field at fault (`body` for JSON that
+//! does not parse or is not an object). Unknown fields are rejected, so a
+//! typo never silently falls back to a default.
 
 use crate::snapshot::{Answer, PathChoice, Query, QueryMode};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -382,7 +395,7 @@ impl<'a> Scan<'a> {
         if !self.eat(b']') {
             loop {
                 match self.number() {
-                    Some(t) if bad.is_none() && n < dims => match t.parse::<f32>() {
+                    Some(t) if bad.is_none() && n < dims => match token_f32(t) {
                         Ok(x) if x.is_finite() => out.push(x),
                         Ok(_) => bad = Some(Bad::NotFinite(n, t)),
                         Err(_) => bad = Some(Bad::NotNumber(n)),
@@ -538,10 +551,294 @@ impl<'de> de::Visitor<'de> for BodySeed {
     }
 }
 
+/// `10^i`, each exactly representable in f64 (5^22 < 2^53).
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The nearest f32 to `m * 10^e10` when one f64 operation finds it for
+/// certain, else `None`.
+///
+/// Why it is exact: for `m <= 2^53` and `|e10| <= 22` both operands are
+/// exact f64s, so the product or quotient `r` is the exact value `v`
+/// correctly rounded to f64 (one IEEE operation). Then `v` lies in
+/// `[1e-22, 2^53 * 1e22]`, inside f32's normal range, where every f32 and
+/// every midpoint between neighbouring f32s is an f64. Rounding to f64 is
+/// monotone and keeps those points, so `r` is on the same side of every
+/// midpoint as `v` unless `r` *is* a midpoint; that case (the 29 bits f32
+/// drops are exactly `1000...0`) is left to the slow path. Otherwise
+/// `r as f32` (round to nearest) is the f32 nearest to `v`.
+fn clinger_f32(m: u64, e10: i64) -> Option<f32> {
+    if m > 1 << 53 || !(-22..=22).contains(&e10) {
+        return None;
+    }
+    let r = if e10 >= 0 {
+        m as f64 * POW10[e10 as usize]
+    } else {
+        m as f64 / POW10[(-e10) as usize]
+    };
+    (r.to_bits() & 0x1fff_ffff != 0x1000_0000).then_some(r as f32)
+}
+
+/// Reads one JSON number (RFC 8259: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`)
+/// at `b[*i..]`, advancing `*i` past it, and returns the nearest f32
+/// (infinite beyond f32's range, like `str::parse::<f32>`). `None`, with
+/// `*i` unchanged, when no number starts there. What follows the number is
+/// not looked at.
+fn number_f32(b: &[u8], i: &mut usize) -> Option<f32> {
+    let start = *i;
+    let mut j = start;
+    let neg = b.get(j) == Some(&b'-');
+    j += usize::from(neg);
+    // Significant digits (leading zeros excluded) accumulated into `m`;
+    // `m` is exact while `sig <= 19` (10^19 - 1 < 2^64).
+    let mut m = 0u64;
+    let mut sig = 0u32;
+    let mut e10 = 0i64;
+    let mut digit = |c: u8, m: &mut u64| {
+        if *m != 0 || c != b'0' {
+            sig += 1;
+        }
+        *m = m.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+    };
+    match b.get(j) {
+        Some(b'0') => j += 1,
+        Some(b'1'..=b'9') => {
+            while let Some(&c @ b'0'..=b'9') = b.get(j) {
+                digit(c, &mut m);
+                j += 1;
+            }
+        }
+        _ => return None,
+    }
+    if b.get(j) == Some(&b'.') {
+        j += 1;
+        let first = j;
+        while let Some(&c @ b'0'..=b'9') = b.get(j) {
+            digit(c, &mut m);
+            e10 -= 1;
+            j += 1;
+        }
+        if j == first {
+            return None;
+        }
+    }
+    if matches!(b.get(j), Some(b'e' | b'E')) {
+        j += 1;
+        let eneg = match b.get(j) {
+            Some(b'-') => {
+                j += 1;
+                true
+            }
+            Some(b'+') => {
+                j += 1;
+                false
+            }
+            _ => false,
+        };
+        let first = j;
+        let mut e = 0i64;
+        while let Some(&c @ b'0'..=b'9') = b.get(j) {
+            // Saturates far beyond any exponent that matters (the slow path
+            // reads the text itself).
+            e = (e * 10 + i64::from(c - b'0')).min(1 << 40);
+            j += 1;
+        }
+        if j == first {
+            return None;
+        }
+        e10 += if eneg { -e } else { e };
+    }
+    // `sig == 0`: every digit is zero (`m` itself can wrap to 0 when
+    // `sig > 19`).
+    let fast = if sig == 0 {
+        Some(0.0)
+    } else if sig <= 19 {
+        clinger_f32(m, e10)
+    } else {
+        None
+    };
+    let x = match fast {
+        Some(x) => x,
+        // The token is ASCII (checked above) and a valid Rust float literal.
+        None => std::str::from_utf8(&b[start + usize::from(neg)..j])
+            .ok()?
+            .parse::<f32>()
+            .ok()?,
+    };
+    *i = j;
+    Some(if neg { -x } else { x })
+}
+
+/// `t` (a whole number token) as the nearest f32: [`number_f32`] when `t`
+/// is one JSON number, else whatever `str::parse::<f32>` says.
+fn token_f32(t: &str) -> Result<f32, std::num::ParseFloatError> {
+    let mut i = 0;
+    match number_f32(t.as_bytes(), &mut i) {
+        Some(x) if i == t.len() => Ok(x),
+        _ => t.parse::<f32>(),
+    }
+}
+
+/// A cursor for [`parse_fast`]: every method returns `None` (give up) on
+/// anything it does not expect.
+struct Fast<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Fast<'a> {
+    fn ws(&mut self) {
+        while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    /// Skips whitespace and consumes `c` if it comes next.
+    fn eat(&mut self, c: u8) -> bool {
+        self.ws();
+        let hit = self.b.get(self.i) == Some(&c);
+        self.i += usize::from(hit);
+        hit
+    }
+
+    fn expect(&mut self, c: u8) -> Option<()> {
+        self.eat(c).then_some(())
+    }
+
+    /// A member name without escapes, of printable ASCII only.
+    fn key(&mut self) -> Option<&'a str> {
+        self.expect(b'"')?;
+        let start = self.i;
+        while let Some(&c) = self.b.get(self.i) {
+            match c {
+                b'"' => {
+                    let k = std::str::from_utf8(&self.b[start..self.i]).ok()?;
+                    self.i += 1;
+                    return Some(k);
+                }
+                b' '..=b'~' if c != b'\\' => self.i += 1,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Exactly `dims >= 1` finite numbers in brackets, appended to `out`.
+    fn vector(&mut self, dims: usize, out: &mut Vec<f32>) -> Option<()> {
+        self.expect(b'[')?;
+        out.reserve(dims);
+        for c in 0..dims {
+            self.ws();
+            let x = number_f32(self.b, &mut self.i)?;
+            if !x.is_finite() {
+                return None;
+            }
+            out.push(x);
+            self.expect(if c + 1 < dims { b',' } else { b']' })?;
+        }
+        (dims > 0).then_some(())
+    }
+
+    /// 1..=`max_batch` vectors in brackets; returns how many.
+    fn rows(&mut self, dims: usize, max_batch: usize, out: &mut Vec<f32>) -> Option<usize> {
+        self.expect(b'[')?;
+        let mut n = 0;
+        loop {
+            if n == max_batch {
+                return None;
+            }
+            self.vector(dims, out)?;
+            n += 1;
+            if !self.eat(b',') {
+                self.expect(b']')?;
+                return Some(n);
+            }
+        }
+    }
+}
+
+/// The single-pass reader (see the module docs): `Some` only for a body
+/// that is one JSON object, with the vector member present once and valid
+/// (right length, every component a finite f32), no member repeated and
+/// nothing but whitespace after it; the options are then checked exactly
+/// as in [`parse_checked`]. `None` leaves `out` with extra rows the caller
+/// drops.
+fn parse_fast(
+    body: &[u8],
+    want: Want,
+    limits: Limits,
+    out: &mut Vec<f32>,
+) -> Option<Result<(usize, Query), ApiError>> {
+    let field = want.field();
+    let mut p = Fast { b: body, i: 0 };
+    p.expect(b'{')?;
+    let mut rest = Map::new();
+    let mut n = None;
+    if !p.eat(b'}') {
+        loop {
+            p.ws();
+            let key = p.key()?;
+            p.expect(b':')?;
+            p.ws();
+            if key == field {
+                if n.is_some() {
+                    return None;
+                }
+                n = Some(match want {
+                    Want::One { dims } => p.vector(dims, out).map(|()| 1)?,
+                    Want::Rows { dims, max_batch } => p.rows(dims, max_batch, out)?,
+                });
+            } else {
+                let mut values =
+                    serde_json::Deserializer::from_slice(&body[p.i..]).into_iter::<Value>();
+                let v = values.next()?.ok()?;
+                p.i += values.byte_offset();
+                if rest.insert(key.to_string(), v).is_some() {
+                    return None;
+                }
+            }
+            if !p.eat(b',') {
+                p.expect(b'}')?;
+                break;
+            }
+        }
+    }
+    p.ws();
+    if p.i != body.len() {
+        return None;
+    }
+    let n = n?;
+    Some(query(&mut rest, field, limits).map(|q| (n, q)))
+}
+
 /// Parses a body of `want` into `out` (row-major vectors) and the query
-/// options, in this precedence: malformed JSON, not an object, the options
-/// (and unknown fields), then the vector member.
+/// options: [`parse_fast`], or [`parse_checked`] when it gives up.
 fn parse(
+    body: &[u8],
+    want: Want,
+    limits: Limits,
+    out: &mut Vec<f32>,
+) -> Result<(usize, Query), ApiError> {
+    let start = out.len();
+    match parse_fast(body, want, limits, out) {
+        Some(Ok(r)) => Ok(r),
+        Some(Err(e)) => {
+            out.truncate(start);
+            Err(e)
+        }
+        None => {
+            out.truncate(start);
+            parse_checked(body, want, limits, out)
+        }
+    }
+}
+
+/// The checked reader: any body, with errors in this precedence: malformed
+/// JSON, not an object, the options (and unknown fields), then the vector
+/// member.
+fn parse_checked(
     body: &[u8],
     want: Want,
     limits: Limits,
@@ -685,6 +982,7 @@ pub(crate) struct RecordResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const L: Limits = Limits {
         max_k: 100,
@@ -893,6 +1191,144 @@ mod tests {
         }
         let e = search_request(br#"{"vector":"[1,2]"}"#, 2, L).unwrap_err();
         assert_eq!(e.message, "must be an array of numbers");
+    }
+
+    /// Reads `body` with both readers; whenever the single-pass one answers,
+    /// the checked one must give the same vectors (bit for bit), options
+    /// and errors. Returns whether the single-pass reader answered.
+    fn readers_agree(body: &[u8], want: Want) -> bool {
+        let mut fast = Vec::new();
+        let Some(f) = parse_fast(body, want, L, &mut fast) else {
+            return false;
+        };
+        let mut checked = Vec::new();
+        let c = parse_checked(body, want, L, &mut checked);
+        let text = String::from_utf8_lossy(body);
+        assert_eq!(f, c, "{text}");
+        if f.is_ok() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fast), bits(&checked), "{text}");
+        }
+        true
+    }
+
+    /// A decimal that is one JSON number: sign, integer part, optional
+    /// fraction and exponent, up to 30 significant digits.
+    fn decimal() -> impl Strategy<Value = String> {
+        (
+            any::<bool>(),
+            prop_oneof![Just("0".to_string()), "[1-9][0-9]{0,24}"],
+            proptest::option::of("[0-9]{1,30}"),
+            proptest::option::of((
+                prop_oneof![Just("e"), Just("E")],
+                prop_oneof![Just(""), Just("+"), Just("-")],
+                0u32..70,
+            )),
+        )
+            .prop_map(|(neg, int, frac, exp)| {
+                let mut s = String::new();
+                if neg {
+                    s.push('-');
+                }
+                s.push_str(&int);
+                if let Some(f) = frac {
+                    s.push('.');
+                    s.push_str(&f);
+                }
+                if let Some((e, sign, x)) = exp {
+                    s.push_str(&format!("{e}{sign}{x}"));
+                }
+                s
+            })
+    }
+
+    /// Every way an f32 (or a point near an f32 midpoint) is printed.
+    fn printed_f32() -> impl Strategy<Value = String> {
+        (any::<u32>(), 0u8..6, 6usize..19).prop_map(|(bits, how, digits)| {
+            let h = f32::from_bits(bits);
+            let h = if h.is_finite() { h } else { 1.5 };
+            let mid = (h as f64 + h.next_up() as f64) / 2.0;
+            match how {
+                0 => format!("{h}"),
+                1 => format!("{h:e}"),
+                2 => serde_json::to_string(&h).unwrap(),
+                3 => format!("{:.*e}", digits, h as f64),
+                // Near (or at) the midpoint above h, with 7..=19 digits:
+                // where rounding twice would go wrong.
+                4 => format!("{mid:.digits$e}"),
+                _ => format!("{mid:.digits$}"),
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        #[test]
+        fn number_f32_equals_str_parse(t in prop_oneof![decimal(), printed_f32()]) {
+            let want = t.parse::<f32>().unwrap();
+            let mut i = 0;
+            let got = number_f32(t.as_bytes(), &mut i);
+            prop_assert_eq!(i, t.len(), "{}", t);
+            prop_assert_eq!(got.map(f32::to_bits), Some(want.to_bits()), "{}", t);
+            prop_assert_eq!(token_f32(&t).map(f32::to_bits), Ok(want.to_bits()), "{}", t);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1500))]
+
+        /// Well-formed bodies take the single pass; broken ones (one byte
+        /// deleted, replaced or inserted) either take it with the checked
+        /// reader's answer or fall back to it.
+        #[test]
+        fn single_pass_reader_agrees_with_the_checked_one(
+            comps in proptest::collection::vec(prop_oneof![decimal(), printed_f32()], 1..6),
+            k in 0u32..120,
+            sep in prop_oneof![Just(","), Just(" , "), Just(",\n\t")],
+            opts_first in any::<bool>(),
+            batch in any::<bool>(),
+            cut in any::<prop::sample::Index>(),
+            edit in 0u8..4,
+            byte in prop::sample::select(br#" []{},:"0159.eE+-axk\"#.to_vec()),
+        ) {
+            let dims = comps.len();
+            let vector = format!("[{}]", comps.join(sep));
+            let (member, want) = if batch {
+                (
+                    format!(r#""vectors": [{vector},{vector}]"#),
+                    Want::Rows { dims, max_batch: L.max_batch },
+                )
+            } else {
+                (format!(r#""vector":{vector}"#), Want::One { dims })
+            };
+            let opts = format!(r#""k":{k}, "mode" : "fast""#);
+            let body = if opts_first {
+                format!("{{{opts},{member}}}")
+            } else {
+                format!(" {{ {member} ,{opts} }}\n")
+            };
+            let valid = comps.iter().all(|c| c.parse::<f32>().unwrap().is_finite());
+            let answered = readers_agree(body.as_bytes(), want);
+            prop_assert_eq!(answered, valid, "{}", body);
+            let mut b = body.into_bytes();
+            let at = cut.index(b.len());
+            match edit {
+                0 => {
+                    b.remove(at);
+                }
+                1 => b[at] = byte,
+                2 => b.insert(at, byte),
+                _ => {
+                    // The vector member twice: the checked reader keeps the last.
+                    let twice = format!(r#"{{"vector":[{}],"vector":{vector}}}"#, "1,".repeat(dims - 1) + "1");
+                    b = twice.into_bytes();
+                    let one = Want::One { dims };
+                    prop_assert!(!readers_agree(&b, one), "repeated member");
+                }
+            }
+            readers_agree(&b, want);
+        }
     }
 
     #[test]

@@ -930,3 +930,67 @@ fn requests_beyond_the_in_flight_limit_get_503_before_their_body_is_read() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn inline_search_answers_like_the_pool() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (d, side) = build(&*store, 500, s, true, false);
+    publish(&*store, "m", d, side);
+    let pool = served(store.clone(), Config::default());
+    let inline = served(
+        store.clone(),
+        Config {
+            inline_search: true,
+            ..Config::default()
+        },
+    );
+    let (mut cp, mut ci) = (pool.client(), inline.client());
+    let mut rng = Rng(s ^ 11);
+    for i in 0..20 {
+        let body = match i % 3 {
+            0 => json!({"vector": rng.vector(), "k": 5, "mode": "exact"}),
+            1 => json!({"vector": rng.vector(), "k": 8, "path": "hnsw", "ef": 24}),
+            _ => json!({"vector": rng.vector(), "k": 3, "filter": {"prefix": "00"}}),
+        };
+        let (sp, vp) = post_json(&mut cp, "/v1/maps/m/search", &body);
+        let (si, vi) = post_json(&mut ci, "/v1/maps/m/search", &body);
+        assert_eq!((sp, si), (200, 200), "seed {s} query {i}: {vp} {vi}");
+        assert_eq!(keys_scores(&vp), keys_scores(&vi), "seed {s} query {i}");
+        assert_eq!(vp["path"], vi["path"], "seed {s} query {i}");
+    }
+    // Bad input is still named, and batches still run (on the pool).
+    let (st, v) = post_json(&mut ci, "/v1/maps/m/search", &json!({"vector": [1.0]}));
+    assert_eq!((st, v["error"]["field"].clone()), (400, json!("vector")));
+    let rows: Vec<Vec<f32>> = (0..4).map(|_| rng.vector()).collect();
+    let (st, v) = post_json(
+        &mut ci,
+        "/v1/maps/m/search:batch",
+        &json!({"vectors": rows, "k": 2}),
+    );
+    assert_eq!((st, v["results"].as_array().map(Vec::len)), (200, Some(4)));
+    // Concurrent clients on the executor threads: every request answered.
+    let addr = inline.handle().addr();
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::new(addr).with_timeout(Duration::from_secs(20));
+                let mut rng = Rng(s ^ (200 + t));
+                (0..15)
+                    .map(|_| {
+                        let b = json!({"vector": rng.vector(), "k": 4}).to_string();
+                        c.post("/v1/maps/m/search", b.as_bytes()).unwrap().status
+                    })
+                    .filter(|&st| st == 200)
+                    .count()
+            })
+        })
+        .collect();
+    let ok: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(ok, 8 * 15, "seed {s}");
+    let text = String::from_utf8(ci.get("/metrics").unwrap().body).unwrap();
+    assert!(
+        text.contains(&format!("prox_search_queries_total {}\n", 20 + 4 + 8 * 15)),
+        "{text}"
+    );
+}
