@@ -138,13 +138,21 @@ pub async fn serve<L: Linker>(node: Node<L>, path: PathBuf) -> Result<tokio::tas
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     }
+    // Connections are served by tasks of a `JoinSet` owned by the listener
+    // task: aborting it (daemon shutdown) aborts every operation a control
+    // client started, instead of leaving it to fail later.
     Ok(tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
         loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                break;
+            let conn = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((conn, _)) => conn,
+                    Err(_) => break,
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             };
             let node = node.clone();
-            tokio::spawn(async move {
+            conns.spawn(async move {
                 if let Err(e) = handle(node, conn).await {
                     tracing::debug!(%e, "control connection ended");
                 }

@@ -64,11 +64,17 @@ pub async fn run<L: Linker>(
 
     // Pulls interrupted by the last stop: followed roots resume in their
     // first follow round (staged blocks are walked locally, only the rest
-    // is fetched); others stay listed in `prox sync status` until a pull of
-    // that root finishes.
+    // is fetched); others are not restarted by the daemon (the operator may
+    // have stopped them on purpose, and the source address may be stale)
+    // and stay listed in `prox sync status` with `"resume": "manual"` until
+    // a pull of that root finishes. See docs/sync.md, "Resume".
     for p in crate::pending::list(node.stores())? {
         let followed = config.follow.iter().any(|f| f.name == p.local);
-        tracing::info!(local = %p.local, peer = %p.peer, name = %p.name, followed, "interrupted pull found");
+        if followed {
+            tracing::info!(local = %p.local, peer = %p.peer, name = %p.name, "interrupted pull found; its follow loop resumes it");
+        } else {
+            tracing::warn!(local = %p.local, peer = %p.peer, name = %p.name, addr = ?p.addr, "interrupted pull found; not followed, so it resumes only when that root is pulled again");
+        }
     }
     for f in &config.follow {
         let addr = control::parse_addr(&f.peer)?;
@@ -78,7 +84,10 @@ pub async fn run<L: Linker>(
 
     wait_for_shutdown(shutdown).await;
     tracing::info!("shutting down");
+    // Aborting the socket task aborts the operations its clients started;
+    // awaiting it makes sure they are gone before the node stops.
     control_task.abort();
+    let _ = control_task.await;
     node.shutdown().await;
     let _ = std::fs::remove_file(&socket);
     Ok(())

@@ -107,6 +107,17 @@ pub enum Error {
         /// What happened.
         reason: String,
     },
+    /// The connection carrying a control request went away (or none could
+    /// be made) on every one of `attempts` sends; see docs/sync.md.
+    #[error("connection to {peer} lost {attempts} time(s): {reason}")]
+    ConnectionLost {
+        /// The peer.
+        peer: PeerId,
+        /// Sends made, the first included.
+        attempts: u32,
+        /// The last failure.
+        reason: String,
+    },
     /// A request did not complete in time.
     #[error("timed out after {seconds} s: {what}")]
     Timeout {

@@ -9,6 +9,17 @@
 //! Block streams do not pass through this task: sessions open and accept
 //! them through `libp2p_stream::Control`.
 //!
+//! Connection reuse. The swarm counts a connection as established until it
+//! has finished closing, so "is connected" is not "usable": a connection
+//! this node is closing (disconnect, ban) never satisfies a `Dial` or
+//! carries a new request; both wait until it is gone and then go over a
+//! fresh one. A connection whose remote went away (restart, crash) is not
+//! known to be dead until it fails; a control request that fails that way
+//! (closed, reset, dial failure) is sent again, over a new connection to the
+//! last address dialed for that peer, at most [`REQUEST_ATTEMPTS`] times in
+//! all, then fails with [`Error::ConnectionLost`]. `Announce` is not
+//! resent (the remote may have acted on it).
+//!
 //! Followers (`Follow` requests) are remembered per connection with the
 //! root value they were last told about; on a local root change (signalled
 //! by the node after its own compare-and-swap, and checked every
@@ -28,12 +39,12 @@ use libp2p::request_response::{
     self, InboundRequestId, OutboundRequestId, ProtocolSupport, ResponseChannel,
 };
 use libp2p::swarm::behaviour::toggle::Toggle;
-use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
 use libp2p::{connection_limits, identify, mdns, ping, Multiaddr, PeerId, Swarm};
 use prox_engine::BlockStore;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +57,12 @@ pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_FOLLOWS_PER_PEER: usize = 64;
 /// Most follow subscriptions a node keeps in total.
 const MAX_FOLLOWS: usize = 4096;
+/// Times a control request is sent before its caller gets
+/// [`Error::ConnectionLost`] (the first send plus retries after the
+/// connection carrying it closed or could not be dialed).
+pub(crate) const REQUEST_ATTEMPTS: u32 = 3;
+/// Most peer addresses remembered for redials.
+const MAX_ADDRS: usize = 1024;
 
 /// The node's combined libp2p behaviour.
 #[derive(NetworkBehaviour)]
@@ -264,6 +281,25 @@ impl Client {
     }
 }
 
+/// A control request in flight.
+struct Outbound {
+    peer: PeerId,
+    /// Kept for a resend when the request is idempotent (not `Announce`).
+    resend: Option<Request>,
+    /// Sends so far, this one included.
+    attempt: u32,
+    reply: oneshot::Sender<Result<Response>>,
+}
+
+/// Work parked until a peer's closing connections are gone.
+enum Parked {
+    Dial {
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<PeerId>>,
+    },
+    Request(Outbound, Request),
+}
+
 /// The swarm owner.
 pub(crate) struct EventLoop {
     swarm: Swarm<Behaviour>,
@@ -273,7 +309,15 @@ pub(crate) struct EventLoop {
     limits: Limits,
     announces: mpsc::Sender<InboundAnnounce>,
     dials: HashMap<ConnectionId, oneshot::Sender<Result<PeerId>>>,
-    requests: HashMap<OutboundRequestId, oneshot::Sender<Result<Response>>>,
+    requests: HashMap<OutboundRequestId, Outbound>,
+    /// Established connections per peer (until `ConnectionClosed`).
+    conns: HashMap<PeerId, HashSet<ConnectionId>>,
+    /// Those of them this node has asked to close.
+    closing: HashSet<ConnectionId>,
+    /// Dials and requests waiting for a peer's closing connections to go.
+    parked: HashMap<PeerId, Vec<Parked>>,
+    /// Last address dialed per peer (redials of resent requests).
+    addrs: HashMap<PeerId, Multiaddr>,
     inbound: HashMap<InboundRequestId, ResponseChannel<Response>>,
     peers: BTreeMap<PeerId, PeerInfo>,
     banned: Vec<Banned>,
@@ -310,6 +354,10 @@ impl EventLoop {
             announces,
             dials: HashMap::new(),
             requests: HashMap::new(),
+            conns: HashMap::new(),
+            closing: HashSet::new(),
+            parked: HashMap::new(),
+            addrs: HashMap::new(),
             inbound: HashMap::new(),
             peers: BTreeMap::new(),
             banned: Vec::new(),
@@ -346,22 +394,12 @@ impl EventLoop {
                     libp2p::multiaddr::Protocol::P2p(peer) => Some(peer),
                     _ => None,
                 });
-                if let Some(peer) = known {
-                    if self.swarm.is_connected(&peer) {
-                        let _ = reply.send(Ok(peer));
-                        return;
+                match known {
+                    Some(peer) => {
+                        self.remember(peer, &addr);
+                        self.dial_peer(id, peer, addr, reply);
                     }
-                }
-                let opts = DialOpts::unknown_peer_id().address(addr.clone()).build();
-                let conn = opts.connection_id();
-                match self.swarm.dial(opts) {
-                    Ok(()) => {
-                        tracing::debug!(id, %addr, "dialing");
-                        self.dials.insert(conn, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(Error::network(&addr, e)));
-                    }
+                    None => self.dial_new(id, None, addr, reply),
                 }
             }
             Command::Request {
@@ -369,9 +407,17 @@ impl EventLoop {
                 request,
                 reply,
             } => {
-                let rid = self.swarm.behaviour_mut().ctl.send_request(&peer, request);
-                tracing::trace!(id, %peer, ?rid, "control request");
-                self.requests.insert(rid, reply);
+                let resend = match request {
+                    Request::Announce { .. } => None,
+                    _ => Some(request.clone()),
+                };
+                let out = Outbound {
+                    peer,
+                    resend,
+                    attempt: 0,
+                    reply,
+                };
+                self.send_request(out, request);
             }
             Command::Respond { id: rid, response } => {
                 if let Some(ch) = self.inbound.remove(&rid) {
@@ -384,15 +430,145 @@ impl EventLoop {
             Command::Ban { peer, reason } => {
                 tracing::warn!(id, %peer, %reason, "banning misbehaving peer");
                 self.swarm.behaviour_mut().block.block_peer(peer);
-                let _ = self.swarm.disconnect_peer_id(peer);
+                self.close_peer(peer);
                 self.peers.remove(&peer);
                 self.banned.push(Banned {
                     peer: peer.to_string(),
                     reason,
                 });
             }
-            Command::Disconnect { peer } => {
-                let _ = self.swarm.disconnect_peer_id(peer);
+            Command::Disconnect { peer } => self.close_peer(peer),
+        }
+    }
+
+    /// Remembers where `peer` was reached (bounded).
+    fn remember(&mut self, peer: PeerId, addr: &Multiaddr) {
+        if self.addrs.len() >= MAX_ADDRS && !self.addrs.contains_key(&peer) {
+            let drop = self.addrs.keys().next().copied();
+            if let Some(p) = drop {
+                self.addrs.remove(&p);
+            }
+        }
+        self.addrs.insert(peer, addr.clone());
+    }
+
+    /// True if `peer` has an established connection this node is not
+    /// closing.
+    fn usable(&self, peer: &PeerId) -> bool {
+        self.conns
+            .get(peer)
+            .is_some_and(|c| c.iter().any(|id| !self.closing.contains(id)))
+    }
+
+    /// True if this node is closing one of `peer`'s connections. The
+    /// request-response behaviour still spreads requests over every
+    /// established connection, closing ones included, so no request is
+    /// sent to such a peer until they are gone.
+    fn has_closing(&self, peer: &PeerId) -> bool {
+        self.conns
+            .get(peer)
+            .is_some_and(|c| c.iter().any(|id| self.closing.contains(id)))
+    }
+
+    /// Starts closing every connection to `peer`; from now on none of them
+    /// satisfies a dial or carries a request.
+    fn close_peer(&mut self, peer: PeerId) {
+        if let Some(c) = self.conns.get(&peer) {
+            self.closing.extend(c.iter().copied());
+        }
+        let _ = self.swarm.disconnect_peer_id(peer);
+    }
+
+    /// A dial of a known peer: reuse a usable connection, wait for closing
+    /// ones to go, or open a new one.
+    fn dial_peer(
+        &mut self,
+        id: u64,
+        peer: PeerId,
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<PeerId>>,
+    ) {
+        if self.usable(&peer) {
+            let _ = reply.send(Ok(peer));
+        } else if self.has_closing(&peer) {
+            tracing::debug!(id, %peer, "dial waits for a closing connection to go");
+            self.parked
+                .entry(peer)
+                .or_default()
+                .push(Parked::Dial { addr, reply });
+        } else {
+            self.dial_new(id, Some(peer), addr, reply);
+        }
+    }
+
+    /// Opens a new connection to `addr`; `reply` is answered when it is
+    /// established or has failed.
+    fn dial_new(
+        &mut self,
+        id: u64,
+        peer: Option<PeerId>,
+        addr: Multiaddr,
+        reply: oneshot::Sender<Result<PeerId>>,
+    ) {
+        let opts = match peer {
+            // `Always`: a connection of this peer may still be closing.
+            Some(p) => DialOpts::peer_id(p)
+                .addresses(vec![addr.clone()])
+                .condition(PeerCondition::Always)
+                .build(),
+            None => DialOpts::unknown_peer_id().address(addr.clone()).build(),
+        };
+        let conn = opts.connection_id();
+        match self.swarm.dial(opts) {
+            Ok(()) => {
+                tracing::debug!(id, %addr, "dialing");
+                self.dials.insert(conn, reply);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(Error::network(&addr, e)));
+            }
+        }
+    }
+
+    /// Sends (or parks) one attempt of a control request.
+    fn send_request(&mut self, mut out: Outbound, request: Request) {
+        let peer = out.peer;
+        if self.has_closing(&peer) {
+            self.parked
+                .entry(peer)
+                .or_default()
+                .push(Parked::Request(out, request));
+            return;
+        }
+        out.attempt += 1;
+        // Without a connection, the behaviour dials one, trying the last
+        // address this node dialed for the peer first.
+        let addrs = self.addrs.get(&peer).cloned().into_iter().collect();
+        let rid = self
+            .swarm
+            .behaviour_mut()
+            .ctl
+            .send_request_with_addresses(&peer, request, addrs);
+        tracing::trace!(%peer, ?rid, attempt = out.attempt, "control request");
+        self.requests.insert(rid, out);
+    }
+
+    /// Runs the work parked for `peer` once none of its connections is
+    /// closing any more.
+    fn unpark(&mut self, peer: PeerId) {
+        if self.has_closing(&peer) {
+            return;
+        }
+        let Some(parked) = self.parked.remove(&peer) else {
+            return;
+        };
+        for p in parked {
+            match p {
+                // Callers that gave up (timeout) are dropped here.
+                Parked::Dial { reply, .. } if reply.is_closed() => {}
+                Parked::Request(out, _) if out.reply.is_closed() => {}
+                Parked::Dial { addr, reply } => self.dial_peer(0, peer, addr, reply),
+                Parked::Request(out, request) => self.send_request(out, request),
             }
         }
     }
@@ -413,6 +589,10 @@ impl EventLoop {
                     ConnectedPoint::Listener { send_back_addr, .. } => send_back_addr.clone(),
                 };
                 tracing::debug!(%peer_id, %address, "connected");
+                self.conns.entry(peer_id).or_default().insert(connection_id);
+                if let ConnectedPoint::Dialer { address, .. } = &endpoint {
+                    self.remember(peer_id, address);
+                }
                 self.peers.entry(peer_id).or_insert_with(|| PeerInfo {
                     peer: peer_id.to_string(),
                     address: address.to_string(),
@@ -422,17 +602,29 @@ impl EventLoop {
                 if let Some(reply) = self.dials.remove(&connection_id) {
                     let _ = reply.send(Ok(peer_id));
                 }
+                self.unpark(peer_id);
             }
             SwarmEvent::ConnectionClosed {
                 peer_id,
-                num_established: 0,
+                connection_id,
+                num_established,
                 ..
             } => {
-                self.peers.remove(&peer_id);
-                // Subscriptions live as long as the connection; a follower
-                // re-subscribes when it reconnects.
-                self.subs.remove(&peer_id);
-                self.follows.disconnected(&peer_id);
+                self.closing.remove(&connection_id);
+                if let Some(c) = self.conns.get_mut(&peer_id) {
+                    c.remove(&connection_id);
+                    if c.is_empty() {
+                        self.conns.remove(&peer_id);
+                    }
+                }
+                if num_established == 0 {
+                    self.peers.remove(&peer_id);
+                    // Subscriptions live as long as the connection; a
+                    // follower re-subscribes when it reconnects.
+                    self.subs.remove(&peer_id);
+                    self.follows.disconnected(&peer_id);
+                }
+                self.unpark(peer_id);
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,
@@ -488,8 +680,8 @@ impl EventLoop {
                     request_id,
                     response,
                 } => {
-                    if let Some(reply) = self.requests.remove(&request_id) {
-                        let _ = reply.send(Ok(response));
+                    if let Some(out) = self.requests.remove(&request_id) {
+                        let _ = out.reply.send(Ok(response));
                     }
                 }
             },
@@ -499,8 +691,28 @@ impl EventLoop {
                 error,
                 ..
             } => {
-                if let Some(reply) = self.requests.remove(&request_id) {
-                    let _ = reply.send(Err(Error::network(peer, error)));
+                let Some(mut out) = self.requests.remove(&request_id) else {
+                    return;
+                };
+                let lost = connection_lost(&error);
+                match out.resend.take() {
+                    Some(request)
+                        if lost && out.attempt < REQUEST_ATTEMPTS && !out.reply.is_closed() =>
+                    {
+                        tracing::debug!(%peer, %error, attempt = out.attempt, "control request lost with its connection; sending again");
+                        out.resend = Some(request.clone());
+                        self.send_request(out, request);
+                    }
+                    _ if lost => {
+                        let _ = out.reply.send(Err(Error::ConnectionLost {
+                            peer,
+                            attempts: out.attempt,
+                            reason: error.to_string(),
+                        }));
+                    }
+                    _ => {
+                        let _ = out.reply.send(Err(Error::network(peer, error)));
+                    }
                 }
             }
             request_response::Event::InboundFailure { peer, error, .. } => {
@@ -698,5 +910,25 @@ impl EventLoop {
             roots: page,
             next_after,
         }
+    }
+}
+
+/// True if a control request failed because its connection went away (or
+/// none could be made), as opposed to the remote's answer or a timeout: a
+/// resend over a new connection may succeed.
+fn connection_lost(error: &request_response::OutboundFailure) -> bool {
+    use request_response::OutboundFailure as F;
+    use std::io::ErrorKind as K;
+    match error {
+        F::DialFailure | F::ConnectionClosed => true,
+        F::Io(e) => matches!(
+            e.kind(),
+            K::ConnectionReset
+                | K::ConnectionAborted
+                | K::BrokenPipe
+                | K::UnexpectedEof
+                | K::NotConnected
+        ),
+        F::Timeout | F::UnsupportedProtocols => false,
     }
 }

@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::event_loop::{Banned, Behaviour, Client, EventLoop, InboundAnnounce, PeerInfo};
 use crate::follow::{FollowState, FollowTable};
+use crate::gate::Gate;
 use crate::links::Linker;
 use crate::pending::{self, PendingPull};
 use crate::protocol::limits::Limits;
@@ -47,10 +48,24 @@ pub struct Status {
     /// Named roots in the store.
     pub roots: Vec<String>,
     /// Durable records of pulls started and not finished (running ones and
-    /// ones interrupted by a stop or crash; see [`crate::pending`]).
-    pub pending_pulls: Vec<PendingPull>,
+    /// ones interrupted by a stop or crash; see [`crate::pending`]), each
+    /// with how it will be finished.
+    pub pending_pulls: Vec<PendingStatus>,
     /// Followed roots.
     pub follows: Vec<FollowState>,
+}
+
+/// A pending pull as listed by `prox sync status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingStatus {
+    /// The durable record.
+    #[serde(flatten)]
+    pub record: PendingPull,
+    /// How it finishes: `"running"` (a pull of that root runs now),
+    /// `"follow"` (the root is followed: its follow loop resumes it), or
+    /// `"manual"` (nothing resumes it automatically; pulling that root
+    /// again reuses the staged blocks). See docs/sync.md, "Resume".
+    pub resume: &'static str,
 }
 
 struct Inner<L: Linker> {
@@ -68,6 +83,12 @@ struct Inner<L: Linker> {
     /// Signalled after this node moved one of its roots (followers of it
     /// are announced the change).
     changed: Arc<Notify>,
+    /// Every blocking job that touches `stores` holds a permit of this
+    /// gate; shutdown closes it before the final commit.
+    gate: Gate,
+    /// Set once [`Node::shutdown`] has finished (held while it runs, so a
+    /// second caller waits for the first).
+    stopped: Mutex<bool>,
 }
 
 /// A running node. Cloning gives another handle to the same node.
@@ -198,11 +219,13 @@ impl<L: Linker> Node<L> {
             changed.clone(),
         );
         let linker = Arc::new(linker);
+        let gate = Gate::default();
         let serve_ctx = Arc::new(ServeCtx::new(
             linker.clone(),
             stores.main.clone(),
             access,
             limits.clone(),
+            gate.clone(),
         ));
         let inner = Arc::new(Inner {
             client,
@@ -217,22 +240,45 @@ impl<L: Linker> Node<L> {
             tasks: std::sync::Mutex::new(Vec::new()),
             follows,
             changed,
+            gate,
+            stopped: Mutex::new(false),
         });
         let node = Node { inner };
         let el = tokio::spawn(event_loop.run());
         // Inbound streams arrive through a zero-capacity channel and are
-        // dropped if not taken at once: hand each to its own task.
+        // dropped if not taken at once: hand each to its own task. The
+        // tasks live in a `JoinSet` owned by the acceptor, so aborting the
+        // acceptor (shutdown) aborts every session it started.
         let acceptor = tokio::spawn(async move {
-            while let Some((peer, stream)) = incoming.next().await {
-                tokio::spawn(crate::server::serve(serve_ctx.clone(), peer, stream));
+            let mut sessions = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    next = incoming.next() => match next {
+                        Some((peer, stream)) => {
+                            sessions.spawn(crate::server::serve(serve_ctx.clone(), peer, stream));
+                        }
+                        None => break,
+                    },
+                    Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+                }
             }
         });
         let weak = Arc::downgrade(&node.inner);
+        // Announced pulls live in a `JoinSet` owned by the announcer, so
+        // shutdown (which aborts the announcer) aborts them too.
         let announcer = tokio::spawn(async move {
-            while let Some(ann) = ann_rx.recv().await {
+            let mut pulls = tokio::task::JoinSet::new();
+            loop {
+                let ann = tokio::select! {
+                    ann = ann_rx.recv() => match ann {
+                        Some(ann) => ann,
+                        None => break,
+                    },
+                    Some(_) = pulls.join_next(), if !pulls.is_empty() => continue,
+                };
                 let Some(inner) = weak.upgrade() else { break };
                 let node = Node { inner };
-                tokio::spawn(async move {
+                pulls.spawn(async move {
                     let outcome = match node.pull_from(ann.peer, &ann.name, &ann.target).await {
                         Ok(r) => AnnounceOutcome::Applied {
                             blocks_fetched: r.blocks_fetched,
@@ -314,9 +360,7 @@ impl<L: Linker> Node<L> {
         let inner = &self.inner;
         let main = inner.stores.main.clone();
         let local_name = local.to_string();
-        let expected = tokio::task::spawn_blocking(move || main.root(&local_name))
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        let expected = inner.gate.run(move || Ok(main.root(&local_name)?)).await?;
         let answer = match known {
             Some((v, bulk)) => Response::Root {
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
@@ -379,9 +423,10 @@ impl<L: Linker> Node<L> {
             started_unix: pending::now_unix(),
         };
         let stores = inner.stores.clone();
-        tokio::task::spawn_blocking(move || pending::record(&stores, &record))
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        inner
+            .gate
+            .run(move || Ok(pending::record(&stores, &record)?))
+            .await?;
         let result = self
             .fetch_and_publish(peer, name, local, value, bulk_offered, expected, start)
             .await;
@@ -397,7 +442,10 @@ impl<L: Linker> Node<L> {
         if finished {
             let stores = inner.stores.clone();
             let local = local.to_string();
-            let _ = tokio::task::spawn_blocking(move || pending::clear(&stores, &local)).await;
+            let _ = inner
+                .gate
+                .run(move || Ok(pending::clear(&stores, &local)?))
+                .await;
         }
         if result.is_ok() {
             inner.changed.notify_one();
@@ -420,9 +468,11 @@ impl<L: Linker> Node<L> {
         let linker = inner.linker.clone();
         let stores = inner.stores.clone();
         let v = value.clone();
-        let planner = tokio::task::spawn_blocking(move || Planner::new(linker, stores, peer, &v))
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        let gate = inner.gate.clone();
+        let planner = inner
+            .gate
+            .run(move || Planner::new(linker, stores, gate, peer, &v))
+            .await?;
         let planner = if planner.done() {
             planner
         } else {
@@ -432,7 +482,7 @@ impl<L: Linker> Node<L> {
             let mut planner = planner;
             let mut attempt = 1;
             loop {
-                let stream = {
+                let opened = {
                     let mut control = inner.control.lock().await;
                     tokio::time::timeout(
                         inner.limits.request_timeout,
@@ -443,7 +493,19 @@ impl<L: Linker> Node<L> {
                         what: format!("opening a block stream to {peer}"),
                         seconds: inner.limits.request_timeout.as_secs(),
                     })?
-                    .map_err(|e| Error::network(peer, e))?
+                };
+                let stream = match opened {
+                    Ok(s) => s,
+                    // The connection it picked was closing (the peer's
+                    // connections are chosen at random): nothing was sent,
+                    // try again; libp2p-stream dials if none is left.
+                    Err(e) if attempt < STREAM_ATTEMPTS => {
+                        tracing::debug!(%peer, attempt, %e, "opening a block stream failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+                        attempt += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(Error::network(peer, e)),
                 };
                 match session::drive(planner, stream, &inner.limits, bulk.clone()).await {
                     Ok(p) => break p,
@@ -472,30 +534,31 @@ impl<L: Linker> Node<L> {
         let main = inner.stores.main.clone();
         let staging = inner.stores.staging.clone();
         let local_name = local.to_string();
-        let swapped = tokio::task::spawn_blocking(move || -> Result<bool> {
-            main.commit()?;
-            let ok = main.cas_root(&local_name, expected.as_deref(), Some(&value))?;
-            // Staged blocks that are now visible leave staging; the rest
-            // belong to other (running or abandoned) pulls and stay.
-            let staged = staging.cids()?;
-            if !staged.is_empty() {
-                let visible = main.has_many(&staged)?;
-                if visible.iter().any(|v| *v) {
-                    let keep: HashSet<Cid> = staged
-                        .into_iter()
-                        .zip(visible)
-                        .filter(|(_, v)| !v)
-                        .map(|(c, _)| c)
-                        .collect();
-                    staging.retain(&keep)?;
-                    staging.commit()?;
+        let swapped = inner
+            .gate
+            .run(move || -> Result<bool> {
+                main.commit()?;
+                let ok = main.cas_root(&local_name, expected.as_deref(), Some(&value))?;
+                // Staged blocks that are now visible leave staging; the rest
+                // belong to other (running or abandoned) pulls and stay.
+                let staged = staging.cids()?;
+                if !staged.is_empty() {
+                    let visible = main.has_many(&staged)?;
+                    if visible.iter().any(|v| *v) {
+                        let keep: HashSet<Cid> = staged
+                            .into_iter()
+                            .zip(visible)
+                            .filter(|(_, v)| !v)
+                            .map(|(c, _)| c)
+                            .collect();
+                        staging.retain(&keep)?;
+                        staging.commit()?;
+                    }
                 }
-            }
-            drop(planner); // releases the pins after the swap
-            Ok(ok)
-        })
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+                drop(planner); // releases the pins after the swap
+                Ok(ok)
+            })
+            .await?;
         if !swapped {
             return Err(Error::Conflict {
                 name: local.to_string(),
@@ -636,6 +699,32 @@ impl<L: Linker> Node<L> {
     /// Node status.
     pub async fn status(&self) -> Result<Status> {
         let (peers, banned) = self.inner.client.peers().await?;
+        let running = self
+            .inner
+            .pulls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let followed: HashSet<String> = self
+            .inner
+            .follows
+            .states()
+            .into_iter()
+            .map(|f| f.name)
+            .collect();
+        let pending_pulls = pending::list(&self.inner.stores)?
+            .into_iter()
+            .map(|record| {
+                let resume = if running.contains(&record.local) {
+                    "running"
+                } else if followed.contains(&record.local) {
+                    "follow"
+                } else {
+                    "manual"
+                };
+                PendingStatus { record, resume }
+            })
+            .collect();
         let roots = self
             .inner
             .stores
@@ -649,30 +738,56 @@ impl<L: Linker> Node<L> {
             listen: self.inner.listen.iter().map(|a| a.to_string()).collect(),
             peers,
             banned,
-            pulls_in_progress: self
-                .inner
-                .pulls
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            pulls_in_progress: running,
             pinned: self.inner.stores.pins.len(),
             roots,
-            pending_pulls: pending::list(&self.inner.stores)?,
+            pending_pulls,
             follows: self.inner.follows.states(),
         })
     }
 
-    /// Stops the node's tasks. In-flight pulls are abandoned: their staged
-    /// blocks stay for a retry and no root moves.
+    /// Stops the node: refuses new store work, aborts its tasks (event
+    /// loop, block sessions, follows, announced pulls), waits until every
+    /// blocking job that was reading or writing the stores has ended (an
+    /// aborted pull's batch check runs on to the end of its batch), then
+    /// commits both stores. When this returns nothing of this node touches
+    /// the stores any more; operations still running on other tasks (a pull
+    /// awaited by the caller, a control connection) end with
+    /// [`Error::Shutdown`] or a network error. In-flight pulls are
+    /// abandoned: their staged blocks and pending records stay for a retry
+    /// and no root moves. Calling it again is a no-op.
     pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        let mut stopped = inner.stopped.lock().await;
+        if *stopped {
+            return;
+        }
+        // Closing first: a job starting from now on is refused, so waiting
+        // below is bounded by the jobs already running.
+        let closing = inner.gate.close();
         let tasks: Vec<_> =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in tasks {
+            std::mem::take(&mut *inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in &tasks {
             t.abort();
+        }
+        for t in tasks {
             let _ = t.await;
         }
-        let _ = self.inner.stores.main.commit();
-        let _ = self.inner.stores.staging.commit();
+        let closed = closing.await;
+        let (main, staging) = (inner.stores.main.clone(), inner.stores.staging.clone());
+        let committed = tokio::task::spawn_blocking(move || {
+            main.commit()?;
+            staging.commit()
+        })
+        .await;
+        match committed {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(%e, "final commit failed"),
+            Err(e) => tracing::error!(%e, "final commit did not run"),
+        }
+        drop(closed);
+        *stopped = true;
+        tracing::info!(peer_id = %inner.peer_id, "sync node stopped");
     }
 }
 

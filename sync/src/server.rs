@@ -53,6 +53,9 @@ pub(crate) struct ServeCtx<L: Linker> {
     pub(crate) store: Arc<dyn BlockStore>,
     pub(crate) access: Arc<Access>,
     pub(crate) limits: Limits,
+    /// The node's store gate: reads of `store` run under a permit, so none
+    /// outlives `Node::shutdown`.
+    gate: crate::gate::Gate,
     sessions: Mutex<HashMap<PeerId, usize>>,
 }
 
@@ -62,12 +65,14 @@ impl<L: Linker> ServeCtx<L> {
         store: Arc<dyn BlockStore>,
         access: Arc<Access>,
         limits: Limits,
+        gate: crate::gate::Gate,
     ) -> Self {
         ServeCtx {
             linker,
             store,
             access,
             limits,
+            gate,
             sessions: Mutex::new(HashMap::new()),
         }
     }
@@ -178,15 +183,16 @@ where
                     let store = ctx.store.clone();
                     let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
                     let max_block = ctx.limits.max_block as usize;
-                    match tokio::task::spawn_blocking(move || {
-                        answer_want(&*store, &cids, budget, max_block)
-                    })
-                    .await
+                    match ctx
+                        .gate
+                        .run(move || Ok(answer_want(&*store, &cids, budget, max_block)))
+                        .await
                     {
                         Ok(mut frames) => {
                             frames.push(ServerFrame::Done { batch });
                             Job::Frames(frames)
                         }
+                        // Node shutting down (or the job failed): end the session.
                         Err(_) => break,
                     }
                 }
@@ -312,7 +318,14 @@ where
     let max_block = ctx.limits.max_block as usize;
     let store = ctx.store.clone();
     let linker = ctx.linker.clone();
+    let Ok(permit) = ctx.gate.enter() else {
+        // The node is shutting down: end the session without an answer.
+        return Err(std::io::Error::other("node shutting down"));
+    };
+    // The walk ends when the session drops `rx` (its next send fails), so
+    // the permit is held no longer than the session that asked for it.
     let producer = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let status = walk_closure(
             &*store,
             &*linker,

@@ -16,6 +16,7 @@
 //! published and walks what was staged locally, fetching only the rest.
 
 use crate::error::{Error, Result, Violation};
+use crate::gate::Gate;
 use crate::links::Linker;
 use crate::protocol::frames::{ClientFrame, ClosureStatus, ReadError, RefusedCode, ServerFrame};
 use crate::protocol::limits::Limits;
@@ -91,6 +92,8 @@ enum Parent {
 pub(crate) struct Planner<L: Linker> {
     linker: Arc<L>,
     stores: Stores,
+    /// The node's store gate: every blocking step runs under a permit.
+    gate: Gate,
     peer: PeerId,
     /// CIDs to request, in discovery order.
     queue: VecDeque<Cid>,
@@ -129,12 +132,21 @@ enum Placed {
 impl<L: Linker> Planner<L> {
     /// Starts a pull of the closure of `value` (a named root's bytes).
     /// Subtrees already in `main` are skipped, staged ones walked locally.
-    pub(crate) fn new(linker: Arc<L>, stores: Stores, peer: PeerId, value: &[u8]) -> Result<Self> {
+    /// Every later step that touches the stores runs under a permit of
+    /// `gate` (see [`step`]).
+    pub(crate) fn new(
+        linker: Arc<L>,
+        stores: Stores,
+        gate: Gate,
+        peer: PeerId,
+        value: &[u8],
+    ) -> Result<Self> {
         let roots = linker.root_links(value)?;
         let pins = stores.pins.set();
         let mut p = Planner {
             linker,
             stores,
+            gate,
             peer,
             queue: VecDeque::new(),
             wanted: HashMap::new(),
@@ -888,17 +900,20 @@ async fn next_group(
     }
 }
 
-/// Runs `f` on the planner on a blocking thread and hands the planner back.
+/// Runs `f` on the planner on a blocking thread, under a permit of the
+/// node's store gate, and hands the planner back. If the awaiting task is
+/// aborted, the job (and the rayon work inside it) still runs to its end,
+/// but `Node::shutdown` waits for it before its final commit.
 async fn blocking<L: Linker>(
     planner: Planner<L>,
     f: impl FnOnce(&mut Planner<L>) -> Result<()> + Send + 'static,
 ) -> Result<Planner<L>> {
-    tokio::task::spawn_blocking(move || {
+    let gate = planner.gate.clone();
+    gate.run(move || {
         let mut p = planner;
         f(&mut p).map(|()| p)
     })
     .await
-    .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
 }
 
 /// Timing helper for reports.
@@ -975,7 +990,14 @@ mod tests {
     fn planner(cids: &[Cid]) -> Planner<Flat> {
         let stores = Stores::new(Arc::new(MemStore::new()), Arc::new(MemStore::new()));
         let value: Vec<u8> = cids.iter().flat_map(|c| c.0).collect();
-        Planner::new(Arc::new(Flat), stores, libp2p::PeerId::random(), &value).unwrap()
+        Planner::new(
+            Arc::new(Flat),
+            stores,
+            crate::gate::Gate::default(),
+            libp2p::PeerId::random(),
+            &value,
+        )
+        .unwrap()
     }
 
     fn wanted(p: &mut Planner<Flat>) -> Vec<Cid> {
