@@ -162,6 +162,14 @@ impl Arena {
         &self.data[start..start + self.dims]
     }
 
+    /// Asks for transparent huge pages under the arena, converting the rows
+    /// already written (`prox_kernels::prefetch::advise_huge_pages`): graph
+    /// traversals probe it at random, and with 4 KiB pages nearly every
+    /// probe of a large arena also missed the TLB. A hint; changes nothing.
+    pub(crate) fn advise_huge_pages(&self) {
+        prox_kernels::prefetch::advise_huge_pages(&self.data, true);
+    }
+
     /// Bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.data.capacity() * 4
