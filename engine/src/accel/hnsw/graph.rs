@@ -49,44 +49,71 @@ type Encoder<'a> = dyn FnMut(usize, &mut [u8]) + 'a;
 const BLOCK_ALIGN: usize = 64;
 
 impl Layer0 {
-    /// Blocks for `n` nodes with lists `lists(i)` and, if `codes` is given,
-    /// each node's code (`code_len` bytes) written by `codes(i, out)`,
+    /// Block stride for lists of up to `cap` links and `code_len` code bytes
+    /// (plus a 4-byte norm if `has_norm`).
+    fn stride_for(cap: usize, code_len: usize, has_norm: bool) -> usize {
+        let used = 4 + 4 * cap + code_len + if has_norm { 4 } else { 0 };
+        used.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN
+    }
+
+    /// Writes node `i`'s code (`codes(i, ..)`) and, if `has_norm`, its `Σ c²`
+    /// (code read as `i8`) into block `b` after `cap` link slots.
+    fn write_code(
+        b: &mut [u8],
+        i: usize,
+        cap: usize,
+        code: &mut [u8],
+        has_norm: bool,
+        codes: &mut Encoder<'_>,
+    ) {
+        codes(i, code);
+        let at = 4 + 4 * cap;
+        b[at..at + code.len()].copy_from_slice(code);
+        if has_norm {
+            let norm: i32 = prox_kernels::cast::as_i8(code)
+                .iter()
+                .map(|&c| i32::from(c) * i32::from(c))
+                .sum();
+            b[at + code.len()..at + code.len() + 4].copy_from_slice(&norm.to_le_bytes());
+        }
+    }
+
+    /// Blocks for `n` nodes with lists of at most `cap` links, node `i`'s
+    /// written by `lists(i, buf)` into the cleared `buf` (one reused buffer:
+    /// no per-node list is held next to the blocks) and, if `codes` is
+    /// given, each node's code (`code_len` bytes) written by `codes(i, out)`,
     /// followed, if `has_norm`, by the code's `Σ c²` read as `i8` (SQ8).
     fn build(
         n: usize,
-        lists: &[Vec<u32>],
+        cap: usize,
+        lists: &mut dyn FnMut(usize, &mut Vec<u32>),
         code_len: usize,
         has_norm: bool,
         mut codes: Option<&mut Encoder<'_>>,
     ) -> Layer0 {
         let has_norm = has_norm && code_len > 0;
-        let cap = lists.iter().map(Vec::len).max().unwrap_or(0);
-        let used = 4 + 4 * cap + code_len + if has_norm { 4 } else { 0 };
-        let stride = used.div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+        let stride = Self::stride_for(cap, code_len, has_norm);
         let mut data = vec![0u8; n * stride + BLOCK_ALIGN];
+        // Searches probe blocks at random: huge pages keep them in the TLB.
+        prox_kernels::prefetch::advise_huge_pages(&data, false);
         // align_offset may legally return usize::MAX; then fall back to 0.
         let base = match data.as_ptr().align_offset(BLOCK_ALIGN) {
             off if off < BLOCK_ALIGN => off,
             _ => 0,
         };
         let mut code = vec![0u8; code_len];
-        for (i, list) in lists.iter().enumerate().take(n) {
+        let mut list: Vec<u32> = Vec::with_capacity(cap);
+        for i in 0..n {
+            list.clear();
+            lists(i, &mut list);
+            assert!(list.len() <= cap, "layer-0 list longer than its cap");
             let b = &mut data[base + i * stride..base + (i + 1) * stride];
             b[..4].copy_from_slice(&(list.len() as u32).to_le_bytes());
-            for (slot, &id) in b[4..4 + 4 * list.len()].chunks_exact_mut(4).zip(list) {
+            for (slot, &id) in b[4..4 + 4 * list.len()].chunks_exact_mut(4).zip(&list) {
                 slot.copy_from_slice(&id.to_le_bytes());
             }
             if let Some(f) = codes.as_mut() {
-                f(i, &mut code);
-                let at = 4 + 4 * cap;
-                b[at..at + code_len].copy_from_slice(&code);
-                if has_norm {
-                    let norm: i32 = prox_kernels::cast::as_i8(&code)
-                        .iter()
-                        .map(|&c| i32::from(c) * i32::from(c))
-                        .sum();
-                    b[at + code_len..at + code_len + 4].copy_from_slice(&norm.to_le_bytes());
-                }
+                Self::write_code(b, i, cap, &mut code, has_norm, f);
             }
         }
         Layer0 {
@@ -97,6 +124,54 @@ impl Layer0 {
             code_len,
             has_norm,
         }
+    }
+
+    /// Replaces every block's code section with `code_len` bytes from
+    /// `codes(i, out)` (+ norm if `has_norm`), keeping the links. When the
+    /// blocks grow (adding codes to bare blocks), this happens in place: the
+    /// buffer is extended and blocks move up from the last one down, so the
+    /// old and new layouts never coexist in memory (at a million nodes that
+    /// was the build's peak RSS). Shrinking builds fresh blocks.
+    fn recode(&mut self, code_len: usize, has_norm: bool, codes: &mut Encoder<'_>) {
+        let has_norm = has_norm && code_len > 0;
+        let n = self.data.len().saturating_sub(BLOCK_ALIGN) / self.stride.max(1);
+        let (cap, old_stride, old_base) = (self.cap, self.stride, self.base);
+        let stride = Self::stride_for(cap, code_len, has_norm);
+        if stride < old_stride || old_stride == 0 {
+            let old = std::mem::take(self);
+            let mut lists = |i: usize, out: &mut Vec<u32>| out.extend(old.links(i as u32));
+            *self = Layer0::build(n, cap, &mut lists, code_len, has_norm, Some(codes));
+            return;
+        }
+        let len = n * stride + BLOCK_ALIGN;
+        self.data.reserve_exact(len - self.data.len());
+        prox_kernels::prefetch::advise_huge_pages(self.data.spare_capacity_mut(), false);
+        self.data.resize(len, 0);
+        // The allocation may have moved: the old blocks keep their offset
+        // `old_base`, the new ones align to the new address.
+        let base = match self.data.as_ptr().align_offset(BLOCK_ALIGN) {
+            off if off < BLOCK_ALIGN => off,
+            _ => 0,
+        };
+        // Descending order is safe: for i >= 1 the new block i starts past
+        // the end of old block i - 1 (strides differ by >= 64 bytes, bases
+        // by < 64); block i's own overlap is handled by `copy_within`, and
+        // its links are moved before its code is written.
+        let head = 4 + 4 * cap;
+        let mut code = vec![0u8; code_len];
+        for i in (0..n).rev() {
+            let (from, to) = (old_base + i * old_stride, base + i * stride);
+            self.data.copy_within(from..from + head, to);
+            let b = &mut self.data[to..to + stride];
+            b[head..].fill(0);
+            Self::write_code(b, i, cap, &mut code, has_norm, codes);
+        }
+        self.data[..base].fill(0);
+        self.data[base + n * stride..].fill(0);
+        self.base = base;
+        self.stride = stride;
+        self.code_len = code_len;
+        self.has_norm = has_norm;
     }
 
     /// Node `i`'s whole block.
@@ -221,14 +296,14 @@ impl SearchGraph {
             key_bytes.extend_from_slice(k);
             key_offsets.push(key_bytes.len());
         }
-        let mut l0_lists: Vec<Vec<u32>> = Vec::with_capacity(n);
         let top = levels.iter().copied().max().unwrap_or(0).max(max_level);
         let mut upper: Vec<UpperLayer> = (0..top).map(|_| UpperLayer::default()).collect();
         for l in &mut upper {
             l.offsets.push(0);
         }
+        let mut cap = 0;
         for (i, &level) in levels.iter().enumerate() {
-            l0_lists.push(lists(i, 0));
+            cap = cap.max(lists(i, 0).len());
             for layer in 1..=usize::from(level) {
                 let l = &mut upper[layer - 1];
                 l.nodes.push(i as u32);
@@ -252,7 +327,14 @@ impl SearchGraph {
             vectors,
             key_bytes,
             key_offsets,
-            l0: Layer0::build(n, &l0_lists, 0, false, None),
+            l0: Layer0::build(
+                n,
+                cap,
+                &mut |i, out| out.extend(lists(i, 0)),
+                0,
+                false,
+                None,
+            ),
             upper,
             entry,
             max_level,
@@ -286,14 +368,13 @@ impl SearchGraph {
         let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
         let quantizer = prox_kernels::sq8::Quantizer::new(d, d, vec![scale])
             .map_err(|e| crate::error::Error::InvalidArgument(format!("sq8 quantizer: {e}")))?;
-        let lists: Vec<Vec<u32>> = (0..n as u32).map(|i| self.l0.links(i).collect()).collect();
         let vectors = &self.vectors;
         let mut buf = vec![0i8; d];
         let mut encode = |i: usize, out: &mut [u8]| {
             quantizer.encode(vectors.row(i), &mut buf);
             out.copy_from_slice(prox_kernels::cast::as_u8(&buf));
         };
-        self.l0 = Layer0::build(n, &lists, d, true, Some(&mut encode));
+        self.l0.recode(d, true, &mut encode);
         self.sq8 = Some(quantizer);
         self.pq = None;
         Ok(self)
@@ -329,9 +410,8 @@ impl SearchGraph {
                 codes.len()
             )));
         }
-        let lists: Vec<Vec<u32>> = (0..n as u32).map(|i| self.l0.links(i).collect()).collect();
         let mut copy = |i: usize, out: &mut [u8]| out.copy_from_slice(&codes[i * m..(i + 1) * m]);
-        self.l0 = Layer0::build(n, &lists, m, false, Some(&mut copy));
+        self.l0.recode(m, false, &mut copy);
         self.pq = Some(codebooks);
         self.sq8 = None;
         Ok(self)
@@ -512,5 +592,77 @@ impl SearchGraph {
                 .iter()
                 .map(|l| l.nodes.capacity() * 4 + l.offsets.capacity() * 8 + l.links.capacity() * 4)
                 .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lists of `n` nodes with 0..=cap links each, a pure function of `i`.
+    fn list(i: usize, cap: usize) -> Vec<u32> {
+        (0..(i * 7 + 3) % (cap + 1))
+            .map(|j| ((i * 31 + j * 17) % 997) as u32)
+            .collect()
+    }
+
+    fn code(i: usize, out: &mut [u8]) {
+        for (j, b) in out.iter_mut().enumerate() {
+            *b = (i * 13 + j * 5) as u8;
+        }
+    }
+
+    #[test]
+    fn recode_in_place_equals_a_fresh_build() {
+        let (n, cap) = (300, 9);
+        let bare = || {
+            Layer0::build(
+                n,
+                cap,
+                &mut |i, out| out.extend(list(i, cap)),
+                0,
+                false,
+                None,
+            )
+        };
+        for (code_len, norm) in [
+            (0, false),
+            (40, true),
+            (100, true),
+            (16, false),
+            (300, true),
+        ] {
+            let fresh = Layer0::build(
+                n,
+                cap,
+                &mut |i, out| out.extend(list(i, cap)),
+                code_len,
+                norm,
+                Some(&mut code),
+            );
+            // From bare blocks (grows in place, or keeps the stride).
+            let mut grown = bare();
+            grown.recode(code_len, norm, &mut code);
+            // From the largest coded blocks (shrinks: fresh path).
+            let mut shrunk = bare();
+            shrunk.recode(400, true, &mut code);
+            shrunk.recode(code_len, norm, &mut code);
+            for l0 in [&grown, &shrunk] {
+                assert_eq!(
+                    (l0.stride, l0.cap, l0.code_len),
+                    (fresh.stride, fresh.cap, fresh.code_len)
+                );
+                for i in 0..n as u32 {
+                    assert_eq!(
+                        l0.block(i),
+                        fresh.block(i),
+                        "block {i}, code_len {code_len}"
+                    );
+                    assert_eq!(l0.links(i).collect::<Vec<_>>(), list(i as usize, cap));
+                    assert_eq!(l0.norm(i), fresh.norm(i));
+                }
+            }
+            assert_eq!(grown.data[..grown.base], vec![0u8; grown.base][..]);
+        }
     }
 }
