@@ -26,7 +26,7 @@
 //! the harness protocol.
 
 mod harness;
-use harness::{read_flat, read_vecs, report_search, to_row};
+use harness::{read_flat, read_vecs, report_memory, report_search, to_row};
 
 use prox_engine::accel::hnsw::{Hit, SearchContext, SearchGraph, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
@@ -95,15 +95,18 @@ fn main() {
                 HnswParams::parse(&get("--hnsw").unwrap_or_else(|| "m=16,efc=200".into())).unwrap();
             // The file's one buffer becomes the vector arena and then moves
             // into the search layout: one copy of the vectors at peak.
-            let g = Hnsw::build_flat(
+            report_memory("loaded");
+            let h = Hnsw::build_flat(
                 metric,
                 dims,
                 std::mem::take(&mut keys),
                 std::mem::take(&mut flat),
                 &p,
             )
-            .unwrap()
-            .into_search_graph();
+            .unwrap();
+            report_memory("graph built");
+            let g = h.into_search_graph();
+            report_memory("search layout");
             if let Some(list) = get("--variants") {
                 variants(
                     &g,
@@ -128,6 +131,7 @@ fn main() {
         }
     });
     let build_s = t.elapsed().as_secs_f64();
+    report_memory("index ready");
     let bytes = match &index {
         Index::H(g) => g.heap_bytes(),
         Index::P(p) => p.code_bytes(),

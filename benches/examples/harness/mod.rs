@@ -115,3 +115,24 @@ pub(crate) fn report_search(
     );
     std::io::stdout().flush().ok();
 }
+
+/// Prints the process's peak and current resident set size (`VmHWM`,
+/// `VmRSS` of `/proc/self/status`, MB) at `phase` to stderr, so the phase
+/// that sets the peak RSS can be found; silent where `/proc` is missing.
+pub(crate) fn report_memory(phase: &str) {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(-1.0, |kb| kb / 1024.0)
+    };
+    eprintln!(
+        r#"{{"event": "memory", "phase": "{phase}", "vm_hwm_mb": {:.1}, "vm_rss_mb": {:.1}}}"#,
+        field("VmHWM:"),
+        field("VmRSS:")
+    );
+}
