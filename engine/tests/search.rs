@@ -188,6 +188,89 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
     }
 }
 
+/// Exact L2 screens records with one uniform 8-bit scale and a residual
+/// bound per record (docs/search.md, "Exact L2"). Data chosen to stress
+/// that bound: one huge record sets the scale so small vectors quantize to
+/// all-zero codes, subnormal and tiny components, exact duplicates and
+/// grid ties, and queries far outside the records' range (clamped codes).
+/// Exact search must still equal brute force, ties included; on benign
+/// clustered data the bound must actually prune.
+#[test]
+fn exact_l2_bound_holds_on_adversarial_data() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0xB0B);
+    let dims = 12usize;
+    let mut recs = clustered(&mut rng, 500, dims, 5, true);
+    let mut next_key = 10_000u64;
+    let mut push = |recs: &mut Vec<Rec>, v: Vec<f32>| {
+        next_key += 1;
+        recs.push((key(next_key), v, Vec::new()));
+    };
+    push(&mut recs, vec![3.0e15; dims]);
+    push(
+        &mut recs,
+        (0..dims)
+            .map(|i| if i % 2 == 0 { -2.0e15 } else { 1.0 })
+            .collect(),
+    );
+    for _ in 0..40 {
+        let tiny: Vec<f32> = (0..dims).map(|_| rng.unit() * 1.0e-6).collect();
+        push(&mut recs, tiny.clone());
+        push(&mut recs, tiny); // exact duplicate: a tie under another key
+        let sub: Vec<f32> = (0..dims)
+            .map(|i| {
+                f32::from_bits(1 + (rng.next() % 1000) as u32) * if i % 3 == 0 { -1.0 } else { 1.0 }
+            })
+            .collect();
+        push(&mut recs, sub);
+    }
+    let store = MemStore::new();
+    let map = ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
+    let searcher = map.searcher().unwrap();
+    for t in 0..24 {
+        let q: Vec<f32> = match t % 4 {
+            0 => recs[(rng.next() % recs.len() as u64) as usize].1.clone(),
+            1 => (0..dims).map(|_| rng.unit() * 1.0e-6).collect(),
+            2 => (0..dims).map(|_| rng.unit() * 1.0e17).collect(),
+            _ => (0..dims)
+                .map(|_| (rng.unit() * 12.0).round() / 4.0)
+                .collect(),
+        };
+        for k in [1usize, 10, 90] {
+            let want = brute(&recs, Metric::L2, &q, k, |_| true);
+            let got = searcher
+                .search(&q, &SearchRequest::new(k).mode(Mode::Exact))
+                .unwrap();
+            assert_eq!(hits(&got), want, "seed {s} query {t} k {k}");
+            assert_eq!(got.completion, Completion::Exact);
+        }
+    }
+
+    // Benign data: the screen leaves few records to the canonical rescore.
+    let recs = clustered(&mut rng, 3000, 16, 30, false);
+    let store = MemStore::new();
+    let map = ProximityMap::build(&store, &ProximityConfig::new(16), recs.clone()).unwrap();
+    let searcher = map.searcher().unwrap();
+    let mut rescored = 0;
+    for _ in 0..10 {
+        let base = &recs[(rng.next() % recs.len() as u64) as usize].1;
+        let q: Vec<f32> = base.iter().map(|&x| x + rng.gauss() * 0.1).collect();
+        let got = searcher
+            .search(&q, &SearchRequest::new(10).mode(Mode::Exact))
+            .unwrap();
+        assert_eq!(
+            hits(&got),
+            brute(&recs, Metric::L2, &q, 10, |_| true),
+            "seed {s}"
+        );
+        rescored += got.stats.rescored;
+    }
+    assert!(
+        rescored < 10 * 3000 / 5,
+        "seed {s}: the bound screened too little ({rescored} rescored over 10 queries)"
+    );
+}
+
 #[test]
 fn high_recall_preset_reaches_095_on_clustered_data() {
     let s = seed();

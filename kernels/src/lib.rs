@@ -26,6 +26,7 @@ pub mod cast;
 pub mod det;
 mod error;
 pub mod f32;
+pub mod i8scan;
 mod isa;
 mod metric;
 pub mod pq;

@@ -1,8 +1,12 @@
 //! The best-first traversal and its reusable per-thread state.
 
+use super::arena::{l2_prune_limit, limit_int, Arena};
+use super::catalogue::Catalogue;
 use super::filter::Compiled;
 use super::node::Node;
-use super::quant::{approx_dot, approx_l2, down, l2_lower, quantize, up, QuantStats, EPS};
+use super::quant::{
+    approx_dot, approx_l2, down, l2_lower, quantize, quantize_uniform, up, QuantStats, EPS,
+};
 use super::{Completion, Hit, Mode, SearchRequest, SearchResult, SearchStats, Searcher};
 use crate::error::Result;
 use prox_kernels::Metric;
@@ -113,8 +117,11 @@ pub struct SearchContext {
     frontier: BinaryHeap<Item>,
     /// Exact modes: the current top k by canonical `(score, key)`, sorted.
     best: Vec<Cand>,
-    /// Adaptive mode: the `rerank·k` best by approximate `(score, key)`.
-    pool: BinaryHeap<Cand>,
+    /// Query codes with the arena's uniform scale (L2), or a copy of
+    /// `codes` (cosine, inner product), for scanning the arena.
+    ucodes: Vec<i8>,
+    /// Adaptive mode: `(code distance, page, entry)` candidates.
+    cands: Vec<(i64, u32, u32)>,
     rescore: Vec<Cand>,
     /// Exact modes: eligible entries of the current logical leaf with
     /// their lower bounds, visited in `(bound, index)` order.
@@ -200,7 +207,7 @@ impl SearchContext {
     fn clear(&mut self) {
         self.frontier.clear();
         self.best.clear();
-        self.pool.clear();
+        self.cands.clear();
         self.rescore.clear();
         self.order.clear();
         self.rank.clear();
@@ -224,6 +231,13 @@ impl SearchContext {
             rel: (d as f64 + 4.0) * EPS,
         };
         let out = match req.mode {
+            // An uncapped budget is the exact search.
+            Mode::Exact
+            | Mode::Budgeted(super::Budget {
+                max_nodes: None,
+                max_distance_evals: None,
+                max_frontier: None,
+            }) if q.metric == Metric::L2 => self.exact_l2(s, &q, req.k, filter),
             Mode::Exact => self.traverse(s, &q, req.k, super::Budget::default(), filter),
             Mode::Budgeted(b) => self.traverse(s, &q, req.k, b, filter),
             Mode::Adaptive(p) => self.probe(s, &q, req, p, filter),
@@ -232,16 +246,51 @@ impl SearchContext {
         out
     }
 
+    /// Ranks the catalogue entries the filter can reach into `self.rank`
+    /// by `prio(stats, dot, catalogue index)` (one kernel call over the
+    /// catalogue; the root alone, priority 0, when the catalogue is empty).
+    fn rank_groups(
+        &mut self,
+        cat: &Catalogue,
+        filter: &Compiled<'_>,
+        stats: &mut SearchStats,
+        prio: impl Fn(&QuantStats, i32, usize) -> f64,
+    ) {
+        self.rank.clear();
+        if cat.len() == 0 {
+            self.rank.push((0.0, 0));
+            return;
+        }
+        stats.distance_evals += cat.len() as u64;
+        self.dots.resize(cat.len(), 0);
+        prox_kernels::sq8::dot_i8_many(&self.codes, &cat.codes, &mut self.dots);
+        for i in 0..cat.len() {
+            let (min, max) = cat.bounds(i);
+            if filter.overlaps(min, max) {
+                self.rank
+                    .push((prio(&cat.stats[i], self.dots[i], i), i as u32));
+            }
+        }
+    }
+
+    /// Quantizes the query with the arena's uniform scale into `self.ucodes`;
+    /// returns `(Σ q̂², bound on ‖q − s·q̂‖)`.
+    fn quantize_uniform(&mut self, arena: &Arena, v: &[f32]) -> (i64, f64) {
+        self.ucodes.resize(v.len(), 0);
+        quantize_uniform(v, arena.scale, &mut self.ucodes)
+    }
+
     /// The adaptive search, IVF style: rank every logical leaf by the
     /// approximate distance from the query to its representative (one
     /// kernel call over the [`super::catalogue::Catalogue`]), scan the
-    /// best `probes` leaves (more while fewer than `k` eligible records
-    /// were seen, so filters never under-fill), keep the best `rerank·k`
-    /// records by approximate score and rescore those canonically.
+    /// best `probes` leaves in the scan arena (more while fewer than `k`
+    /// eligible records were seen, so filters never under-fill), keep the
+    /// best `rerank·k` records by integer code distance and rescore those
+    /// canonically.
     ///
-    /// Every decision derives from the integer code dots and fixed scalar
-    /// f64 arithmetic, ties broken by catalogue position and key, so the
-    /// hits are the same on every ISA.
+    /// Every decision derives from integer code dots (leaf order: fixed
+    /// scalar f64 arithmetic on them), ties broken by catalogue position
+    /// and key, so the hits are the same on every ISA.
     fn probe(
         &mut self,
         s: &Searcher<'_>,
@@ -256,59 +305,102 @@ impl SearchContext {
         let pool_cap = k.saturating_mul(rerank);
         let mut stats = SearchStats::default();
         let cat = s.catalogue()?;
-        if cat.len() == 0 {
-            // The root is at level 0: the whole map is one logical leaf.
-            let root = s.root.clone();
-            self.scan(s, q, &root, filter, pool_cap, &mut stats)?;
+        let arena = s.arena()?;
+        // The representative's approximate score; subtracting a multiple
+        // of the covering radius (the lower bound's shape) lowered recall
+        // at every probe count on both benchmark datasets (docs/search.md).
+        self.rank_groups(cat, filter, &mut stats, |x, dot, _| q.approx(x, dot));
+        let probes = req
+            .probes
+            .unwrap_or(preset_probes)
+            .clamp(1, self.rank.len().max(1));
+        let by_prio = |a: &(f64, u32), b: &(f64, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        if probes < self.rank.len() {
+            self.rank.select_nth_unstable_by(probes - 1, by_prio);
+        }
+        let head = probes.min(self.rank.len());
+        self.rank[..head].sort_unstable_by(by_prio);
+
+        // L2 ranks records by the integer `D = ‖q̂‖² + ‖x̂‖² − 2·q̂·x̂`
+        // (uniform scale); cosine and inner product by `−q̂·x̂`, with the
+        // query's own-scale codes (a positive factor away from the real
+        // approximate dot).
+        let l2 = q.metric == Metric::L2;
+        let qn = if l2 {
+            self.quantize_uniform(arena, q.v).0
         } else {
-            stats.distance_evals += cat.len() as u64;
-            self.dots.resize(cat.len(), 0);
-            prox_kernels::sq8::dot_i8_many(&self.codes, &cat.codes, &mut self.dots);
-            self.rank.clear();
-            for i in 0..cat.len() {
-                let (min, max) = cat.bounds(i);
-                if filter.overlaps(min, max) {
-                    // The representative's approximate score; subtracting a
-                    // multiple of the covering radius (the lower bound's
-                    // shape) lowered recall at every probe count on both
-                    // benchmark datasets (docs/search.md).
-                    let prio = q.approx(&cat.stats[i], self.dots[i]);
-                    self.rank.push((prio, i as u32));
+            self.ucodes.clear();
+            self.ucodes.extend_from_slice(&self.codes);
+            0
+        };
+        let by_dist = |a: &(i64, u32, u32), b: &(i64, u32, u32)| {
+            a.0.cmp(&b.0).then_with(|| {
+                let ka = arena.pages[a.1 as usize].key(a.2 as usize);
+                let kb = arena.pages[b.1 as usize].key(b.2 as usize);
+                ka.cmp(kb)
+            })
+        };
+        // `cands` holds candidates by (distance, key); once it has been cut
+        // to the best `pool_cap`, `limit` is the largest kept distance and
+        // anything farther can never enter the final pool.
+        self.cands.clear();
+        let mut limit = i64::MAX;
+        let mut next = 0;
+        while next < self.rank.len() {
+            if next >= head {
+                if self.cands.len() >= k {
+                    break;
+                }
+                if next == head {
+                    // A filter left too few candidates: continue in
+                    // order until `k` eligible records were seen.
+                    self.rank[head..].sort_unstable_by(by_prio);
                 }
             }
-            let probes = req
-                .probes
-                .unwrap_or(preset_probes)
-                .clamp(1, self.rank.len().max(1));
-            let by_prio = |a: &(f64, u32), b: &(f64, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-            if probes < self.rank.len() {
-                self.rank.select_nth_unstable_by(probes - 1, by_prio);
-            }
-            let head = probes.min(self.rank.len());
-            self.rank[..head].sort_unstable_by(by_prio);
-            let mut next = 0;
-            while next < self.rank.len() {
-                if next >= head {
-                    if self.pool.len() >= k {
-                        break;
+            let g = self.rank[next].1 as usize;
+            next += 1;
+            for p in arena.group_page[g]..arena.group_page[g + 1] {
+                let page = &arena.pages[p];
+                let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
+                stats.nodes_visited += 1;
+                stats.distance_evals += (b - a) as u64;
+                self.dots.resize(b - a, 0);
+                prox_kernels::i8scan::dots(
+                    &self.ucodes,
+                    &arena.codes[a * d..b * d],
+                    &mut self.dots,
+                );
+                for (i, &dot) in self.dots.iter().enumerate() {
+                    let dist = if l2 {
+                        qn + i64::from(arena.norms[a + i]) - 2 * i64::from(dot)
+                    } else {
+                        -i64::from(dot)
+                    };
+                    if dist > limit || !filter.accepts(page.key(i)) {
+                        continue;
                     }
-                    if next == head {
-                        // A filter left too few candidates: continue in
-                        // order until `k` eligible records were seen.
-                        self.rank[head..].sort_unstable_by(by_prio);
+                    self.cands.push((dist, p as u32, i as u32));
+                    if self.cands.len() >= 2 * pool_cap.max(1) {
+                        self.cands.select_nth_unstable_by(pool_cap - 1, by_dist);
+                        self.cands.truncate(pool_cap);
+                        limit = self.cands[pool_cap - 1].0;
                     }
                 }
-                let (node, idx) = &cat.parents[self.rank[next].1 as usize];
-                let leaf = node.child(*idx as usize, &s.loader)?.clone();
-                self.scan(s, q, &leaf, filter, pool_cap, &mut stats)?;
-                next += 1;
             }
         }
+        if self.cands.len() > pool_cap {
+            self.cands.select_nth_unstable_by(pool_cap - 1, by_dist);
+            self.cands.truncate(pool_cap);
+        }
 
-        self.rescore.extend(self.pool.drain());
-        for c in &mut self.rescore {
-            c.score =
-                prox_kernels::canonical::score(q.metric, q.v, c.node.vector(c.idx as usize, d));
+        for &(_, p, i) in &self.cands {
+            let node = &arena.pages[p as usize];
+            let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i as usize, d));
+            self.rescore.push(Cand {
+                score,
+                node: node.clone(),
+                idx: i,
+            });
         }
         stats.rescored += self.rescore.len() as u64;
         self.rescore.sort_unstable();
@@ -320,55 +412,86 @@ impl SearchContext {
         })
     }
 
-    /// Adds the eligible records of the level-0 subtree `node` (a logical
-    /// leaf, or an overflow directory of leaf pages) to the approximate
-    /// pool of the best `pool_cap` by `(approximate score, key)`.
-    fn scan(
+    /// Exact L2 search over the scan arena: logical leaves in increasing
+    /// order of their covering-ball lower bound (the search ends at the
+    /// first one bounded above the k-th score), every record of a leaf
+    /// screened in bulk by its integer code distance against
+    /// [`l2_prune_limit`] for the current k-th canonical score (with the
+    /// largest record residual; survivors are checked again with their
+    /// own), and the rest scored canonically. Pruning is rigorous, so the
+    /// hits are exactly the brute-force top k by `(score, key)`, ties
+    /// included; which records get rescored depends on integers and fixed
+    /// f64 arithmetic only, so the work is the same on every ISA too.
+    fn exact_l2(
         &mut self,
         s: &Searcher<'_>,
         q: &Query<'_>,
-        node: &Arc<Node>,
+        k: usize,
         filter: &Compiled<'_>,
-        pool_cap: usize,
-        stats: &mut SearchStats,
-    ) -> Result<()> {
-        if !node.leafy {
-            for i in 0..node.len {
-                let (min, max) = node.bounds(i);
-                if filter.overlaps(min, max) {
-                    let child = node.child(i, &s.loader)?.clone();
-                    self.scan(s, q, &child, filter, pool_cap, stats)?;
+    ) -> Result<SearchResult> {
+        let d = s.dims();
+        let mut stats = SearchStats::default();
+        let cat = s.catalogue()?;
+        let arena = s.arena()?;
+        self.rank_groups(cat, filter, &mut stats, |x, dot, i| {
+            let (node, idx) = &cat.parents[i];
+            q.lower_bound(x, dot, node.radius[*idx as usize])
+        });
+        self.rank
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (qn, eq) = self.quantize_uniform(arena, q.v);
+        let scale = arena.scale;
+        // Pruning state for the current k-th score `kth`: records with
+        // `D > bulk` are excluded (largest residual), survivors with
+        // `D > l2_prune_limit(kth, .., err_r, ..)`.
+        let mut kth = f64::INFINITY;
+        let mut bulk = i64::MAX;
+        for r in 0..self.rank.len() {
+            let (lb, g) = self.rank[r];
+            if lb > kth {
+                // Every later leaf is bounded above the k-th hit.
+                break;
+            }
+            let g = g as usize;
+            for p in arena.group_page[g]..arena.group_page[g + 1] {
+                let page = &arena.pages[p];
+                let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
+                stats.nodes_visited += 1;
+                stats.distance_evals += (b - a) as u64;
+                self.dots.resize(b - a, 0);
+                prox_kernels::i8scan::dots(
+                    &self.ucodes,
+                    &arena.codes[a * d..b * d],
+                    &mut self.dots,
+                );
+                for i in 0..b - a {
+                    let dist = qn + i64::from(arena.norms[a + i]) - 2 * i64::from(self.dots[i]);
+                    if dist > bulk {
+                        continue;
+                    }
+                    if kth.is_finite()
+                        && dist as f64 > l2_prune_limit(kth, q.rel, eq, arena.err[a + i], scale)
+                    {
+                        continue;
+                    }
+                    if !filter.accepts(page.key(i)) {
+                        continue;
+                    }
+                    stats.rescored += 1;
+                    let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
+                    if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
+                        kth = self.best[k - 1].score;
+                        bulk = limit_int(l2_prune_limit(kth, q.rel, eq, arena.err_max, scale));
+                    }
                 }
             }
-            return Ok(());
         }
-        stats.nodes_visited += 1;
-        stats.distance_evals += node.len as u64;
-        self.dots.resize(node.len, 0);
-        prox_kernels::sq8::dot_i8_many(&self.codes, &node.codes, &mut self.dots);
-        for i in 0..node.len {
-            let score = q.approx(&node.stats[i], self.dots[i]);
-            if self.pool.len() >= pool_cap {
-                // Cheap reject before the key comparison and filter.
-                let Some(w) = self.pool.peek() else { break };
-                if score > w.score {
-                    continue;
-                }
-                let key = node.key(i);
-                if w.order(score, key) != Ordering::Greater || !filter.accepts(key) {
-                    continue;
-                }
-                self.pool.pop();
-            } else if !filter.accepts(node.key(i)) {
-                continue;
-            }
-            self.pool.push(Cand {
-                score,
-                node: node.clone(),
-                idx: i as u32,
-            });
-        }
-        Ok(())
+        let hits = self.best.iter().map(Cand::hit).collect();
+        Ok(SearchResult {
+            hits,
+            completion: Completion::Exact,
+            stats,
+        })
     }
 
     /// The exact search (with optional caps): best-first by lower bound.

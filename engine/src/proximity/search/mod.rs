@@ -32,6 +32,7 @@
 //!   [`Searcher::search_batch`] runs queries on rayon with one reusable
 //!   [`SearchContext`] per worker.
 
+mod arena;
 mod catalogue;
 mod engine;
 mod filter;
@@ -46,6 +47,7 @@ use crate::error::{Error, Result};
 use crate::prolly::Tree;
 use crate::proximity::format::{Descriptor, Record};
 use crate::store::BlockStore;
+use arena::Arena;
 use catalogue::Catalogue;
 use node::{Loader, Node};
 use prox_kernels::Metric;
@@ -237,6 +239,9 @@ pub struct Searcher<'s> {
     root: Arc<Node>,
     /// Leaf summaries for the adaptive search, built on first use.
     catalogue: OnceLock<Catalogue>,
+    /// Every record's uniform-scale code in catalogue order, built on
+    /// first use (adaptive and exact L2 search scan it).
+    arena: OnceLock<Arena>,
 }
 
 impl std::fmt::Debug for Searcher<'_> {
@@ -283,6 +288,7 @@ impl<'s> Searcher<'s> {
             loader,
             root,
             catalogue: OnceLock::new(),
+            arena: OnceLock::new(),
         })
     }
 
@@ -295,6 +301,24 @@ impl<'s> Searcher<'s> {
         let c = Catalogue::build(&self.root, &self.loader, self.dims())?;
         let _ = self.catalogue.set(c);
         Ok(self.catalogue.get().expect("OnceLock was just set"))
+    }
+
+    /// The scan arena, built (loading every leaf page, in parallel) on
+    /// first use. A racing duplicate build is discarded.
+    fn arena(&self) -> Result<&Arena> {
+        if let Some(a) = self.arena.get() {
+            return Ok(a);
+        }
+        let a = Arena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
+        let _ = self.arena.set(a);
+        Ok(self.arena.get().expect("OnceLock was just set"))
+    }
+
+    /// Heap bytes of the scan arena (0 before the first adaptive or exact
+    /// L2 search or [`Searcher::warm`] built it): one byte per component
+    /// plus 12 bytes per record and the page offsets.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.get().map_or(0, Arena::heap_bytes)
     }
 
     /// The descriptor being searched.
@@ -317,8 +341,9 @@ impl<'s> Searcher<'s> {
         self.root.cid
     }
 
-    /// Loads every node of the hierarchy into the cache (in parallel), so
-    /// later searches do no I/O or decoding. Returns the number of nodes.
+    /// Loads every node of the hierarchy into the cache (in parallel) and
+    /// builds the leaf catalogue and the scan arena, so later searches do
+    /// no I/O, decoding or quantization. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {
         fn walk(node: &Node, loader: &Loader<'_>) -> Result<usize> {
             if node.leafy {
@@ -330,7 +355,7 @@ impl<'s> Searcher<'s> {
                 .try_reduce(|| 1, |a, b| Ok(a + b))
         }
         let nodes = walk(&self.root, &self.loader)?;
-        self.catalogue()?;
+        self.arena()?;
         Ok(nodes)
     }
 

@@ -58,9 +58,26 @@ pub(crate) fn down(x: f64) -> f64 {
 /// contracts these operations). Same result as `f64::round_ties_even`,
 /// without a libm call.
 #[inline]
-fn round_ties_even_small(x: f64) -> f64 {
+pub(crate) fn round_ties_even_small(x: f64) -> f64 {
     const SHIFT: f64 = 6_755_399_441_055_744.0;
     (x + SHIFT) - SHIFT
+}
+
+/// An upper bound on the real residual norm `‖x − s·x̂‖` from the computed
+/// `err2 = Σ fl(x_i − fl(s·x̂_i))²` and `norm2 = Σ x_i²`.
+///
+/// Each computed residual component differs from the real one by at most
+/// the rounding of `s·x̂_i` plus that of the subtraction, both at most
+/// `2^-53` relative to `|s·x̂_i| ≤ |x_i| + |e_i|` (the subtraction is exact
+/// or rounds a result no larger). That error is absolute, not relative to
+/// the residual (cancellation: a large component with a tiny residual), so
+/// by the triangle inequality the real norm is at most
+/// `‖e_computed‖ + 2^-52·(‖x‖ + ‖e_computed‖)`; the sums' own relative
+/// rounding is covered by the `up` margins.
+#[inline]
+fn residual_bound(err2: f64, norm2: f64) -> f64 {
+    let e = up(up(err2).sqrt());
+    up(e + up(2.0 * EPS * (up(up(norm2).sqrt()) + e)))
 }
 
 /// Quantizes `x` into `codes` (same length) and returns its scalars.
@@ -95,11 +112,36 @@ pub(crate) fn quantize(x: &[f32], codes: &mut [i8]) -> QuantStats {
     QuantStats {
         scale,
         code_norm2: code_norm2 as f64,
-        // The computed residual norm is within a few ulps (relative) of the
-        // real one; `up` adds a margin far larger than that.
-        err: up(up(err2).sqrt()),
+        err: residual_bound(err2, norm2),
         norm: up(up(norm2).sqrt()),
     }
+}
+
+/// Quantizes `x` into `codes` with a caller-chosen uniform scale `scale > 0`
+/// (the arena's, [`super::arena`]): `c_i = roundTiesEven(x_i / scale)`
+/// clamped to `−127..=127`. Returns `Σ c_i²` (exact) and an upper bound on
+/// `‖x − scale·c‖` (clamping included, so it holds for any input).
+pub(crate) fn quantize_uniform(x: &[f32], scale: f64, codes: &mut [i8]) -> (i64, f64) {
+    debug_assert_eq!(x.len(), codes.len());
+    debug_assert!(scale > 0.0 && scale.is_finite());
+    let mut norm = 0i64;
+    let mut err2 = 0.0f64;
+    let mut norm2 = 0.0f64;
+    for (c, &v) in codes.iter_mut().zip(x) {
+        let v = f64::from(v);
+        norm2 += v * v;
+        // `v / scale` is finite (|v| < 2^128 and the arena's scale is at
+        // least 2^-149 / 127); clamping before rounding keeps it in the
+        // range of `round_ties_even_small`, and saturated components are
+        // accounted for in the residual.
+        let t = (v / scale).clamp(-128.0, 128.0);
+        let q = round_ties_even_small(t).clamp(-127.0, 127.0);
+        *c = q as i8;
+        norm += (q as i64) * (q as i64);
+        let e = v - scale * q;
+        err2 += e * e;
+    }
+    (norm, residual_bound(err2, norm2))
 }
 
 /// Approximate squared distance `‖q̂ − x̂‖²` from the integer dot `dot` of
