@@ -3,12 +3,12 @@
 //! Traversal ranks with the fast SIMD kernels (`kernel::fast_score`); the
 //! best candidates are then rescored with the canonical f64 math and ordered
 //! by `(score, key)`, so reported scores are exact and reproducible. A
-//! [`SearchContext`] owns every buffer a query needs (visited stamps, heaps,
+//! [`SearchContext`] owns every buffer a query needs (visited set, heaps,
 //! candidate and id lists), so steady-state queries allocate nothing.
 
 use super::filter::{interval_count, Filter, Resolved};
 use super::graph::SearchGraph;
-use super::{LayerSearch, Scored};
+use super::{LayerSearch, Scored, Visited};
 use crate::accel::kernel::fast_score;
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
@@ -59,14 +59,13 @@ pub struct SearchContext {
     adc: Vec<f32>,
 }
 
-/// Layer-0 search state: epoch-stamped visited marks (`stamps[i] == epoch`
-/// means visited; a new query is one increment, the array is zeroed only
-/// when the `u16` epoch wraps), both heaps and the neighbour scratch list,
-/// all kept at their high-water capacity between queries.
+/// Layer-0 search state: the visited set (a bitset, 125 KB at a million
+/// nodes so it stays in L2, reset through the ids it set), both heaps and
+/// the neighbour scratch list, all kept at their high-water capacity
+/// between queries.
 #[derive(Debug, Default, Clone)]
 struct L0State {
-    stamps: Vec<u16>,
-    epoch: u16,
+    visited: Visited,
     candidates: BinaryHeap<Reverse<Scored>>,
     results: BinaryHeap<Scored>,
     scratch: Vec<u32>,
@@ -74,14 +73,7 @@ struct L0State {
 
 impl L0State {
     fn reset(&mut self, n: usize) {
-        if self.stamps.len() < n {
-            self.stamps.resize(n, 0);
-        }
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.stamps.fill(0);
-            self.epoch = 1;
-        }
+        self.visited.reset(n);
         self.candidates.clear();
         self.results.clear();
     }
@@ -89,10 +81,7 @@ impl L0State {
     /// Marks `id`; `true` if it was not yet visited in this query.
     #[inline]
     fn visit(&mut self, id: u32) -> bool {
-        let m = &mut self.stamps[id as usize];
-        let fresh = *m != self.epoch;
-        *m = self.epoch;
-        fresh
+        self.visited.insert(id)
     }
 }
 
