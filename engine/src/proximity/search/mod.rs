@@ -16,6 +16,10 @@
 //! * **Reported scores** are always canonical
 //!   ([`prox_kernels::canonical::score`] of the prepared query, 11.1, 11.2),
 //!   and hits are ordered by `(score, key)`.
+//! * **Scanning** (adaptive leaves, exact L2) reads the load-time scan
+//!   arena (`arena.rs`): every record's code with one uniform scale, in
+//!   leaf-catalogue order, so a leaf is one contiguous range, the query is
+//!   quantized once and record distances are exact integers.
 //! * [`Mode::Exact`] prunes only with rigorous bounds (the 11.3 bound,
 //!   widened by the code error and the f64 summation error) and scores
 //!   canonically every record whose bound does not exclude it, so it returns
