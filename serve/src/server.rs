@@ -7,15 +7,9 @@
 //! `search_threads + queue` jobs are admitted (running or waiting); beyond
 //! that the answer is 503 with `Retry-After`. Every job carries the
 //! request's deadline: a job that has not started by then is skipped, a
-//! batch stops between vectors, and the request answers 504. By default
-//! the executor threads never run a search. With [`Config::inline_search`]
-//! a single-vector search runs on the executor thread that parsed its
-//! request (same admission count and deadline check, no hand-off): the
-//! request then never changes threads, which on a machine with as few
-//! cores as threads saves two wake-ups and the cache refills that go with
-//! them; batches and record reads still go to the pool. Accepted sockets
-//! get TCP_NODELAY; search answers are serialized straight into one
-//! presized buffer.
+//! batch stops between vectors, and the request answers 504. The executor
+//! threads never run a search. Accepted sockets get TCP_NODELAY; search
+//! answers are serialized straight into one presized buffer.
 
 use crate::api::{self, ApiError, Limits};
 use crate::error::{Error, Result};
@@ -60,12 +54,6 @@ pub struct Config {
     pub search_threads: usize,
     /// Most vectors in one `search:batch` request.
     pub max_batch: usize,
-    /// Run single-vector searches on the executor thread that parsed the
-    /// request instead of the search pool (see the module docs). Meant
-    /// for an executor with one thread per core to search on; a search in
-    /// progress then holds its executor thread, so a deadline only cancels
-    /// a search that has not started (as in the pool).
-    pub inline_search: bool,
     /// How often the [`Config::source`] roots are checked.
     pub refresh_interval: Duration,
     /// Where to (re)load maps from; `None`: only what is published into
@@ -76,7 +64,7 @@ pub struct Config {
 impl Default for Config {
     /// Loopback on an OS-chosen port, no token, k <= 1000, queue 256,
     /// 1024 requests in flight, deadline 1 s, 8 MiB bodies, one search thread per core, batches of
-    /// up to 4096 vectors, searches on the pool, refresh every 250 ms, no source.
+    /// up to 4096 vectors, refresh every 250 ms, no source.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -88,7 +76,6 @@ impl Default for Config {
             max_body: 8 << 20,
             search_threads: 0,
             max_batch: 4096,
-            inline_search: false,
             refresh_interval: Duration::from_millis(250),
             source: None,
         }
@@ -143,8 +130,6 @@ struct Shared {
     pending: AtomicI64,
     max_in_flight: i64,
     token: Option<String>,
-    /// [`Config::inline_search`].
-    inline: bool,
 }
 
 thread_local! {
@@ -198,53 +183,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Runs `job`, turning a panic into a 500.
-fn guarded<T>(
-    job: impl FnOnce() -> std::result::Result<T, ApiError>,
-) -> std::result::Result<T, ApiError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).unwrap_or_else(|_| {
-        Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the search failed unexpectedly",
-        ))
-    })
-}
-
 impl Shared {
-    /// Admits one job, or answers 503 when `capacity` jobs are pending.
-    fn admit(self: &Arc<Self>) -> std::result::Result<Admitted, ApiError> {
-        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.capacity {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
-                "the search queue is full; retry later",
-            ));
-        }
-        Ok(Admitted(self.clone()))
-    }
-
-    /// Runs `job` right here (an executor thread) under the same admission
-    /// count and deadline as [`Shared::run`]: it is skipped with 504 if the
-    /// deadline, counted from `arrived`, has already passed.
-    fn run_here<T>(
-        self: &Arc<Self>,
-        arrived: Instant,
-        job: impl FnOnce() -> std::result::Result<T, ApiError>,
-    ) -> std::result::Result<T, ApiError> {
-        let _admitted = self.admit()?;
-        if Instant::now() >= arrived + self.deadline {
-            self.metrics.expired.fetch_add(1, Ordering::Relaxed);
-            return Err(deadline_error());
-        }
-        self.metrics.running.fetch_add(1, Ordering::Relaxed);
-        let out = guarded(job);
-        self.metrics.running.fetch_sub(1, Ordering::Relaxed);
-        out
-    }
-
     /// Runs `job` on the search pool under admission control and the
     /// deadline counted from `arrived`.
     async fn run<T, F>(
@@ -257,8 +196,17 @@ impl Shared {
         F: FnOnce(&Cancel) -> std::result::Result<T, ApiError> + Send + 'static,
     {
         let deadline = arrived + self.deadline;
-        let admitted = self.admit()?;
+        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.capacity {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "the search queue is full; retry later",
+            ));
+        }
         self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+        let admitted = Admitted(self.clone());
         let flag = Arc::new(AtomicBool::new(false));
         let cancel = Cancel {
             flag: flag.clone(),
@@ -272,7 +220,14 @@ impl Shared {
                 return; // dropping `tx` tells the request
             }
             me.metrics.running.fetch_add(1, Ordering::Relaxed);
-            let out = guarded(|| job(&cancel));
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&cancel)))
+                .unwrap_or_else(|_| {
+                    Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "the search failed unexpectedly",
+                    ))
+                });
             me.metrics.running.fetch_sub(1, Ordering::Relaxed);
             drop(admitted);
             let _ = tx.send(out);
@@ -363,18 +318,13 @@ async fn search(
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
     let (vector, q) = api::search_request(&raw, snap.dims(), st.limits)?;
+    let s = snap.clone();
     let k = q.k;
-    let answer = if st.inline {
-        st.run_here(t, || {
-            with_scratch(|sc| snap.search(sc, &vector, &q)).map_err(|e| search_error(e, &q))
-        })?
-    } else {
-        let s = snap.clone();
-        st.run(t, move |_| {
+    let answer = st
+        .run(t, move |_| {
             with_scratch(|sc| s.search(sc, &vector, &q)).map_err(|e| search_error(e, &q))
         })
-        .await?
-    };
+        .await?;
     st.metrics.queries.fetch_add(1, Ordering::Relaxed);
     Ok(json_bytes(
         &api::SearchResponse::new(
@@ -628,7 +578,6 @@ impl Server {
             pending: AtomicI64::new(0),
             max_in_flight: config.max_in_flight as i64,
             token: config.token.clone(),
-            inline: config.inline_search,
         });
         let refresher = match config.source.clone() {
             Some(src) => {
@@ -704,7 +653,7 @@ impl Server {
                 }
             })
         });
-        tracing::info!(%addr, threads, inline = config.inline_search, "serving");
+        tracing::info!(%addr, threads, "serving");
         Ok(ServerHandle {
             addr,
             maps,

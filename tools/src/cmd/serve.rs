@@ -15,7 +15,6 @@ pub const EXAMPLES: &str = "\
 Examples:
   prox serve --store db --http 127.0.0.1:7700
   prox serve --store db --http 0.0.0.0:7700 --token-file /etc/prox/token --search-threads 2
-  prox serve --store db --http 127.0.0.1:7700 --io-threads 2 --inline-search
   curl -s localhost:7700/v1/maps/docs/search -d '{\"vector\": [0.1, 0.2, ...], \"k\": 10}'
 
 Serves every proximity map named in the store (docs/api.md). The store is
@@ -99,15 +98,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub http: HttpArgs,
     /// Async executor threads for connections and request parsing (0: one
-    /// per core). Searches never run on them unless --inline-search.
+    /// per core). Searches never run on them.
     #[arg(long, default_value_t = 0)]
     pub io_threads: usize,
-    /// Run each single-vector search on the executor thread that parsed
-    /// its request instead of handing it to the search pool (batches still
-    /// use the pool): no thread hand-off per query. Best with --io-threads
-    /// equal to the cores meant for searching.
-    #[arg(long)]
-    pub inline_search: bool,
 }
 
 /// Prints `http <addr>` on stdout (what scripts wait for).
@@ -143,12 +136,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if !args.store.store.is_dir() {
         bail!("{} does not exist", args.store);
     }
-    let cfg = Config {
-        inline_search: args.inline_search,
-        ..args
-            .http
-            .config(addr, Source::Directory(args.store.store.clone()))?
-    };
+    let cfg = args
+        .http
+        .config(addr, Source::Directory(args.store.store.clone()))?;
     let rt = match args.io_threads {
         0 => super::sync::runtime()?,
         n => tokio::runtime::Builder::new_multi_thread()
