@@ -9,11 +9,8 @@
 //! cargo run --release -p prox-benches --example pq_engine -- \
 //!   --base base.fvecs --query query.fvecs --metric l2 --k 10 --threads 1 \
 //!   --build-threads 2 --params 8/4,16/4,32/8 --out /tmp/x \
-//!   [--pq m=64,k=16,iterations=12] [--nlist 1024] [--raw-codes] [--gt gt.ivecs]
+//!   [--pq m=64,k=16,iterations=12] [--nlist 1024] [--gt gt.ivecs]
 //! ```
-//!
-//! `--raw-codes` scans the sidecar's own codes for inner product and cosine
-//! too (default: residual codes, see `prox_engine::accel::pq::IvfParams`).
 
 mod harness;
 use harness::{read_vecs, report_search};
@@ -73,7 +70,6 @@ fn main() {
     let t = Instant::now();
     let ivf = IvfParams {
         nlist,
-        residual: !args.iter().any(|a| a == "--raw-codes"),
         ..IvfParams::default()
     };
     let (nlist, fs_bytes) = build_pool.install(|| {

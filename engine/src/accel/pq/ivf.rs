@@ -15,34 +15,16 @@
 //! * **Layout**: per list, its records in key order, their codes packed in
 //!   fast-scan blocks of 32 (`prox_kernels::pq::fastscan`); `ids` maps a
 //!   list position to the record index.
-//! * **Residual codes** (inner product and cosine, [`IvfParams::residual`],
-//!   on by default): the packed codes are not the sidecar's but those of
-//!   the residuals `x − c_list` (exact f32 subtraction) under 4-bit
-//!   codebooks trained on them at load time: the canonical PQ training
-//!   (`train::train`, the sidecar's `m`, `k`, iterations and seed) over the
-//!   residuals of at most 4,096 records picked by XXH64 order, then every
-//!   record encoded with the canonical nearest centroid. A residual is
-//!   smaller than the vector, so the same 4 bits per subspace reconstruct
-//!   it better. Since `q·x = q·c + q·r`, one query table over the residual
-//!   codebooks serves every list; a list adds its exact `−q·c`
-//!   (deterministic f32 dot) as an integer offset in table steps, relative
-//!   to the best-ranked list, so sums of different lists stay comparable.
-//!   L2 keeps the sidecar's codes (its residual distance would need a
-//!   table per list).
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
 //!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
-//!   f32 arithmetic) by `‖c‖² − 2 q·c` for every metric: records are
-//!   assigned to lists by L2, so lists are probed in the same order (for
-//!   inner product and cosine this beat `−q·c` on debian-minilm: recall
-//!   0.911 vs 0.901 at 32 of 512 lists, 0.960 vs 0.956 at 96; exact
-//!   neighbour order for unit vectors); the `nprobe` best are selected in one pass, ties to the lower
+//!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
+//!   `−q·c`; the `nprobe` best are selected in one pass, ties to the lower
 //!   list. The query's `m × 16` f32 table comes from
 //!   `fastscan::table` (SIMD over the 16 centroid slots, the same
 //!   operations per entry on every ISA) and is quantised to u8 in one
 //!   vectorised pass (`Lut::requantize`); the `nprobe` lists are scanned
 //!   with it, keeping the `k · rerank` smallest integer sums (ties to the
-//!   lower record; residual rows add their list's offset first). Those
-//!   are rescored with the deterministic f32 kernel
+//!   lower record). Those are rescored with the deterministic f32 kernel
 //!   (vectors prefetched first), and only the best `k` of them, plus any
 //!   tied with the `k`-th, are scored canonically and ordered by
 //!   `(score, key)`. Every step is integer or fixed-order f32, so hits are
@@ -60,7 +42,7 @@ use rayon::prelude::*;
 
 use super::Pq;
 use crate::accel::hnsw::Hit;
-use crate::accel::kernel::{det_dot, det_l2sq, det_score};
+use crate::accel::kernel::{det_l2sq, det_score};
 use crate::accel::vectors::Arena;
 
 /// Load-time parameters of the coarse partition.
@@ -76,21 +58,16 @@ pub struct IvfParams {
     pub sample: usize,
     /// Seed of the sample and the initial centroids.
     pub seed: u64,
-    /// Inner product and cosine: scan codes of the residuals `x − c_list`
-    /// under codebooks trained on them (see the module docs); `false` scans
-    /// the sidecar's own codes. L2 always scans the sidecar's codes.
-    pub residual: bool,
 }
 
 impl Default for IvfParams {
-    /// Auto `nlist` and sample, 10 iterations, seed 0, residual codes.
+    /// Auto `nlist` and sample, 10 iterations, seed 0.
     fn default() -> Self {
         IvfParams {
             nlist: 0,
             iterations: 10,
             sample: 0,
             seed: 0,
-            residual: true,
         }
     }
 }
@@ -117,13 +94,8 @@ pub struct FastScan {
     codes8: coarse::Blocks,
     /// Per-centroid SQ8 scale.
     scales8: Vec<f32>,
-    /// True if the packed codes are residual codes (inner product and
-    /// cosine with [`IvfParams::residual`]): a row's score is then its
-    /// list's exact `−q·c` plus the table sum.
-    residual: bool,
-    /// The codebooks of the packed codes (the sidecar's, or the residual
-    /// ones) transposed for the query table (`fastscan::transpose_books`:
-    /// `dims × 16`).
+    /// The PQ codebooks transposed for the query table
+    /// (`fastscan::transpose_books`: `dims × 16`).
     books_t: Vec<f32>,
     list_start: Vec<u32>,
     block_start: Vec<u32>,
@@ -228,63 +200,6 @@ fn sq8_row(v: &[f32], out: &mut [i8]) -> f32 {
     s
 }
 
-/// Rows of the residual codebook training sample (at most; FAISS trains a
-/// 16-centroid subquantizer on at most 256 points per centroid too).
-const RESIDUAL_SAMPLE: usize = 16 * 256;
-
-/// Residual codes of every record (`n × m`, record-major) and their
-/// codebooks (the kernel's flat layout): residuals `x − c_assign(x)` (exact
-/// f32 subtraction), codebooks trained canonically (`train::train`, the
-/// sidecar's parameters and seed) on the residuals of the first
-/// `RESIDUAL_SAMPLE` records in XXH64(index, seed ^ 0x5e5) order (taken
-/// ascending), every record then encoded with the canonical nearest
-/// centroid. Deterministic at any thread count and ISA. `None` if the
-/// sample is smaller than the centroid count.
-fn residual_codes(
-    pq: &Pq,
-    centroids: &[f32],
-    assign: &[u32],
-    seed: u64,
-) -> Option<(Vec<u8>, Vec<f32>)> {
-    let (n, dims, m) = (pq.len(), pq.dims(), pq.layout.len());
-    let k = usize::from(pq.params.centroids);
-    let residual = |i: usize, out: &mut [f32]| {
-        let c = assign[i] as usize;
-        for ((o, &x), &y) in out
-            .iter_mut()
-            .zip(pq.vectors.row(i))
-            .zip(&centroids[c * dims..(c + 1) * dims])
-        {
-            *o = x - y;
-        }
-    };
-    let want = RESIDUAL_SAMPLE.min(n);
-    let mut order: Vec<(u64, u32)> = (0..n as u32)
-        .map(|i| (xxhash_rust::xxh64::xxh64(&i.to_le_bytes(), seed ^ 0x5e5), i))
-        .collect();
-    order.select_nth_unstable(want - 1);
-    order.truncate(want);
-    let mut rows: Vec<u32> = order.into_iter().map(|(_, i)| i).collect();
-    rows.sort_unstable();
-    let mut flat = vec![0f32; rows.len() * dims];
-    for (&i, out) in rows.iter().zip(flat.chunks_exact_mut(dims)) {
-        residual(i as usize, out);
-    }
-    let sample = Arena::from_rows(dims, flat.chunks_exact(dims));
-    let t = super::train::train(&sample, &pq.params).ok()?;
-    let mut codes = vec![0u8; n * m];
-    codes.par_chunks_mut(m).enumerate().for_each_init(
-        || (vec![0f32; dims], vec![0f32; k]),
-        |(r, dists), (i, code)| {
-            residual(i, r);
-            for (s, &(a, b)) in pq.layout.iter().enumerate() {
-                code[s] = super::train::nearest(&r[a..b], &t.books[s], dists) as u8;
-            }
-        },
-    );
-    Some((codes, t.books.concat()))
-}
-
 impl FastScan {
     /// Builds the index for `pq` (which must have `centroids ≤ 16` and
     /// `subquantizers ≤ 256`; `None` otherwise).
@@ -333,14 +248,6 @@ impl FastScan {
             ids[fill[a as usize] as usize] = i as u32;
             fill[a as usize] += 1;
         }
-        let k = usize::from(pq.params.centroids);
-        let residual = match pq.metric {
-            Metric::L2 => None,
-            Metric::Cosine | Metric::InnerProduct if params.residual => {
-                residual_codes(pq, &centroids, &assign, params.seed)
-            }
-            Metric::Cosine | Metric::InnerProduct => None,
-        };
         let mut blocks = Vec::new();
         let mut block_start = Vec::with_capacity(nlist + 1);
         block_start.push(0u32);
@@ -348,11 +255,7 @@ impl FastScan {
         for l in 0..nlist {
             scratch.clear();
             for &i in &ids[list_start[l] as usize..list_start[l + 1] as usize] {
-                let i = i as usize;
-                scratch.extend_from_slice(match &residual {
-                    Some((codes, _)) => &codes[i * m..(i + 1) * m],
-                    None => pq.code(i),
-                });
+                scratch.extend_from_slice(pq.code(i as usize));
             }
             // Codes were checked `< centroids <= 16` at training or load.
             fastscan::pack(&scratch, m, &mut blocks).ok()?;
@@ -368,11 +271,8 @@ impl FastScan {
         let books_t = fastscan::transpose_books(
             dims,
             m,
-            k,
-            match &residual {
-                Some((_, books)) => books,
-                None => pq.codebooks.data(),
-            },
+            usize::from(pq.params.centroids),
+            pq.codebooks.data(),
         )
         .ok()?;
         let zero = vec![0f32; dims];
@@ -389,7 +289,6 @@ impl FastScan {
             norms,
             codes8,
             scales8,
-            residual: residual.is_some(),
             books_t,
             list_start,
             block_start,
@@ -424,13 +323,6 @@ impl FastScan {
             + 4 * self.books_t.len()
     }
 
-    /// `−q·c_l` (deterministic f32 dot): list `l`'s share of a residual
-    /// row's score.
-    #[inline]
-    fn list_bias(&self, q: &[f32], l: usize) -> f32 {
-        -det_dot(q, &self.centroids[l * self.dims..(l + 1) * self.dims])
-    }
-
     /// Coarse ranking of every list for `q`: `ctx.coarse` gets `(score,
     /// list)` of all lists in list order (lower is better) and
     /// `ctx.probe` the `nprobe` best of them ascending by `(score, list)`,
@@ -452,7 +344,7 @@ impl FastScan {
             let qc = sq * sc * dot as f32;
             let score = match self.metric {
                 Metric::L2 => norm - 2.0 * qc,
-                Metric::Cosine | Metric::InnerProduct => norm - 2.0 * qc,
+                Metric::Cosine | Metric::InnerProduct => -qc,
             };
             let e = (score, l as u32);
             ctx.coarse.push(e);
@@ -481,7 +373,7 @@ pub(super) struct IvfContext {
     coarse: Vec<(f32, u32)>,
     probe: Vec<(f32, u32)>,
     sums: Vec<u16>,
-    cands: Vec<(i32, u32)>,
+    cands: Vec<(u16, u32)>,
     rescored: Vec<(f32, u32)>,
 }
 
@@ -517,7 +409,7 @@ pub(super) struct IvfQuery<'a> {
 
 /// Orders `(sum, id)` candidates (ties to the lower id).
 #[inline]
-fn cand_cmp(a: &(i32, u32), b: &(i32, u32)) -> std::cmp::Ordering {
+fn cand_cmp(a: &(u16, u32), b: &(u16, u32)) -> std::cmp::Ordering {
     a.cmp(b)
 }
 
@@ -526,16 +418,13 @@ fn rescored_cmp(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
 }
 
 /// Keeps the `depth` smallest candidates; returns the new admission bound.
-fn shrink(cands: &mut Vec<(i32, u32)>, depth: usize) -> i32 {
+fn shrink(cands: &mut Vec<(u16, u32)>, depth: usize) -> u16 {
     if cands.len() > depth {
         cands.select_nth_unstable_by(depth - 1, cand_cmp);
         cands.truncate(depth);
     }
-    cands.iter().map(|c| c.0).max().unwrap_or(i32::MAX)
+    cands.iter().map(|c| c.0).max().unwrap_or(u16::MAX)
 }
-
-/// Largest list offset in table steps (keeps `sum + offset` in `i32`).
-const MAX_OFFSET: f32 = (1u32 << 30) as f32;
 
 impl Pq {
     /// The IVF fast-scan search (see the module docs) into `out` (empty on
@@ -587,16 +476,8 @@ impl Pq {
         };
         let bb = fastscan::block_bytes(fs.m);
         let depth = opts.depth.max(want);
-        // Residual codes: a row scores `−q·c_list + table sum`; the list
-        // term enters as an integer offset in table steps relative to the
-        // best-ranked list's (deterministic f32 dot, one rounding).
-        let (scale, ref_bias) = if fs.residual {
-            (lut.scale(), fs.list_bias(q, ctx.probe[0].1 as usize))
-        } else {
-            (1.0, 0.0)
-        };
         ctx.cands.clear();
-        let mut bound = i32::MAX;
+        let mut bound = u16::MAX;
         let mut probed = 0;
         while probed < fs.nlist {
             if probed == nprobe {
@@ -621,15 +502,7 @@ impl Pq {
             let (b0, b1) = (fs.block_start[l] as usize, fs.block_start[l + 1] as usize);
             ctx.sums.resize((b1 - b0) * BLOCK, 0);
             fastscan::scan(lut, &fs.blocks[b0 * bb..b1 * bb], &mut ctx.sums);
-            let offset = if fs.residual {
-                ((fs.list_bias(q, l) - ref_bias) / scale)
-                    .round()
-                    .clamp(-MAX_OFFSET, MAX_OFFSET) as i32
-            } else {
-                0
-            };
             for (&s, &id) in ctx.sums[..p1 - p0].iter().zip(&fs.ids[p0..p1]) {
-                let s = i32::from(s) + offset;
                 if s <= bound && eligible.contains(id) {
                     ctx.cands.push((s, id));
                     if ctx.cands.len() >= 2 * depth {
@@ -679,7 +552,7 @@ impl Pq {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{train, PqOptions, PqSearchContext};
+    use super::super::{PqOptions, PqSearchContext};
     use super::*;
     use crate::accel::hnsw::Filter;
     use crate::accel::params::PqParams;
@@ -893,70 +766,6 @@ mod tests {
         }
     }
 
-    /// Squared error of reconstructing every record from the index's packed
-    /// codes (`c_list + r̂` for residual codes, `x̂` for raw ones), mean.
-    fn packed_mse(pq: &Pq, fs: &FastScan) -> f64 {
-        let (dims, bb) = (fs.dims, fastscan::block_bytes(fs.m));
-        let lay = train::layout(dims, fs.m);
-        let mut total = 0.0;
-        for l in 0..fs.nlist() {
-            let ids = &fs.ids[fs.list_start[l] as usize..fs.list_start[l + 1] as usize];
-            for (r, &id) in ids.iter().enumerate() {
-                let block = &fs.blocks[(fs.block_start[l] as usize + r / BLOCK) * bb..];
-                let x = pq.vectors.row(id as usize);
-                for (s, &(a, b)) in lay.iter().enumerate() {
-                    let j = usize::from(fastscan::unpack(block, s, r % BLOCK));
-                    for (d, &xd) in x.iter().enumerate().take(b).skip(a) {
-                        let base = if fs.residual {
-                            f64::from(fs.centroids[l * dims + d])
-                        } else {
-                            0.0
-                        };
-                        let e = f64::from(xd) - base - f64::from(fs.books_t[CODES * d + j]);
-                        total += e * e;
-                    }
-                }
-            }
-        }
-        total / pq.len() as f64
-    }
-
-    /// Inner product and cosine scan residual codes that reconstruct the
-    /// records better than the sidecar's own codes (the point of them);
-    /// `residual: false` and L2 pack the sidecar's codes unchanged.
-    #[test]
-    fn residual_codes_reconstruct_better() {
-        let s = seed();
-        for metric in [Metric::Cosine, Metric::InnerProduct] {
-            let (_, pq) = setup(metric, s);
-            let res = FastScan::build(&pq, &IvfParams::default()).unwrap();
-            let raw = FastScan::build(
-                &pq,
-                &IvfParams {
-                    residual: false,
-                    ..IvfParams::default()
-                },
-            )
-            .unwrap();
-            assert!(res.residual && !raw.residual);
-            assert_eq!(res.ids, raw.ids);
-            assert_eq!(res.centroids, raw.centroids);
-            let (e_res, e_raw) = (packed_mse(&pq, &res), packed_mse(&pq, &raw));
-            // Raw packed codes are the sidecar's: the sidecar's own error.
-            let own = pq.mean_squared_error();
-            assert!(
-                (e_raw - own).abs() <= 1e-6 * own,
-                "{metric}: {e_raw} vs {own}"
-            );
-            assert!(
-                e_res < 0.8 * e_raw,
-                "{metric}: residual mse {e_res} vs raw {e_raw} (PROX_SEED={s})"
-            );
-        }
-        let (_, pq) = setup(Metric::L2, s);
-        assert!(!pq.fast_scan().unwrap().residual);
-    }
-
     /// Which record indexes a test filter admits.
     type Eligibility = Box<dyn Fn(usize) -> bool>;
 
@@ -1102,7 +911,7 @@ mod tests {
 
     const FROZEN: [u64; 3] = [
         15925947871901258323,
-        882477080592220616,
-        15638839257308795065,
+        7093550288860611712,
+        11335452449177701761,
     ];
 }
