@@ -15,7 +15,9 @@ pub(crate) fn dots(q: &[i8], rows: &[i8], out: &mut [i32]) {
     }
 }
 
-/// `Σ q·r` of two equal-length slices (the SIMD tiers' remainders).
+/// `Σ q·r` of two equal-length slices (the SIMD tiers' remainders; only
+/// the x86-64 tier has one).
+#[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn tail(q: &[i8], r: &[i8]) -> i32 {
     q.iter()
