@@ -161,6 +161,13 @@ impl Arena {
         })
     }
 
+    /// Exact integer squared code distance `‖q̂ − x̂‖²` of record `r`, from
+    /// the query's code norm `qn` and the code dot product `dot`.
+    #[inline]
+    pub(crate) fn l2_code_dist(&self, qn: i64, r: usize, dot: i32) -> i64 {
+        qn + i64::from(self.norms[r]) - 2 * i64::from(dot)
+    }
+
     /// Heap bytes of the derived buffers (codes, norms, residuals, offsets
     /// and page handles; the nodes themselves are not counted).
     pub(crate) fn heap_bytes(&self) -> usize {

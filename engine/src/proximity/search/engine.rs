@@ -275,6 +275,24 @@ impl SearchContext {
 
     /// Quantizes the query with the arena's uniform scale into `self.ucodes`;
     /// returns `(Σ q̂², bound on ‖q − s·q̂‖)`.
+    /// Scores arena page `p` (records `a..b`, returned) against the
+    /// quantized query into `self.dots` with one kernel call, counting the
+    /// page and its records in `stats`.
+    fn scan_page(
+        &mut self,
+        arena: &Arena,
+        p: usize,
+        d: usize,
+        stats: &mut SearchStats,
+    ) -> (usize, usize) {
+        let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
+        stats.nodes_visited += 1;
+        stats.distance_evals += (b - a) as u64;
+        self.dots.resize(b - a, 0);
+        prox_kernels::i8scan::dots(&self.ucodes, &arena.codes[a * d..b * d], &mut self.dots);
+        (a, b)
+    }
+
     fn quantize_uniform(&mut self, arena: &Arena, v: &[f32]) -> (i64, f64) {
         self.ucodes.resize(v.len(), 0);
         quantize_uniform(v, arena.scale, &mut self.ucodes)
@@ -361,18 +379,10 @@ impl SearchContext {
             next += 1;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
                 let page = &arena.pages[p];
-                let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
-                stats.nodes_visited += 1;
-                stats.distance_evals += (b - a) as u64;
-                self.dots.resize(b - a, 0);
-                prox_kernels::i8scan::dots(
-                    &self.ucodes,
-                    &arena.codes[a * d..b * d],
-                    &mut self.dots,
-                );
+                let (a, _) = self.scan_page(arena, p, d, &mut stats);
                 for (i, &dot) in self.dots.iter().enumerate() {
                     let dist = if l2 {
-                        qn + i64::from(arena.norms[a + i]) - 2 * i64::from(dot)
+                        arena.l2_code_dist(qn, a + i, dot)
                     } else {
                         -i64::from(dot)
                     };
@@ -455,17 +465,9 @@ impl SearchContext {
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
                 let page = &arena.pages[p];
-                let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
-                stats.nodes_visited += 1;
-                stats.distance_evals += (b - a) as u64;
-                self.dots.resize(b - a, 0);
-                prox_kernels::i8scan::dots(
-                    &self.ucodes,
-                    &arena.codes[a * d..b * d],
-                    &mut self.dots,
-                );
+                let (a, b) = self.scan_page(arena, p, d, &mut stats);
                 for i in 0..b - a {
-                    let dist = qn + i64::from(arena.norms[a + i]) - 2 * i64::from(self.dots[i]);
+                    let dist = arena.l2_code_dist(qn, a + i, self.dots[i]);
                     if dist > bulk {
                         continue;
                     }
