@@ -19,6 +19,7 @@ mod support {
     use prox_engine::{BlockStore, Cid, Error, Result};
     use prox_sync::Linker;
     use std::collections::{HashMap, HashSet};
+    use std::sync::Arc;
 
     /// Synthetic tree blocks: `TNOD | level u8 | n u16 | n × cid | payload`.
     /// Level 0 blocks are leaves (n = 0). A root value is `ROOT | cid | level`.
@@ -120,7 +121,90 @@ mod support {
         seen
     }
 
-    /// How a [`Lying`] store misbehaves for its target CID.
+    /// What a [`Hooked`] store does besides delegating to its inner store.
+    pub(crate) trait Hook: Send + Sync {
+        /// Runs before every store operation, with its name.
+        fn before(&self, _op: &'static str) {}
+        /// Sees every block read (through `get` or `get_many`) and may
+        /// change what the caller gets.
+        fn read(&self, _cid: &Cid, block: Option<Bytes>) -> Option<Bytes> {
+            block
+        }
+    }
+
+    /// A [`MemStore`](prox_engine::MemStore) with a test [`Hook`] on every
+    /// call: the one delegating store behind the lying, tripping and
+    /// watching stores of these tests.
+    pub(crate) struct Hooked<H> {
+        pub(crate) inner: Arc<prox_engine::MemStore>,
+        pub(crate) hook: H,
+    }
+
+    impl<H: Hook> BlockStore for Hooked<H> {
+        fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
+            self.hook.before("get");
+            Ok(self.hook.read(cid, self.inner.get(cid)?))
+        }
+        fn get_many(&self, cids: &[Cid]) -> Result<Vec<Option<Bytes>>> {
+            self.hook.before("get_many");
+            let blocks = self.inner.get_many(cids)?;
+            Ok(cids
+                .iter()
+                .zip(blocks)
+                .map(|(c, b)| self.hook.read(c, b))
+                .collect())
+        }
+        fn put(&self, data: &[u8]) -> Result<Cid> {
+            self.hook.before("put");
+            self.inner.put(data)
+        }
+        fn put_many(&self, blocks: &[&[u8]]) -> Result<Vec<Cid>> {
+            self.hook.before("put_many");
+            self.inner.put_many(blocks)
+        }
+        fn put_verified_many(&self, blocks: &[prox_engine::store::Verified]) -> Result<()> {
+            self.hook.before("put_verified_many");
+            self.inner.put_verified_many(blocks)
+        }
+        fn has(&self, cid: &Cid) -> Result<bool> {
+            self.hook.before("has");
+            self.inner.has(cid)
+        }
+        fn has_many(&self, cids: &[Cid]) -> Result<Vec<bool>> {
+            self.hook.before("has_many");
+            self.inner.has_many(cids)
+        }
+        fn cids(&self) -> Result<Vec<Cid>> {
+            self.hook.before("cids");
+            self.inner.cids()
+        }
+        fn commit(&self) -> Result<()> {
+            self.hook.before("commit");
+            self.inner.commit()
+        }
+        fn root(&self, name: &str) -> Result<Option<Bytes>> {
+            self.hook.before("root");
+            self.inner.root(name)
+        }
+        fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
+            self.hook.before("set_root");
+            self.inner.set_root(name, value)
+        }
+        fn cas_root(&self, name: &str, e: Option<&[u8]>, n: Option<&[u8]>) -> Result<bool> {
+            self.hook.before("cas_root");
+            self.inner.cas_root(name, e, n)
+        }
+        fn roots(&self) -> Result<Vec<(String, Bytes)>> {
+            self.hook.before("roots");
+            self.inner.roots()
+        }
+        fn retain(&self, live: &HashSet<Cid>) -> Result<prox_engine::store::RetainStats> {
+            self.hook.before("retain");
+            self.inner.retain(live)
+        }
+    }
+
+    /// How a lying store misbehaves for its target CID.
     #[derive(Debug, Clone)]
     pub(crate) enum Lie {
         /// Flip one byte.
@@ -129,16 +213,12 @@ mod support {
         Substitute(Bytes),
     }
 
-    /// A store that lies about some blocks (a malicious peer's view).
-    pub(crate) struct Lying {
-        pub(crate) inner: prox_engine::MemStore,
-        pub(crate) lies: HashMap<Cid, Lie>,
-    }
+    /// Lies about some blocks (a malicious peer's view): `Hooked<Lies>`.
+    pub(crate) struct Lies(pub(crate) HashMap<Cid, Lie>);
 
-    impl BlockStore for Lying {
-        fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
-            let b = self.inner.get(cid)?;
-            Ok(match (b, self.lies.get(cid)) {
+    impl Hook for Lies {
+        fn read(&self, cid: &Cid, block: Option<Bytes>) -> Option<Bytes> {
+            match (block, self.0.get(cid)) {
                 (Some(b), Some(Lie::Corrupt)) => {
                     let mut v = b.to_vec();
                     let last = v.len() - 1;
@@ -148,39 +228,7 @@ mod support {
                 (Some(_), Some(Lie::Substitute(x))) => Some(x.clone()),
                 (b, None) => b,
                 (None, _) => None,
-            })
-        }
-        fn put(&self, data: &[u8]) -> Result<Cid> {
-            self.inner.put(data)
-        }
-        fn has(&self, cid: &Cid) -> Result<bool> {
-            self.inner.has(cid)
-        }
-        fn cids(&self) -> Result<Vec<Cid>> {
-            self.inner.cids()
-        }
-        fn commit(&self) -> Result<()> {
-            Ok(())
-        }
-        fn root(&self, name: &str) -> Result<Option<Bytes>> {
-            self.inner.root(name)
-        }
-        fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
-            self.inner.set_root(name, value)
-        }
-        fn cas_root(
-            &self,
-            name: &str,
-            expected: Option<&[u8]>,
-            new: Option<&[u8]>,
-        ) -> Result<bool> {
-            self.inner.cas_root(name, expected, new)
-        }
-        fn roots(&self) -> Result<Vec<(String, Bytes)>> {
-            self.inner.roots()
-        }
-        fn retain(&self, live: &HashSet<Cid>) -> Result<prox_engine::store::RetainStats> {
-            self.inner.retain(live)
+            }
         }
     }
 }
@@ -328,7 +376,6 @@ async fn bulk_path_clones_in_one_round_trip_for_trusted_peers() {
 /// cannot let the rest of the transfer through first. The wait is bounded
 /// so a failing test cannot leave a blocking thread parked forever.
 struct Tripwire {
-    inner: Arc<MemStore>,
     reads: AtomicU64,
     trip: u64,
     fired: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
@@ -336,31 +383,31 @@ struct Tripwire {
 }
 
 impl Tripwire {
-    /// A tripwire over `inner` firing on read `trip`; returns it with the
-    /// test's ends: the `fired` receiver and the `release` sender.
+    /// A store over `inner` whose read number `trip` trips the wire;
+    /// returns it with the test's ends: the `fired` receiver and the
+    /// `release` sender.
     fn new(
         inner: Arc<MemStore>,
         trip: u64,
     ) -> (
-        Arc<Tripwire>,
+        Arc<Hooked<Tripwire>>,
         std::sync::mpsc::Receiver<()>,
         std::sync::mpsc::Sender<()>,
     ) {
         let (fired_tx, fired_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel();
-        let t = Tripwire {
-            inner,
+        let hook = Tripwire {
             reads: AtomicU64::new(0),
             trip,
             fired: std::sync::Mutex::new(Some(fired_tx)),
             release: std::sync::Mutex::new(Some(release_rx)),
         };
-        (Arc::new(t), fired_rx, release_tx)
+        (Arc::new(Hooked { inner, hook }), fired_rx, release_tx)
     }
 }
 
-impl BlockStore for Tripwire {
-    fn get(&self, cid: &Cid) -> prox_engine::Result<Option<bytes::Bytes>> {
+impl Hook for Tripwire {
+    fn read(&self, _cid: &Cid, block: Option<bytes::Bytes>) -> Option<bytes::Bytes> {
         if self.reads.fetch_add(1, Ordering::SeqCst) + 1 == self.trip {
             if let Some(tx) = self.fired.lock().unwrap().take() {
                 let _ = tx.send(());
@@ -370,39 +417,7 @@ impl BlockStore for Tripwire {
                 }
             }
         }
-        self.inner.get(cid)
-    }
-    fn put(&self, data: &[u8]) -> prox_engine::Result<Cid> {
-        self.inner.put(data)
-    }
-    fn has(&self, cid: &Cid) -> prox_engine::Result<bool> {
-        self.inner.has(cid)
-    }
-    fn cids(&self) -> prox_engine::Result<Vec<Cid>> {
-        self.inner.cids()
-    }
-    fn commit(&self) -> prox_engine::Result<()> {
-        Ok(())
-    }
-    fn root(&self, name: &str) -> prox_engine::Result<Option<bytes::Bytes>> {
-        self.inner.root(name)
-    }
-    fn set_root(&self, name: &str, value: Option<&[u8]>) -> prox_engine::Result<()> {
-        self.inner.set_root(name, value)
-    }
-    fn cas_root(
-        &self,
-        name: &str,
-        e: Option<&[u8]>,
-        n: Option<&[u8]>,
-    ) -> prox_engine::Result<bool> {
-        self.inner.cas_root(name, e, n)
-    }
-    fn roots(&self) -> prox_engine::Result<Vec<(String, bytes::Bytes)>> {
-        self.inner.roots()
-    }
-    fn retain(&self, live: &HashSet<Cid>) -> prox_engine::Result<prox_engine::store::RetainStats> {
-        self.inner.retain(live)
+        block
     }
 }
 
@@ -515,9 +530,9 @@ async fn malicious_case(lie_on_level: u8, lie: impl Fn(&MemStore, Cid) -> Lie, m
         .find(|c| honest.get(c).unwrap().unwrap()[4] == lie_on_level)
         .expect("a new block on that level");
     let lie = lie(&honest, target);
-    let lying = support::Lying {
-        inner: honest,
-        lies: [(target, lie)].into_iter().collect(),
+    let lying = Hooked {
+        inner: Arc::new(honest),
+        hook: Lies([(target, lie)].into_iter().collect()),
     };
     let src_main: Arc<dyn BlockStore> = Arc::new(lying);
     let a = start(
@@ -1148,19 +1163,21 @@ mod proximity {
     }
 }
 
-/// A store that counts every call (reads and writes) and remembers the
-/// last one, to tell whether anything touched it after a point.
+/// Counts every store call (reads and writes) and remembers the last one,
+/// to tell whether anything touched a store after a point.
 #[derive(Default)]
 struct Watched {
-    inner: MemStore,
     calls: AtomicU64,
     last: std::sync::Mutex<&'static str>,
 }
 
 impl Watched {
-    fn note(&self, op: &'static str) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        *self.last.lock().unwrap() = op;
+    /// A watched empty store.
+    fn store() -> Arc<Hooked<Watched>> {
+        Arc::new(Hooked {
+            inner: Arc::new(MemStore::new()),
+            hook: Watched::default(),
+        })
     }
     /// Calls so far and the last operation.
     fn seen(&self) -> (u64, &'static str) {
@@ -1171,70 +1188,10 @@ impl Watched {
     }
 }
 
-impl BlockStore for Watched {
-    fn get(&self, cid: &Cid) -> prox_engine::Result<Option<bytes::Bytes>> {
-        self.note("get");
-        self.inner.get(cid)
-    }
-    fn get_many(&self, cids: &[Cid]) -> prox_engine::Result<Vec<Option<bytes::Bytes>>> {
-        self.note("get_many");
-        self.inner.get_many(cids)
-    }
-    fn put(&self, data: &[u8]) -> prox_engine::Result<Cid> {
-        self.note("put");
-        self.inner.put(data)
-    }
-    fn put_many(&self, blocks: &[&[u8]]) -> prox_engine::Result<Vec<Cid>> {
-        self.note("put_many");
-        self.inner.put_many(blocks)
-    }
-    fn put_verified_many(
-        &self,
-        blocks: &[prox_engine::store::Verified],
-    ) -> prox_engine::Result<()> {
-        self.note("put_verified_many");
-        self.inner.put_verified_many(blocks)
-    }
-    fn has(&self, cid: &Cid) -> prox_engine::Result<bool> {
-        self.note("has");
-        self.inner.has(cid)
-    }
-    fn has_many(&self, cids: &[Cid]) -> prox_engine::Result<Vec<bool>> {
-        self.note("has_many");
-        self.inner.has_many(cids)
-    }
-    fn cids(&self) -> prox_engine::Result<Vec<Cid>> {
-        self.note("cids");
-        self.inner.cids()
-    }
-    fn commit(&self) -> prox_engine::Result<()> {
-        self.note("commit");
-        self.inner.commit()
-    }
-    fn root(&self, name: &str) -> prox_engine::Result<Option<bytes::Bytes>> {
-        self.note("root");
-        self.inner.root(name)
-    }
-    fn set_root(&self, name: &str, value: Option<&[u8]>) -> prox_engine::Result<()> {
-        self.note("set_root");
-        self.inner.set_root(name, value)
-    }
-    fn cas_root(
-        &self,
-        name: &str,
-        e: Option<&[u8]>,
-        n: Option<&[u8]>,
-    ) -> prox_engine::Result<bool> {
-        self.note("cas_root");
-        self.inner.cas_root(name, e, n)
-    }
-    fn roots(&self) -> prox_engine::Result<Vec<(String, bytes::Bytes)>> {
-        self.note("roots");
-        self.inner.roots()
-    }
-    fn retain(&self, live: &HashSet<Cid>) -> prox_engine::Result<prox_engine::store::RetainStats> {
-        self.note("retain");
-        self.inner.retain(live)
+impl Hook for Watched {
+    fn before(&self, op: &'static str) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        *self.last.lock().unwrap() = op;
     }
 }
 
@@ -1273,7 +1230,7 @@ async fn shutdown_waits_for_the_batch_check_in_flight_and_nothing_touches_the_st
         let (root, _) = build(&*src.main, &vec![2; 4000]);
         src.main.set_root("ds", Some(&root)).unwrap();
         let a = start(&config(), src).await;
-        let (main, staging) = (Arc::new(Watched::default()), Arc::new(Watched::default()));
+        let (main, staging) = (Watched::store(), Watched::store());
         let dst = Stores::new(main.clone(), staging.clone());
         let (entered_tx, entered_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel();
@@ -1307,7 +1264,7 @@ async fn shutdown_waits_for_the_batch_check_in_flight_and_nothing_touches_the_st
         );
         release_tx.send(()).unwrap();
         stop.await.unwrap();
-        let after = (main.seen(), staging.seen());
+        let after = (main.hook.seen(), staging.hook.seen());
         assert_eq!(
             after.0 .1, "commit",
             "last call on main is the final commit"
@@ -1324,7 +1281,7 @@ async fn shutdown_waits_for_the_batch_check_in_flight_and_nothing_touches_the_st
         // A second shutdown is a no-op and does not touch the stores either.
         b.shutdown().await;
         assert_eq!(
-            (main.seen(), staging.seen()),
+            (main.hook.seen(), staging.hook.seen()),
             after,
             "the stores were touched after shutdown returned"
         );
