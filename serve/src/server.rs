@@ -464,14 +464,12 @@ fn same_token(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Requires `Authorization: Bearer <token>` (when a token is set) on every
-/// route but `/healthz`.
-async fn auth(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let Some(token) = &st.token else {
-        return next.run(req).await;
-    };
+/// Why `req` may not pass the token check (when a token is set, every
+/// route but `/healthz` needs `Authorization: Bearer <token>`).
+fn unauthorized(st: &Shared, req: &Request) -> Option<ApiError> {
+    let token = st.token.as_ref()?;
     if req.uri().path() == "/healthz" {
-        return next.run(req).await;
+        return None;
     }
     let given = req
         .headers()
@@ -479,27 +477,31 @@ async fn auth(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Respon
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
-        Some(g) if same_token(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
-        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong token")
-            .at("authorization")
-            .into_response(),
-        None => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing Authorization: Bearer token",
-        )
-        .at("authorization")
-        .into_response(),
+        Some(g) if same_token(g.trim().as_bytes(), token.as_bytes()) => None,
+        Some(_) => Some(
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong token")
+                .at("authorization"),
+        ),
+        None => Some(
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing Authorization: Bearer token",
+            )
+            .at("authorization"),
+        ),
     }
 }
 
-/// Counts, times and tracks every routed request.
-async fn observe(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let matched = req.extensions().get::<MatchedPath>().cloned();
-    let route = matched.as_ref().map_or("other", |m| m.as_str());
+/// The one layer around every routed request: counts it in flight (503
+/// beyond `max_in_flight`, before the body is read), checks the token, and
+/// records its route, status and time in the metrics. One layer rather
+/// than two keeps a request to one boxed middleware future.
+async fn gate(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let now = st.metrics.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
     let _g = InFlight(&st.metrics);
     let t = Instant::now();
+    let matched = req.extensions().get::<MatchedPath>().cloned();
     let r = if now > st.max_in_flight {
         // Refused before the body is read, so memory stays bounded too.
         st.metrics.rejected.fetch_add(1, Ordering::Relaxed);
@@ -509,9 +511,12 @@ async fn observe(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Res
             "too many requests in flight; retry later",
         )
         .into_response()
+    } else if let Some(e) = unauthorized(&st, &req) {
+        e.into_response()
     } else {
         next.run(req).await
     };
+    let route = matched.as_ref().map_or("other", |m| m.as_str());
     st.metrics.observe(route, r.status().as_u16(), t.elapsed());
     r
 }
@@ -525,8 +530,7 @@ fn router(st: Arc<Shared>, max_body: usize) -> Router {
         .route("/v1/maps/{name}/search", post(search))
         .route("/v1/maps/{name}/search:batch", post(search_batch))
         .route("/v1/maps/{name}/records/{key}", get(get_record))
-        .route_layer(middleware::from_fn_with_state(st.clone(), auth))
-        .route_layer(middleware::from_fn_with_state(st.clone(), observe))
+        .route_layer(middleware::from_fn_with_state(st.clone(), gate))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
