@@ -12,10 +12,15 @@
 //! ```text
 //! cargo run --release -p prox-benches --example native_exact -- \
 //!   --store DIR --name NAME --base base.fvecs --query query.fvecs --gt gt.ivecs \
-//!   [--k 10] [--queries 200] [--brute-queries 50] [--mode exact|fast|balanced|high]
+//!   [--k 10] [--queries 200] [--brute-queries 50] [--mode exact|fast|balanced|high] \
+//!   [--rotation off|M]
 //! ```
+//!
+//! `--rotation` picks the exact-L2 layout (`ExactRotation`: the plain
+//! arena, the default, or the rotated split arena screening `M`
+//! components).
 
-use prox_engine::proximity::search::{Mode, Preset, SearchContext, SearchRequest};
+use prox_engine::proximity::search::{ExactRotation, Mode, Preset, SearchContext, SearchRequest};
 use prox_engine::proximity::{resolve, ProximityMap};
 use prox_engine::store::MmapStore;
 use std::time::Instant;
@@ -72,10 +77,15 @@ fn main() {
         "high" => Mode::Adaptive(Preset::HighRecall),
         m => panic!("unknown mode {m}"),
     };
-    let searcher = map.searcher().expect("searcher");
+    let rotation = match arg(&args, "--rotation").as_deref().unwrap_or("off") {
+        "off" => ExactRotation::Off,
+        m => ExactRotation::Split(m.parse().expect("--rotation off|M")),
+    };
+    let searcher = map.searcher().expect("searcher").exact_rotation(rotation);
     let t = Instant::now();
     let nodes = searcher.warm().expect("warm");
-    eprintln!("warmed {nodes} nodes in {:.1}s", t.elapsed().as_secs_f64());
+    let warm_s = t.elapsed().as_secs_f64();
+    eprintln!("warmed {nodes} nodes in {warm_s:.1}s");
     let req = SearchRequest::new(k).mode(mode);
     let mut ctx = SearchContext::new();
     let (mut hits, mut evals, mut rescored) = (0usize, 0u64, 0u64);
@@ -122,6 +132,11 @@ fn main() {
             ("records", n.to_string()),
             ("mode", format!("{mode:?}").to_lowercase()),
             ("queries", nq.to_string()),
+            (
+                "rotated_split",
+                searcher.rotated_split().map_or(0, |m| m).to_string()
+            ),
+            ("warm_s", format!("{warm_s:.1}")),
             ("native_qps", format!("{native_qps:.2}")),
             ("native_recall", format!("{native_recall:.4}")),
             (

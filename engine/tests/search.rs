@@ -5,7 +5,8 @@
 mod support;
 
 use prox_engine::proximity::search::{
-    Budget, Completion, Filter, Mode, Preset, SearchContext, SearchRequest, SearchResult,
+    Budget, Completion, ExactRotation, Filter, Mode, Preset, SearchContext, SearchRequest,
+    SearchResult,
 };
 use prox_engine::proximity::{math::prepare, ProximityConfig, ProximityMap};
 use prox_engine::MemStore;
@@ -226,7 +227,16 @@ fn exact_l2_bound_holds_on_adversarial_data() {
     }
     let store = MemStore::new();
     let map = ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
-    let searcher = map.searcher().unwrap();
+    // The plain arena, and the rotated split arena at several widths.
+    let searchers: Vec<_> = [
+        ExactRotation::Off,
+        ExactRotation::Split(1),
+        ExactRotation::Split(dims / 2),
+        ExactRotation::Split(dims),
+    ]
+    .into_iter()
+    .map(|r| map.searcher().unwrap().exact_rotation(r))
+    .collect();
     for t in 0..24 {
         let q: Vec<f32> = match t % 4 {
             0 => recs[(rng.next() % recs.len() as u64) as usize].1.clone(),
@@ -238,13 +248,17 @@ fn exact_l2_bound_holds_on_adversarial_data() {
         };
         for k in [1usize, 10, 90] {
             let want = brute(&recs, Metric::L2, &q, k, |_| true);
-            let got = searcher
-                .search(&q, &SearchRequest::new(k).mode(Mode::Exact))
-                .unwrap();
-            assert_eq!(hits(&got), want, "seed {s} query {t} k {k}");
-            assert_eq!(got.completion, Completion::Exact);
+            for (i, searcher) in searchers.iter().enumerate() {
+                let got = searcher
+                    .search(&q, &SearchRequest::new(k).mode(Mode::Exact))
+                    .unwrap();
+                assert_eq!(hits(&got), want, "seed {s} query {t} k {k} searcher {i}");
+                assert_eq!(got.completion, Completion::Exact);
+            }
         }
     }
+    assert_eq!(searchers[0].rotated_split(), None);
+    assert_eq!(searchers[2].rotated_split(), Some(dims / 2));
 
     // Benign data: the screen leaves few records to the canonical rescore.
     let recs = clustered(&mut rng, 3000, 16, 30, false);
@@ -268,6 +282,129 @@ fn exact_l2_bound_holds_on_adversarial_data() {
     assert!(
         rescored < 10 * 3000 / 5,
         "seed {s}: the bound screened too little ({rescored} rescored over 10 queries)"
+    );
+}
+
+/// Exact L2 over the rotated split arena (docs/search.md, "Exact L2: the
+/// rotated split arena") on data that degenerates the rotation: identical
+/// vectors, rank-1 data, zero vectors only, one dimension, odd dimensions
+/// with zero components, and screen widths from 1 to beyond `d`. Results
+/// must equal brute force, ties included; on benign data the split screen
+/// must prune.
+#[test]
+fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0x707);
+    let mut sets: Vec<(&str, Vec<Rec>)> = Vec::new();
+    let n = 300u64;
+    let same: Vec<f32> = (0..9).map(|_| rng.unit() * 2.0).collect();
+    sets.push((
+        "all equal",
+        (0..n).map(|i| (key(i), same.clone(), Vec::new())).collect(),
+    ));
+    let dir: Vec<f32> = (0..10).map(|_| rng.unit()).collect();
+    sets.push((
+        "rank 1",
+        (0..n)
+            .map(|i| {
+                let t = (rng.unit() * 8.0).round() / 2.0;
+                (key(i), dir.iter().map(|&x| x * t).collect(), Vec::new())
+            })
+            .collect(),
+    ));
+    sets.push((
+        "zeros",
+        (0..n).map(|i| (key(i), vec![0.0; 5], Vec::new())).collect(),
+    ));
+    sets.push((
+        "d = 1",
+        (0..n)
+            .map(|i| (key(i), vec![(rng.unit() * 6.0).round()], Vec::new()))
+            .collect(),
+    ));
+    sets.push((
+        "d = 13 with zeros",
+        (0..n)
+            .map(|i| {
+                let v = (0..13)
+                    .map(|j| {
+                        if j % 4 == 1 || i % 7 == 0 {
+                            0.0
+                        } else {
+                            (rng.unit() * 8.0).round() / 4.0
+                        }
+                    })
+                    .collect();
+                (key(i), v, Vec::new())
+            })
+            .collect(),
+    ));
+    for (name, recs) in &sets {
+        let dims = recs[0].1.len();
+        let store = MemStore::new();
+        let map =
+            ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
+        for m in [1, dims / 2, dims, dims + 5] {
+            let searcher = map
+                .searcher()
+                .unwrap()
+                .exact_rotation(ExactRotation::Split(m));
+            for t in 0..8 {
+                let q: Vec<f32> = match t % 4 {
+                    0 => recs[(rng.next() % n) as usize].1.clone(),
+                    1 => vec![0.0; dims],
+                    2 => (0..dims).map(|_| rng.unit() * 1.0e12).collect(),
+                    _ => (0..dims)
+                        .map(|_| (rng.unit() * 8.0).round() / 4.0)
+                        .collect(),
+                };
+                for k in [1usize, 7, 40] {
+                    let got = searcher
+                        .search(&q, &SearchRequest::new(k).mode(Mode::Exact))
+                        .unwrap();
+                    assert_eq!(
+                        hits(&got),
+                        brute(recs, Metric::L2, &q, k, |_| true),
+                        "seed {s} {name} m {m} query {t} k {k}"
+                    );
+                }
+            }
+            assert_eq!(searcher.rotated_split(), Some(m.clamp(1, dims)), "{name}");
+        }
+    }
+
+    // Benign data: the split screen leaves few records to the rescore, and
+    // a filter still fills min(k, eligible).
+    let recs = clustered(&mut rng, 3000, 32, 30, false);
+    let store = MemStore::new();
+    let map = ProximityMap::build(&store, &ProximityConfig::new(32), recs.clone()).unwrap();
+    let searcher = map
+        .searcher()
+        .unwrap()
+        .exact_rotation(ExactRotation::Split(16));
+    let mut rescored = 0;
+    for t in 0..10 {
+        let base = &recs[(rng.next() % recs.len() as u64) as usize].1;
+        let q: Vec<f32> = base.iter().map(|&x| x + rng.gauss() * 0.1).collect();
+        let mut req = SearchRequest::new(10).mode(Mode::Exact);
+        if t % 2 == 1 {
+            req = req.filter(Filter::Range {
+                start: key(0),
+                end: Some(key(600)),
+            });
+        }
+        let got = searcher.search(&q, &req).unwrap();
+        let want = if t % 2 == 1 {
+            brute(&recs, Metric::L2, &q, 10, |k| k < key(600).as_slice())
+        } else {
+            brute(&recs, Metric::L2, &q, 10, |_| true)
+        };
+        assert_eq!(hits(&got), want, "seed {s} query {t}");
+        rescored += got.stats.rescored;
+    }
+    assert!(
+        rescored < 10 * 3000 / 5,
+        "seed {s}: the split screen pruned too little ({rescored} rescored over 10 queries)"
     );
 }
 

@@ -7,6 +7,7 @@ use super::node::Node;
 use super::quant::{
     approx_dot, approx_l2, down, l2_lower, quantize, quantize_uniform, up, QuantStats, EPS,
 };
+use super::rotated::{RotQuery, Rotated};
 use super::{Completion, Hit, Mode, SearchRequest, SearchResult, SearchStats, Searcher};
 use crate::error::Result;
 use prox_kernels::Metric;
@@ -120,6 +121,8 @@ pub struct SearchContext {
     /// Query codes with the arena's uniform scale (L2), or a copy of
     /// `codes` (cosine, inner product), for scanning the arena.
     ucodes: Vec<i8>,
+    /// Exact L2 with the rotated split arena: the rotated query.
+    rq: RotQuery,
     /// Adaptive mode: `(code distance, page, entry)` candidates.
     cands: Vec<(i64, u32, u32)>,
     rescore: Vec<Cand>,
@@ -449,6 +452,15 @@ impl SearchContext {
         });
         self.rank
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        if let Some(rot) = s.rotated()? {
+            self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats);
+            let hits = self.best.iter().map(Cand::hit).collect();
+            return Ok(SearchResult {
+                hits,
+                completion: Completion::Exact,
+                stats,
+            });
+        }
         let (qn, eq) = self.quantize_uniform(arena, q.v);
         let scale = arena.scale;
         // Pruning state for the current k-th score `kth`: records with
@@ -494,6 +506,56 @@ impl SearchContext {
             completion: Completion::Exact,
             stats,
         })
+    }
+
+    /// The loop of [`Self::exact_l2`] over the rotated split arena
+    /// ([`super::rotated`]): the same leaf order and stopping rule, each
+    /// page screened by its records' leading rotated components
+    /// ([`Rotated::bulk_limit`] with the largest residual), survivors
+    /// checked with their own residuals and the remaining components
+    /// ([`Rotated::beats`]), then scored canonically into `self.best`.
+    fn exact_l2_rotated(
+        &mut self,
+        arena: &Arena,
+        rot: &Rotated,
+        q: &Query<'_>,
+        k: usize,
+        filter: &Compiled<'_>,
+        stats: &mut SearchStats,
+    ) {
+        let d = q.v.len();
+        rot.prepare(q.v, &mut self.rq);
+        let mut kth = f64::INFINITY;
+        let mut bulk = i64::MAX;
+        for r in 0..self.rank.len() {
+            let (lb, g) = self.rank[r];
+            if lb > kth {
+                break;
+            }
+            let g = g as usize;
+            for p in arena.group_page[g]..arena.group_page[g + 1] {
+                let page = &arena.pages[p];
+                let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
+                stats.nodes_visited += 1;
+                stats.distance_evals += (b - a) as u64;
+                rot.screen(&self.rq, a, b, &mut self.dots);
+                for i in 0..b - a {
+                    let da = rot.dist_a(&self.rq, a + i, self.dots[i]);
+                    if da > bulk || !rot.beats(&mut self.rq, a + i, da, kth, q.rel) {
+                        continue;
+                    }
+                    if !filter.accepts(page.key(i)) {
+                        continue;
+                    }
+                    stats.rescored += 1;
+                    let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
+                    if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
+                        kth = self.best[k - 1].score;
+                        bulk = rot.bulk_limit(&self.rq, kth, q.rel);
+                    }
+                }
+            }
+        }
     }
 
     /// The exact search (with optional caps): best-first by lower bound.

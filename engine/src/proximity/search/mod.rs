@@ -42,9 +42,11 @@ mod engine;
 mod filter;
 mod node;
 mod quant;
+mod rotated;
 
 pub use engine::SearchContext;
 pub use filter::Filter;
+pub use rotated::ExactRotation;
 
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -56,6 +58,7 @@ use catalogue::Catalogue;
 use node::{Loader, Node};
 use prox_kernels::Metric;
 use rayon::prelude::*;
+use rotated::Rotated;
 use std::sync::{Arc, OnceLock};
 
 /// Adaptive search presets, from fastest to most thorough.
@@ -246,6 +249,11 @@ pub struct Searcher<'s> {
     /// Every record's uniform-scale code in catalogue order, built on
     /// first use (adaptive and exact L2 search scan it).
     arena: OnceLock<Arena>,
+    /// When exact L2 uses the rotated split arena.
+    rotation: ExactRotation,
+    /// The rotated split arena (`None`: not used for this map), built on
+    /// first exact L2 use.
+    rotated: OnceLock<Option<Rotated>>,
 }
 
 impl std::fmt::Debug for Searcher<'_> {
@@ -293,7 +301,39 @@ impl<'s> Searcher<'s> {
             root,
             catalogue: OnceLock::new(),
             arena: OnceLock::new(),
+            rotation: ExactRotation::default(),
+            rotated: OnceLock::new(),
         })
+    }
+
+    /// The same searcher with another exact-L2 layout (default
+    /// [`ExactRotation::Off`]). Results are identical either way; only
+    /// the work differs.
+    pub fn exact_rotation(mut self, rotation: ExactRotation) -> Searcher<'s> {
+        self.rotation = rotation;
+        self.rotated = OnceLock::new();
+        self
+    }
+
+    /// The rotated split arena when the policy uses one for this map
+    /// (L2 only), built on first use. A racing duplicate build is discarded.
+    fn rotated(&self) -> Result<Option<&Rotated>> {
+        if let Some(r) = self.rotated.get() {
+            return Ok(r.as_ref());
+        }
+        let arena = self.arena()?;
+        let r = match self.rotation.split(self.dims()) {
+            Some(m) if self.metric() == Metric::L2 => Rotated::build(arena, self.dims(), m),
+            _ => None,
+        };
+        let _ = self.rotated.set(r);
+        Ok(self.rotated.get().expect("OnceLock was just set").as_ref())
+    }
+
+    /// Screen width of the rotated split arena once built (`None` before,
+    /// or when exact L2 uses the plain arena).
+    pub fn rotated_split(&self) -> Option<usize> {
+        self.rotated.get()?.as_ref().map(Rotated::split)
     }
 
     /// The leaf catalogue, built (loading every node above level 0) on
@@ -320,9 +360,16 @@ impl<'s> Searcher<'s> {
 
     /// Heap bytes of the scan arena (0 before the first adaptive or exact
     /// L2 search or [`Searcher::warm`] built it): one byte per component
-    /// plus 12 bytes per record and the page offsets.
+    /// plus 12 bytes per record and the page offsets, and for exact L2 with
+    /// the rotated split arena another byte per component, 24 bytes per
+    /// record and the `8·d²`-byte rotation.
     pub fn arena_bytes(&self) -> usize {
         self.arena.get().map_or(0, Arena::heap_bytes)
+            + self
+                .rotated
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, Rotated::heap_bytes)
     }
 
     /// The descriptor being searched.
@@ -346,8 +393,10 @@ impl<'s> Searcher<'s> {
     }
 
     /// Loads every node of the hierarchy into the cache (in parallel) and
-    /// builds the leaf catalogue and the scan arena, so later searches do
-    /// no I/O, decoding or quantization. Returns the number of nodes.
+    /// builds the leaf catalogue and the scan arena (and, for L2 maps with an
+    /// [`ExactRotation::Split`] layout, the rotated split arena), so later
+    /// searches do no I/O, decoding or quantization. Returns the number of
+    /// nodes.
     pub fn warm(&self) -> Result<usize> {
         fn walk(node: &Node, loader: &Loader<'_>) -> Result<usize> {
             if node.leafy {
@@ -360,6 +409,7 @@ impl<'s> Searcher<'s> {
         }
         let nodes = walk(&self.root, &self.loader)?;
         self.arena()?;
+        self.rotated()?;
         Ok(nodes)
     }
 

@@ -120,20 +120,25 @@ pub(crate) fn quantize(x: &[f32], codes: &mut [i8]) -> QuantStats {
 /// Quantizes `x` into `codes` with a caller-chosen uniform scale `scale > 0`
 /// (the arena's, [`super::arena`]): `c_i = roundTiesEven(x_i / scale)`
 /// clamped to `−127..=127`. Returns `Σ c_i²` (exact) and an upper bound on
-/// `‖x − scale·c‖` (clamping included, so it holds for any input).
-pub(crate) fn quantize_uniform(x: &[f32], scale: f64, codes: &mut [i8]) -> (i64, f64) {
+/// `‖x − scale·c‖` (clamping included, so it holds for any input). `x` is
+/// f32 (vectors) or f64 (rotated vectors, [`super::rotated`]).
+pub(crate) fn quantize_uniform<T: Copy + Into<f64>>(
+    x: &[T],
+    scale: f64,
+    codes: &mut [i8],
+) -> (i64, f64) {
     debug_assert_eq!(x.len(), codes.len());
     debug_assert!(scale > 0.0 && scale.is_finite());
     let mut norm = 0i64;
     let mut err2 = 0.0f64;
     let mut norm2 = 0.0f64;
     for (c, &v) in codes.iter_mut().zip(x) {
-        let v = f64::from(v);
+        let v: f64 = v.into();
         norm2 += v * v;
-        // `v / scale` is finite (|v| < 2^128 and the arena's scale is at
-        // least 2^-149 / 127); clamping before rounding keeps it in the
-        // range of `round_ties_even_small`, and saturated components are
-        // accounted for in the residual.
+        // `v / scale` is never NaN (`v` finite, `scale > 0`; it may be
+        // infinite for a rotated segment with a tiny scale); clamping
+        // before rounding keeps it in the range of `round_ties_even_small`,
+        // and saturated components are accounted for in the residual.
         let t = (v / scale).clamp(-128.0, 128.0);
         let q = round_ties_even_small(t).clamp(-127.0, 127.0);
         *c = q as i8;
