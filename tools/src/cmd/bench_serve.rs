@@ -2,18 +2,13 @@
 //! search API, compared in the same run with in-process search of the same
 //! map at the same thread count.
 //!
-//! Each client owns one keep-alive connection and sends the next query as
-//! soon as the previous answer arrives (closed loop), for a fixed duration
-//! per concurrency level. Two drivers: `threads` (default) gives each
-//! connection its own blocking thread; `events` runs every connection of a
-//! level on one thread with non-blocking I/O (a single-threaded tokio
-//! runtime), so the generator is one thread of the machine it shares with
-//! the server whatever the concurrency. Request bodies are
-//! serialized before the clock starts; each timed answer must be a complete
-//! HTTP/1.1 response with status 200 (recall is measured in a separate,
-//! untimed pass). Latencies go into a fixed 1-microsecond histogram
-//! (0..1 s, plus an overflow bucket), so memory is bounded whatever the
-//! duration.
+//! Each client thread owns one keep-alive connection and sends the next
+//! query as soon as the previous answer arrives (closed loop), for a fixed
+//! duration per concurrency level. Request bodies are serialized before the
+//! clock starts; responses are checked for status 200 only (recall is
+//! measured in a separate, untimed pass). Latencies go into a fixed
+//! 1-microsecond histogram (0..1 s, plus an overflow bucket), so memory is
+//! bounded whatever the duration.
 
 use crate::io;
 use anyhow::{bail, Context, Result};
@@ -22,10 +17,7 @@ use prox_engine::proximity;
 use prox_serve::client::{resolve_url, Client};
 use prox_serve::{PathChoice, Query, QueryMode, Scratch, Snapshot};
 use rayon::prelude::*;
-use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,23 +73,9 @@ pub struct BenchServeArgs {
     /// In-process search threads (compare with the server's --search-threads).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Load generator drivers, each measured at every concurrency level
-    /// (comma-separated): `threads` = one blocking thread per connection;
-    /// `events` = all connections on one thread, non-blocking.
-    #[arg(long, value_delimiter = ',', default_value = "threads")]
-    pub driver: Vec<Driver>,
     /// Print one JSON object per measurement on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-/// How the HTTP load is generated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Driver {
-    /// All connections on one thread (non-blocking I/O).
-    Events,
-    /// One blocking thread per connection.
-    Threads,
 }
 
 /// Parses `30s`, `500ms`, `2m` or plain seconds.
@@ -282,216 +260,6 @@ fn http_level(client: &Client, requests: &[Vec<u8>], c: usize, dur: Duration) ->
     })
 }
 
-/// Largest response head the event driver accepts.
-const MAX_HEAD: usize = 64 << 10;
-/// Largest response body the event driver accepts.
-const MAX_RESPONSE: usize = 64 << 20;
-
-/// A parsed response head: status, head length (through the blank line),
-/// body length, and whether the server keeps the connection open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Head {
-    status: u16,
-    len: usize,
-    body: usize,
-    keep: bool,
-}
-
-fn invalid(m: &str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string())
-}
-
-/// Parses the response head at the start of `buf`: `Ok(None)` while the
-/// blank line has not arrived. Only `Content-Length` bodies are accepted
-/// (the server's answers always carry one); chunked or unframed answers
-/// are errors, as is a head over [`MAX_HEAD`].
-fn parse_head(buf: &[u8]) -> std::io::Result<Option<Head>> {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if buf.len() > MAX_HEAD {
-            Err(invalid("response head too large"))
-        } else {
-            Ok(None)
-        };
-    };
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| invalid("non-UTF-8 head"))?;
-    let mut lines = head.split("\r\n");
-    let mut status_line = lines.next().unwrap_or("").splitn(3, ' ');
-    let mut keep = status_line.next() == Some("HTTP/1.1");
-    let status: u16 = status_line
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| invalid("bad status line"))?;
-    let mut body = None;
-    for l in lines {
-        let (n, v) = l.split_once(':').ok_or_else(|| invalid("bad header"))?;
-        let (n, v) = (n.trim(), v.trim());
-        if n.eq_ignore_ascii_case("content-length") {
-            let len: usize = v.parse().map_err(|_| invalid("bad content-length"))?;
-            if body.is_some_and(|b| b != len) {
-                return Err(invalid("conflicting content-length"));
-            }
-            body = Some(len);
-        } else if n.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(invalid("transfer-encoding is not supported by this driver"));
-        } else if n.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close") {
-            keep = false;
-        }
-    }
-    let body = match body {
-        Some(b) if b > MAX_RESPONSE => return Err(invalid("response body too large")),
-        Some(b) => b,
-        None if status == 204 || status == 304 => 0,
-        None => return Err(invalid("response without content-length")),
-    };
-    Ok(Some(Head {
-        status,
-        len: end + 4,
-        body,
-        keep,
-    }))
-}
-
-/// Sends `request` on `s` and reads one whole response into `buf`
-/// (cleared first); returns its head. Bytes beyond the response are an
-/// error (one request at a time per connection).
-async fn exchange(
-    s: &mut tokio::net::TcpStream,
-    request: &[u8],
-    buf: &mut Vec<u8>,
-) -> std::io::Result<Head> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    s.write_all(request).await?;
-    buf.clear();
-    let head = loop {
-        if let Some(h) = parse_head(buf)? {
-            break h;
-        }
-        buf.reserve(4096);
-        if s.read_buf(buf).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-    };
-    let total = head.len + head.body;
-    while buf.len() < total {
-        buf.reserve(total - buf.len());
-        if s.read_buf(buf).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-    }
-    if buf.len() > total {
-        return Err(invalid("bytes after the response"));
-    }
-    Ok(head)
-}
-
-async fn connect(addr: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
-    let s = tokio::net::TcpStream::connect(addr).await?;
-    s.set_nodelay(true)?;
-    Ok(s)
-}
-
-/// What the connections of one event-driven level share (one thread).
-struct EventLevel {
-    requests: Vec<Vec<u8>>,
-    next: Cell<usize>,
-    stop: Cell<bool>,
-    hist: RefCell<Hist>,
-    errors: Cell<u64>,
-    timeout: Duration,
-    addr: SocketAddr,
-}
-
-/// One closed-loop connection of the event driver: the same rules as the
-/// threaded driver (an answer counts if it is a complete 200 response
-/// within the timeout; anything else is an error, and a connection that
-/// failed or that the server closes is replaced).
-async fn event_conn(lv: Rc<EventLevel>, first: tokio::net::TcpStream) {
-    let mut conn = Some(first);
-    let mut buf = Vec::with_capacity(8192);
-    while !lv.stop.get() {
-        let s = match &mut conn {
-            Some(s) => s,
-            None => match tokio::time::timeout(lv.timeout, connect(lv.addr)).await {
-                Ok(Ok(s)) => conn.insert(s),
-                _ => {
-                    // The server is gone: count it and stop this connection.
-                    lv.errors.set(lv.errors.get() + 1);
-                    return;
-                }
-            },
-        };
-        let i = lv.next.get();
-        lv.next.set(i.wrapping_add(1));
-        let request = &lv.requests[i % lv.requests.len()];
-        let t = Instant::now();
-        match tokio::time::timeout(lv.timeout, exchange(s, request, &mut buf)).await {
-            Ok(Ok(h)) => {
-                if h.status == 200 {
-                    lv.hist.borrow_mut().add(t.elapsed());
-                } else {
-                    lv.errors.set(lv.errors.get() + 1);
-                }
-                if !h.keep {
-                    conn = None;
-                }
-            }
-            _ => {
-                lv.errors.set(lv.errors.get() + 1);
-                conn = None;
-            }
-        }
-    }
-}
-
-/// `c` closed-loop HTTP connections driven by one thread (see the module
-/// docs); the connections are opened before the clock starts.
-fn http_level_events(
-    addr: SocketAddr,
-    requests: &[Vec<u8>],
-    c: usize,
-    dur: Duration,
-    timeout: Duration,
-) -> Result<(Hist, u64, f64)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the load generator runtime")?;
-    let lv = Rc::new(EventLevel {
-        requests: requests.to_vec(),
-        next: Cell::new(0),
-        stop: Cell::new(false),
-        hist: RefCell::new(Hist::new()),
-        errors: Cell::new(0),
-        timeout,
-        addr,
-    });
-    let local = tokio::task::LocalSet::new();
-    let secs = local.block_on(&rt, async {
-        let mut conns = Vec::with_capacity(c);
-        for _ in 0..c {
-            conns.push(
-                connect(addr)
-                    .await
-                    .with_context(|| format!("connecting to {addr}"))?,
-            );
-        }
-        let t0 = Instant::now();
-        let tasks: Vec<_> = conns
-            .into_iter()
-            .map(|s| tokio::task::spawn_local(event_conn(lv.clone(), s)))
-            .collect();
-        tokio::time::sleep(dur).await;
-        lv.stop.set(true);
-        for t in tasks {
-            t.await.context("load generator task failed")?;
-        }
-        anyhow::Ok(t0.elapsed().as_secs_f64())
-    })?;
-    let lv =
-        Rc::try_unwrap(lv).map_err(|_| anyhow::anyhow!("load generator state still shared"))?;
-    Ok((lv.hist.into_inner(), lv.errors.get(), secs))
-}
-
 /// `threads` threads each searching one query at a time in process,
 /// through the same [`Snapshot::search`] the server runs.
 fn inproc_single(
@@ -583,11 +351,7 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
     }
     let bodies: Vec<Vec<u8>> = queries.rows().map(|q| body(args, q)).collect();
     let path = format!("/v1/maps/{}/search", args.name);
-    if args.driver.is_empty() {
-        bail!("--driver: events, threads or both");
-    }
-    let timeout = Duration::from_secs(30);
-    let mut client = Client::new(addr).with_timeout(timeout);
+    let mut client = Client::new(addr).with_timeout(Duration::from_secs(30));
     if let Some(t) = &token {
         client = client.with_token(t.clone());
     }
@@ -689,25 +453,16 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         report(&mut rows, r, args.json)?;
     }
     for &c in &args.concurrency {
-        for &driver in &args.driver {
-            let (h, e, secs) = match driver {
-                Driver::Events => http_level_events(addr, &requests, c, args.duration, timeout)?,
-                Driver::Threads => http_level(&client, &requests, c, args.duration),
-            };
-            let what = match driver {
-                Driver::Threads => "http",
-                Driver::Events => "http (events)",
-            };
-            let r = row(what, c, &h, e, secs);
-            if let Some(base) = inproc_single_qps {
-                crate::progress::note(format!(
-                    "{what} @{c}: {:.1}% of in-process single-query QPS at {} threads",
-                    100.0 * r.qps / base.max(1e-9),
-                    args.threads
-                ));
-            }
-            report(&mut rows, r, args.json)?;
+        let (h, e, secs) = http_level(&client, &requests, c, args.duration);
+        let r = row("http", c, &h, e, secs);
+        if let Some(base) = inproc_single_qps {
+            crate::progress::note(format!(
+                "http @{c}: {:.1}% of in-process single-query QPS at {} threads",
+                100.0 * r.qps / base.max(1e-9),
+                args.threads
+            ));
         }
+        report(&mut rows, r, args.json)?;
     }
     crate::progress::note(format!("load average after: {}", loadavg()));
     Ok(())
@@ -732,88 +487,5 @@ mod tests {
         assert_eq!(h.total(), 101);
         assert_eq!(h.quantile_ms(0.5), 0.51);
         assert_eq!(h.quantile_ms(1.0), 3000.0);
-    }
-
-    #[test]
-    fn response_heads() {
-        let ok =
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-        assert_eq!(
-            parse_head(ok).unwrap(),
-            Some(Head {
-                status: 200,
-                len: ok.len() - 2,
-                body: 2,
-                keep: true
-            })
-        );
-        assert_eq!(parse_head(&ok[..20]).unwrap(), None);
-        let close = b"HTTP/1.1 503 Busy\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
-        let h = parse_head(close).unwrap().unwrap();
-        assert_eq!((h.status, h.body, h.keep), (503, 0, false));
-        let old = b"HTTP/1.0 204 No Content\r\n\r\n";
-        let h = parse_head(old).unwrap().unwrap();
-        assert_eq!((h.status, h.body, h.keep), (204, 0, false));
-        for bad in [
-            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"[..],
-            b"HTTP/1.1 200 OK\r\n\r\n",
-            b"HTTP/1.1 abc OK\r\ncontent-length: 1\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
-        ] {
-            assert!(parse_head(bad).is_err(), "{}", String::from_utf8_lossy(bad));
-        }
-        assert!(parse_head(&vec![b'x'; MAX_HEAD + 1]).is_err());
-    }
-
-    /// The event driver against a tiny blocking server that answers every
-    /// third request with 503 and closes the connection after the fifth
-    /// answer: 200s are timed, the rest counted as errors, closed
-    /// connections replaced.
-    #[test]
-    fn event_driver_counts_and_reconnects() {
-        use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let request = b"POST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc".to_vec();
-        let len = request.len();
-        let served = Arc::new(AtomicUsize::new(0));
-        let counted = served.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { return };
-                let counted = counted.clone();
-                std::thread::spawn(move || {
-                    let mut req = vec![0u8; len];
-                    for n in 0..5 {
-                        if conn.read_exact(&mut req).is_err() {
-                            return;
-                        }
-                        let i = counted.fetch_add(1, Ordering::SeqCst);
-                        let status = if i % 3 == 2 { "503 Busy" } else { "200 OK" };
-                        let close = if n == 4 { "connection: close\r\n" } else { "" };
-                        let answer =
-                            format!("HTTP/1.1 {status}\r\n{close}content-length: 2\r\n\r\n{{}}");
-                        if conn.write_all(answer.as_bytes()).is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        let (h, errors, secs) = http_level_events(
-            addr,
-            &[request],
-            3,
-            Duration::from_millis(200),
-            Duration::from_secs(5),
-        )
-        .unwrap();
-        let served = served.load(Ordering::SeqCst) as u64;
-        assert!(secs >= 0.2);
-        assert!(h.total() > 10, "{} answers", h.total());
-        assert!(errors > 0);
-        // Every answer the server sent was either timed or counted.
-        assert_eq!(h.total() + errors, served);
     }
 }
