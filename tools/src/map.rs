@@ -94,7 +94,7 @@ pub struct QuerySpec {
     /// HNSW ef (or PQ rerank multiplier on the PQ path).
     pub ef: Option<usize>,
     /// PQ fast-scan lists probed (None: the index default, nlist/16); on
-    /// the native path, logical leaves scanned by the adaptive presets
+    /// the native path, sub-lists scanned by the adaptive presets
     /// (None: the preset's count).
     pub nprobe: Option<usize>,
 }

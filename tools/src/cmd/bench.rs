@@ -27,7 +27,7 @@ The map benchmark runs every setting of every available path (native: exact,
 budgets and adaptive presets; hnsw: ef; pq: rerank multiplier) over the whole
 query set and prints one JSON object per setting (schema: docs/cli.md), with
 a summary table on stderr. --sweep uses the long sweep (ef 10..800, native
-leaf probes 1..256); --probes sets the native probe counts.";
+list probes 8..1024); --probes sets the native probe counts.";
 
 /// Arguments of `prox bench`.
 #[derive(Debug, Args)]
@@ -59,7 +59,7 @@ pub struct MapBenchArgs {
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// The long sweep (ef from 10 to 800, native leaf probes from 1 to 256).
+    /// The long sweep (ef from 10 to 800, native list probes from 8 to 1024).
     #[arg(long)]
     pub sweep: bool,
     /// Paths to measure (comma-separated; default: native and every sidecar).
@@ -71,7 +71,7 @@ pub struct MapBenchArgs {
     /// Native budgets (distance evaluations, comma-separated) instead of the default sweep.
     #[arg(long, value_delimiter = ',')]
     pub budget: Vec<u64>,
-    /// Native adaptive search: logical leaves scanned per query
+    /// Native adaptive search: sub-lists scanned per query
     /// (comma-separated; each runs with the balanced preset's rerank),
     /// added to the native settings.
     #[arg(long, value_delimiter = ',')]
@@ -200,9 +200,9 @@ struct Setting {
 const EF_SHORT: &[usize] = &[16, 32, 64, 128, 256];
 const EF_LONG: &[usize] = &[10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 800];
 const BUDGET_SHORT: &[u64] = &[1_000, 4_000, 16_000];
-/// Native leaf probes of the long sweep (the adaptive presets' range and
+/// Native list probes of the long sweep (the adaptive presets' range and
 /// beyond, so recall 0.90 and 0.95 are bracketed on the bench datasets).
-const PROBES_LONG: &[usize] = &[1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256];
+const PROBES_LONG: &[usize] = &[8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024];
 const RERANK: &[usize] = &[1, 2, 4, 8, 16, 32];
 
 fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
@@ -219,7 +219,7 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
     for &p in paths {
         match p {
             PathChoice::Native | PathChoice::Auto => {
-                // On the native path `nprobe` means leaf probes: the PQ
+                // On the native path `nprobe` means list probes: the PQ
                 // --nprobe must not leak into the preset settings.
                 let base = if p == PathChoice::Native {
                     QuerySpec {

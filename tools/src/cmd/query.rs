@@ -52,8 +52,8 @@ pub struct QueryArgs {
     #[arg(long)]
     pub ef: Option<usize>,
     /// PQ fast-scan: partitions probed per query (default: the index's,
-    /// nlist/16). Native path: logical leaves scanned by the adaptive
-    /// presets (default: the preset's count).
+    /// nlist/16). Native path: sub-lists (about 32 records each) scanned
+    /// by the adaptive presets (default: the preset's count).
     #[arg(long)]
     pub nprobe: Option<usize>,
     /// Search threads (default: all cores).

@@ -5,9 +5,10 @@
 //! `[min_key, max_key]` of the records below (proximity-format.md 5, 12.4,
 //! 12.5). Exact and budgeted search is best-first: a frontier of subtrees,
 //! expanded one node at a time, ordered by a lower bound on the score of
-//! anything below them. Adaptive search is IVF-like: every logical leaf is
-//! ranked at once by the approximate distance to its representative (the
-//! leaf catalogue) and the nearest `probes` leaves are scanned.
+//! anything below them. Adaptive search is IVF-like over load-time
+//! sub-lists (k-means clusters inside each logical leaf, `lists.rs`): the
+//! leaves are ranked by their mean codes, the lists of the nearest leaves
+//! by their centroids, and the nearest `probes` lists are scanned.
 //!
 //! * **Ranking** uses per-vector 8-bit codes built when a node is first
 //!   loaded ([`quant`]): one SIMD integer kernel call scores a whole node,
@@ -25,7 +26,7 @@
 //!   canonically every record whose bound does not exclude it, so it returns
 //!   exactly the brute-force top k, ties included, for every metric.
 //!   [`Mode::Budgeted`] is the same search with caps. [`Mode::Adaptive`]
-//!   scans a preset number of leaves, ranks their records by their codes,
+//!   scans a preset number of sub-lists, ranks their records by their codes,
 //!   keeps `rerank·k` candidates and rescores those canonically.
 //! * **Filters** ([`Filter`]) prune subtrees by their key bounds and gate
 //!   records by key, so a filtered search fills `min(k, eligible)` hits
@@ -40,6 +41,7 @@ mod arena;
 mod catalogue;
 mod engine;
 mod filter;
+mod lists;
 mod node;
 mod quant;
 mod rotated;
@@ -55,6 +57,7 @@ use crate::proximity::format::{Descriptor, Record};
 use crate::store::BlockStore;
 use arena::Arena;
 use catalogue::Catalogue;
+use lists::Lists;
 use node::{Loader, Node};
 use prox_kernels::Metric;
 use rayon::prelude::*;
@@ -73,18 +76,17 @@ pub enum Preset {
 }
 
 impl Preset {
-    /// `(rerank multiplier, logical leaves scanned)`: the search scans the
-    /// `probes` leaves whose representatives are nearest (all of them in
-    /// smaller maps) and rescores the best `rerank·k` records canonically.
-    /// Tuned on the benchmark datasets (59k × 384 and 200k × 128, about
-    /// 230 and 780 leaves), where recall@10 follows the absolute leaf count
-    /// far more closely than the fraction of leaves: about 0.90, 0.95 and
-    /// 0.99 at 32, 64 and 128 leaves on both.
+    /// `(rerank multiplier, lists scanned)`: the search scans the `probes`
+    /// sub-lists (k-means clusters of about 32 records inside each logical
+    /// leaf) whose centroids are nearest and rescores the best `rerank·k`
+    /// records canonically. Measured recall@10 (docs/performance.md):
+    /// synth-gmm-200k about 0.92, 0.97 and 0.99; debian-minilm (harder:
+    /// neighbours spread over more lists) about 0.84, 0.92 and 0.97.
     pub(crate) fn params(self) -> (usize, usize) {
         match self {
-            Preset::Fast => (4, 32),
-            Preset::Balanced => (4, 64),
-            Preset::HighRecall => (8, 128),
+            Preset::Fast => (4, 48),
+            Preset::Balanced => (4, 160),
+            Preset::HighRecall => (8, 384),
         }
     }
 
@@ -131,7 +133,7 @@ pub struct SearchRequest {
     pub filter: Option<Filter>,
     /// Fetch each hit's value from the directory.
     pub with_values: bool,
-    /// [`Mode::Adaptive`] only: logical leaves to scan, overriding the
+    /// [`Mode::Adaptive`] only: sub-lists to scan, overriding the
     /// preset's count (`None`: the preset's; values below 1 count as 1).
     /// More are scanned when a filter leaves fewer than `k` candidates.
     pub probes: Option<usize>,
@@ -150,7 +152,7 @@ impl SearchRequest {
         }
     }
 
-    /// The same request scanning `probes` logical leaves in adaptive mode.
+    /// The same request scanning `probes` sub-lists in adaptive mode.
     pub fn probes(mut self, probes: usize) -> SearchRequest {
         self.probes = Some(probes);
         self
@@ -249,6 +251,9 @@ pub struct Searcher<'s> {
     /// Every record's uniform-scale code in catalogue order, built on
     /// first use (adaptive and exact L2 search scan it).
     arena: OnceLock<Arena>,
+    /// The adaptive search's sub-lists (k-means inside each logical leaf),
+    /// built from the arena on first use.
+    lists: OnceLock<Lists>,
     /// When exact L2 uses the rotated split arena.
     rotation: ExactRotation,
     /// The rotated split arena (`None`: not used for this map), built on
@@ -301,6 +306,7 @@ impl<'s> Searcher<'s> {
             root,
             catalogue: OnceLock::new(),
             arena: OnceLock::new(),
+            lists: OnceLock::new(),
             rotation: ExactRotation::default(),
             rotated: OnceLock::new(),
         })
@@ -358,6 +364,25 @@ impl<'s> Searcher<'s> {
         Ok(self.arena.get().expect("OnceLock was just set"))
     }
 
+    /// The adaptive sub-lists, built (clustering every logical leaf, in
+    /// parallel) on first use. A racing duplicate build is discarded.
+    fn lists(&self) -> Result<&Lists> {
+        if let Some(l) = self.lists.get() {
+            return Ok(l);
+        }
+        let l = Lists::build(self.arena()?, self.dims());
+        let _ = self.lists.set(l);
+        Ok(self.lists.get().expect("OnceLock was just set"))
+    }
+
+    /// Heap bytes of the adaptive sub-lists (0 before the first adaptive
+    /// search or [`Searcher::warm`] built them): a second copy of every
+    /// record's code in list order, 16 bytes per record and one code per
+    /// list centroid.
+    pub fn lists_bytes(&self) -> usize {
+        self.lists.get().map_or(0, Lists::heap_bytes)
+    }
+
     /// Heap bytes of the scan arena (0 before the first adaptive or exact
     /// L2 search or [`Searcher::warm`] built it): one byte per component
     /// plus 12 bytes per record and the page offsets, and for exact L2 with
@@ -393,10 +418,10 @@ impl<'s> Searcher<'s> {
     }
 
     /// Loads every node of the hierarchy into the cache (in parallel) and
-    /// builds the leaf catalogue and the scan arena (and, for L2 maps with an
-    /// [`ExactRotation::Split`] layout, the rotated split arena), so later
-    /// searches do no I/O, decoding or quantization. Returns the number of
-    /// nodes.
+    /// builds the leaf catalogue, the scan arena and the adaptive
+    /// sub-lists (and, for L2 maps with an [`ExactRotation::Split`]
+    /// layout, the rotated split arena), so later searches do no I/O,
+    /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {
         fn walk(node: &Node, loader: &Loader<'_>) -> Result<usize> {
             if node.leafy {
@@ -408,7 +433,7 @@ impl<'s> Searcher<'s> {
                 .try_reduce(|| 1, |a, b| Ok(a + b))
         }
         let nodes = walk(&self.root, &self.loader)?;
-        self.arena()?;
+        self.lists()?;
         self.rotated()?;
         Ok(nodes)
     }

@@ -294,3 +294,105 @@ fn budgets_values_and_batches() {
     assert!(searcher.search(&q, &SearchRequest::new(0)).is_err());
     assert!(searcher.search(&q[1..], &SearchRequest::new(1)).is_err());
 }
+
+/// The adaptive sub-lists partition every record exactly once, each list
+/// inside one logical leaf, and are built identically at any thread count
+/// (and so are the adaptive hits); a filtered adaptive search over them
+/// still fills `min(k, eligible)`.
+#[test]
+fn sub_lists_partition_records_deterministically() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0x115);
+    let store = MemStore::new();
+    let dims = 16;
+    let recs = data(&mut rng, 3000, dims, true);
+    // Leaves of about 80 records: several lists each.
+    let desc = mini_map(&store, Metric::L2, dims as u32, recs.clone(), 80, false);
+    let build = |threads: usize| {
+        let searcher = Searcher::new(&store, desc.clone()).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            searcher.lists().map(|l| {
+                (
+                    l.cent.clone(),
+                    l.start.clone(),
+                    l.page.clone(),
+                    l.entry.clone(),
+                    l.group.clone(),
+                )
+            })
+        })
+        .unwrap()
+    };
+    let one = build(1);
+    assert!(
+        one == build(2),
+        "seed {s}: lists differ across thread counts"
+    );
+
+    let searcher = Searcher::new(&store, desc.clone()).unwrap();
+    let arena = searcher.arena().unwrap();
+    let lists = searcher.lists().unwrap();
+    let n = recs.len();
+    assert_eq!(lists.start.len(), lists.group.len() + 1);
+    assert_eq!(*lists.start.last().unwrap(), n);
+    assert!(lists.group.len() > arena.group_page.len() - 1, "seed {s}");
+    let mut seen = vec![false; n];
+    for l in 0..lists.group.len() {
+        let (a, b) = (lists.start[l], lists.start[l + 1]);
+        assert!(a < b, "seed {s}: empty list {l}");
+        let g = lists.group[l] as usize;
+        assert!(lists.group_start[g] <= l && l < lists.group_start[g + 1]);
+        for slot in a..b {
+            let p = lists.page[slot] as usize;
+            assert!(arena.group_page[g] <= p && p < arena.group_page[g + 1]);
+            let r = arena.page_start[p] + lists.entry[slot] as usize;
+            assert!(!seen[r], "seed {s}: record {r} listed twice");
+            seen[r] = true;
+            assert_eq!(
+                lists.codes[slot * dims..(slot + 1) * dims],
+                arena.codes[r * dims..(r + 1) * dims]
+            );
+            assert_eq!(lists.norms[slot], arena.norms[r]);
+        }
+    }
+    assert!(seen.iter().all(|&x| x), "seed {s}: a record is in no list");
+
+    // Hits do not depend on the thread count either, and a narrow filter
+    // with one probe still fills k.
+    let queries: Vec<f32> = (0..dims * 16).map(|_| rng.unit()).collect();
+    let req = SearchRequest::new(10).mode(Mode::Adaptive(Preset::Balanced));
+    let run = |threads: usize| {
+        let searcher = Searcher::new(&store, desc.clone()).unwrap();
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| searcher.search_batch(&queries, &req))
+            .unwrap()
+    };
+    assert!(
+        run(1) == run(2),
+        "seed {s}: adaptive hits differ across thread counts"
+    );
+    let mut keys: Vec<Vec<u8>> = recs.iter().map(|r| r.0.clone()).collect();
+    keys.sort();
+    let f = Filter::Range {
+        start: keys[n - 12].clone(),
+        end: None,
+    };
+    let freq = SearchRequest {
+        filter: Some(f),
+        ..SearchRequest::new(10)
+            .mode(Mode::Adaptive(Preset::Fast))
+            .probes(1)
+    };
+    for q in queries.chunks(dims) {
+        let got = searcher.search(q, &freq).unwrap();
+        assert_eq!(got.hits.len(), 10, "seed {s}: filtered search under-filled");
+        assert!(got.hits.iter().all(|h| h.key >= keys[n - 12]));
+    }
+}
