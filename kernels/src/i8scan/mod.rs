@@ -19,8 +19,9 @@
 //! # Tiers
 //!
 //! scalar (the reference, one row at a time); AVX2 (four rows per pass, 32
-//! components per step, the query loaded once per step for all four).
-//! Portable and NEON use the scalar model.
+//! components per step, the query loaded once per step for all four;
+//! eight rows per pass for [`screen`], whose dots are reduced together and
+//! compared in one vector). Portable and NEON use the scalar model.
 
 mod scalar;
 
@@ -83,6 +84,95 @@ pub fn dots_with(isa: Isa, q: &[i8], rows: &[i8], out: &mut [i32]) -> bool {
     }
 }
 
+/// Largest row length for [`screen`]: `|bias − 2·dot| ≤ 128²·d +
+/// 2·128·127·d = 48 896·d` must fit in `i32` (`d ≤ 43 919`).
+pub const SCREEN_MAX_DIMS: usize = 1 << 15;
+
+#[track_caller]
+fn check_screen(q: &[i8], rows: &[i8], bias: &[i32]) {
+    assert!(
+        q.len() <= SCREEN_MAX_DIMS
+            && rows.len() == q.len() * bias.len()
+            && u32::try_from(bias.len()).is_ok(),
+        "i8scan screen: query {} (at most {SCREEN_MAX_DIMS}), rows {} (want {}·{})",
+        q.len(),
+        rows.len(),
+        q.len(),
+        bias.len()
+    );
+    assert!(
+        !q.contains(&i8::MIN),
+        "i8scan screen: query codes must lie in -127..=127"
+    );
+}
+
+fn screen_on(
+    isa: Isa,
+    q: &[i8],
+    rows: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    match isa {
+        // SAFETY: `isa` is available, so AVX2 is present; `check_screen`
+        // held.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::screen(q, rows, bias, limit, out, vals) },
+        _ => scalar::screen(q, rows, bias, limit, out, vals),
+    }
+}
+
+/// The fused screen of the exact L2 loops: for every row `i` (`dims =
+/// q.len()`) with `v_i = bias[i] − 2·Σ_d q_d·rows[i·dims + d] ≤ limit`,
+/// appends `i` to `out` and `v_i` to `vals`, in row order.
+///
+/// With `bias[i] = Σ x̂²` of the row's codes, `v_i + Σ q̂²` is the integer
+/// code distance, so `limit = bulk − Σ q̂²` keeps the rows with distance
+/// at most `bulk`. Every `v_i` is exact in `i32` when `|bias[i]| ≤ 128²·dims`
+/// (true for any sum of squared `i8` codes) and `dims ≤`
+/// [`SCREEN_MAX_DIMS`]; a caller with a wider `i64` limit clamps it to
+/// `i32` without changing the result, since `|v_i| < 2^31 − 1`.
+///
+/// # Panics
+/// If `rows.len() != q.len() · bias.len()`, `q.len() > SCREEN_MAX_DIMS`,
+/// there are more than `u32::MAX` rows or a query code is `−128`.
+#[track_caller]
+pub fn screen(
+    q: &[i8],
+    rows: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    check_screen(q, rows, bias);
+    screen_on(isa(), q, rows, bias, limit, out, vals)
+}
+
+/// [`screen`] on an explicit ISA; `false` (and nothing appended) if
+/// unavailable.
+///
+/// # Panics
+/// As [`screen`].
+#[track_caller]
+pub fn screen_with(
+    isa: Isa,
+    q: &[i8],
+    rows: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) -> bool {
+    check_screen(q, rows, bias);
+    isa.is_available() && {
+        screen_on(isa, q, rows, bias, limit, out, vals);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +226,99 @@ mod tests {
                 let mut got = vec![0i32; 5];
                 assert!(dots_with(isa, &q, &rows, &mut got));
                 assert_eq!(got, vec![want * dims as i32; 5], "{isa}");
+            }
+        }
+    }
+
+    /// The fused screen equals the scalar model bit for bit on every ISA,
+    /// and the scalar model equals `dots` plus the comparison: awkward
+    /// dims and row counts, limits at and beside the values, extreme codes.
+    #[test]
+    fn screen_every_isa_equals_scalar() {
+        let seed = std::env::var("PROX_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x5c7e_u64);
+        let mut x = seed;
+        let mut next = move || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let check = |q: &[i8], rows: &[i8], bias: &[i32], limit: i32, what: &str| {
+            let n = bias.len();
+            let mut dv = vec![0i32; n];
+            dots(q, rows, &mut dv);
+            let (mut wi, mut wv) = (Vec::new(), Vec::new());
+            for (i, (&b, &dot)) in bias.iter().zip(&dv).enumerate() {
+                let v = i64::from(b) - 2 * i64::from(dot);
+                if v <= i64::from(limit) {
+                    wi.push(i as u32);
+                    wv.push(v as i32);
+                }
+            }
+            let (mut si, mut sv) = (vec![9u32], vec![9i32]);
+            scalar::screen(q, rows, bias, limit, &mut si, &mut sv);
+            assert_eq!((&si[1..], &sv[1..]), (&wi[..], &wv[..]), "scalar {what}");
+            for isa in crate::available_isas() {
+                // Appends after what is already there.
+                let (mut gi, mut gv) = (vec![9u32], vec![9i32]);
+                assert!(screen_with(isa, q, rows, bias, limit, &mut gi, &mut gv));
+                assert_eq!((gi, gv), (si.clone(), sv.clone()), "{isa} {what}");
+            }
+        };
+        for dims in [0, 1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 128, 384] {
+            for n in [0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33] {
+                let rows: Vec<i8> = (0..n * dims).map(|_| next() as i8).collect();
+                let q: Vec<i8> = (0..dims)
+                    .map(|_| ((next() % 255) as i32 - 127) as i8)
+                    .collect();
+                let bias: Vec<i32> = rows
+                    .chunks(dims.max(1))
+                    .take(n)
+                    .map(|r| r.iter().map(|&c| i32::from(c) * i32::from(c)).sum())
+                    .collect();
+                let bias = if dims == 0 { vec![0; n] } else { bias };
+                let mut dv = vec![0i32; n];
+                dots(&q, &rows, &mut dv);
+                let vs: Vec<i32> = bias.iter().zip(&dv).map(|(b, d)| b - 2 * d).collect();
+                let mut limits = vec![i32::MIN, i32::MAX, 0];
+                for &v in vs.iter().take(4) {
+                    limits.extend([v - 1, v, v + 1]);
+                }
+                if let Some(&med) = vs.get(n / 2) {
+                    limits.push(med);
+                }
+                for limit in limits {
+                    check(
+                        &q,
+                        &rows,
+                        &bias,
+                        limit,
+                        &format!("dims {dims} n {n} limit {limit} (PROX_SEED={seed})"),
+                    );
+                }
+            }
+        }
+        // Extremes: largest products and squared norms, both signs of the
+        // dot, at the boundary limit.
+        for (qv, rv) in [(127i8, -128i8), (-127, -128), (127, 127), (-127, 127)] {
+            let dims = 384;
+            let n = 17;
+            let rows = vec![rv; n * dims];
+            let q = vec![qv; dims];
+            let bias = vec![i32::from(rv) * i32::from(rv) * dims as i32; n];
+            let v = bias[0] - 2 * i32::from(qv) * i32::from(rv) * dims as i32;
+            for limit in [v - 1, v, i32::MIN, i32::MAX] {
+                check(
+                    &q,
+                    &rows,
+                    &bias,
+                    limit,
+                    &format!("extreme {qv} {rv} limit {limit}"),
+                );
             }
         }
     }

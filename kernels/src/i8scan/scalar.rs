@@ -25,3 +25,30 @@ pub(crate) fn tail(q: &[i8], r: &[i8]) -> i32 {
         .map(|(&a, &b)| i32::from(a) * i32::from(b))
         .sum()
 }
+
+/// Appends `i` to `out` and `bias[i] − 2·dot(q, row_i)` to `vals` for
+/// every row with that value at most `limit` (rows in order).
+pub(crate) fn screen(
+    q: &[i8],
+    rows: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    for (i, &b) in bias.iter().enumerate() {
+        let dot: i32 = if q.is_empty() {
+            0
+        } else {
+            q.iter()
+                .zip(&rows[i * q.len()..(i + 1) * q.len()])
+                .map(|(&a, &r)| i32::from(a) * i32::from(r))
+                .sum()
+        };
+        let v = b - 2 * dot;
+        if v <= limit {
+            out.push(i as u32);
+            vals.push(v);
+        }
+    }
+}

@@ -63,7 +63,11 @@ pub(crate) unsafe fn dots(q: &[i8], rows: &[i8], out: &mut [i32]) {
         unsafe { _mm_storeu_si128(lanes.as_mut_ptr().cast(), s) };
         for (r, lane) in lanes.iter().enumerate() {
             let row = &rows[(i + r) * d..(i + r + 1) * d];
-            out[i + r] = lane.wrapping_add(tail(row));
+            out[i + r] = if full < d {
+                lane.wrapping_add(tail(row))
+            } else {
+                *lane
+            };
         }
         i += 4;
     }
@@ -89,7 +93,109 @@ pub(crate) unsafe fn dots(q: &[i8], rows: &[i8], out: &mut [i32]) {
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
         let row = &rows[i * d..(i + 1) * d];
-        out[i] = _mm_cvtsi128_si32(s).wrapping_add(tail(row));
+        out[i] = if full < d {
+            _mm_cvtsi128_si32(s).wrapping_add(tail(row))
+        } else {
+            _mm_cvtsi128_si32(s)
+        };
         i += 1;
+    }
+}
+
+/// The fused screen: dots of eight rows per pass (the query loaded once per
+/// 32-byte step for all eight), reduced together into one vector of eight
+/// dots, turned into `bias − 2·dot` and compared against `limit` in one
+/// vector compare; survivors (a movemask) are appended in row order. The
+/// last `n % 8` rows go through [`dots`].
+///
+/// # Safety
+/// The CPU must support AVX2; `rows.len() == q.len() · bias.len()`, no
+/// query code is `−128` and `q.len() <= SCREEN_MAX_DIMS` (so no value
+/// overflows `i32`).
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn screen(
+    q: &[i8],
+    rows: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    let d = q.len();
+    let n = bias.len();
+    debug_assert_eq!(rows.len(), d * n);
+    let full = d - d % 32;
+    let ones = _mm256_set1_epi16(1);
+    let lim = _mm256_set1_epi32(limit);
+    let (pq, pr) = (q.as_ptr(), rows.as_ptr());
+    let mut i = 0;
+    while i + 8 <= n {
+        let mut acc = [_mm256_setzero_si256(); 8];
+        let mut j = 0;
+        while j < full {
+            // SAFETY: j + 32 <= full <= d, so the query bytes and each of
+            // the eight rows' bytes (row i + r starts at (i + r)·d, and
+            // i + r < n) lie in bounds.
+            let qv = unsafe { _mm256_loadu_si256(pq.add(j).cast()) };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let rv = unsafe { _mm256_loadu_si256(pr.add((i + r) * d + j).cast()) };
+                // SAFETY: same target features as this function.
+                *acc = _mm256_add_epi32(*acc, unsafe { step(qv, rv, ones) });
+            }
+            j += 32;
+        }
+        // hadd tree: after two rounds each 128-bit half holds four rows'
+        // half sums ([rows 0-3 | rows 0-3] and [rows 4-7 | rows 4-7]);
+        // crossing the halves and adding gives rows 0-7 in order.
+        let h01 = _mm256_hadd_epi32(acc[0], acc[1]);
+        let h23 = _mm256_hadd_epi32(acc[2], acc[3]);
+        let h45 = _mm256_hadd_epi32(acc[4], acc[5]);
+        let h67 = _mm256_hadd_epi32(acc[6], acc[7]);
+        let lo = _mm256_hadd_epi32(h01, h23);
+        let hi = _mm256_hadd_epi32(h45, h67);
+        let mut dot = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        );
+        if full < d {
+            let mut t = [0i32; 8];
+            for (r, t) in t.iter_mut().enumerate() {
+                let row = &rows[(i + r) * d..(i + r + 1) * d];
+                *t = super::scalar::tail(&q[full..], &row[full..]);
+            }
+            // SAFETY: `t` holds 8 i32.
+            dot = _mm256_add_epi32(dot, unsafe { _mm256_loadu_si256(t.as_ptr().cast()) });
+        }
+        // SAFETY: i + 8 <= n = bias.len().
+        let b = unsafe { _mm256_loadu_si256(bias.as_ptr().add(i).cast()) };
+        let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>(dot));
+        let fail = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, lim)));
+        let mut pass = !fail as u32 & 0xff;
+        if pass != 0 {
+            let mut vs = [0i32; 8];
+            // SAFETY: `vs` holds 8 i32.
+            unsafe { _mm256_storeu_si256(vs.as_mut_ptr().cast(), v) };
+            while pass != 0 {
+                let r = pass.trailing_zeros() as usize;
+                out.push((i + r) as u32);
+                vals.push(vs[r]);
+                pass &= pass - 1;
+            }
+        }
+        i += 8;
+    }
+    if i < n {
+        let mut ds = [0i32; 8];
+        let ds = &mut ds[..n - i];
+        // SAFETY: the caller's contract, restricted to rows i..n.
+        unsafe { dots(q, &rows[i * d..], ds) };
+        for (r, &dot) in ds.iter().enumerate() {
+            let v = bias[i + r] - 2 * dot;
+            if v <= limit {
+                out.push((i + r) as u32);
+                vals.push(v);
+            }
+        }
     }
 }

@@ -124,6 +124,12 @@ pub struct SearchContext {
     ucodes: Vec<i8>,
     /// Exact L2 with the rotated split arena: the rotated query.
     rq: RotQuery,
+    /// Exact L2 with the rotated split arena: offsets of one page's
+    /// records that passed the fused screen (their values in `dots`).
+    pass: Vec<u32>,
+    /// Exact L2 with the rotated split arena: `(offset, D_A)` of one
+    /// page's records that also passed the screen with their own residual.
+    survivors: Vec<(u32, i64)>,
     /// Adaptive mode: `(code distance, page, entry)` candidates.
     cands: Vec<(i64, u32, u32)>,
     rescore: Vec<Cand>,
@@ -595,7 +601,7 @@ impl SearchContext {
         let d = q.v.len();
         rot.prepare(q.v, &mut self.rq);
         let mut kth = f64::INFINITY;
-        let mut bulk = i64::MAX;
+        let (mut bulk, mut ra) = (i64::MAX, f64::INFINITY);
         for r in 0..self.rank.len() {
             let (lb, g) = self.rank[r];
             if lb > kth {
@@ -607,20 +613,32 @@ impl SearchContext {
                 let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
                 stats.nodes_visited += 1;
                 stats.distance_evals += (b - a) as u64;
-                rot.screen(&self.rq, a, b, &mut self.dots);
-                for i in 0..b - a {
-                    let da = rot.dist_a(&self.rq, a + i, self.dots[i]);
-                    if da > bulk || !rot.beats(&mut self.rq, a + i, da, kth, q.rel) {
-                        continue;
+                rot.screen(&self.rq, a, b, bulk, &mut self.pass, &mut self.dots);
+                self.survivors.clear();
+                for (&i, &v) in self.pass.iter().zip(&self.dots) {
+                    let da = rot.dist_a(&self.rq, v);
+                    if rot.own_a(a + i as usize, da, ra) {
+                        self.survivors.push((i, da));
                     }
-                    if !filter.accepts(page.key(i)) {
+                }
+                if self.survivors.is_empty() {
+                    continue;
+                }
+                rot.dots_b(&mut self.rq, a, &self.survivors);
+                for (j, &(i, da)) in self.survivors.iter().enumerate() {
+                    let i = i as usize;
+                    // `kth` may have tightened since the page's screen.
+                    if da > bulk
+                        || !rot.full(&self.rq, a + i, da, self.rq.dot_b(j), kth, q.rel)
+                        || !filter.accepts(page.key(i))
+                    {
                         continue;
                     }
                     stats.rescored += 1;
                     let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
                     if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
                         kth = self.best[k - 1].score;
-                        bulk = rot.bulk_limit(&self.rq, kth, q.rel);
+                        (bulk, ra) = rot.limits(&self.rq, kth, q.rel);
                     }
                 }
             }

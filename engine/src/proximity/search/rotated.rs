@@ -56,7 +56,9 @@ pub enum ExactRotation {
     #[default]
     Off,
     /// Screen with the first `m` rotated components (clamped to
-    /// `1..=dims`), then the rest for survivors.
+    /// `1..=dims` and to the fused screen's
+    /// `prox_kernels::i8scan::SCREEN_MAX_DIMS`), then the rest for
+    /// survivors.
     Split(usize),
 }
 
@@ -66,7 +68,10 @@ impl ExactRotation {
     pub(crate) fn split(self, dims: usize) -> Option<usize> {
         match self {
             ExactRotation::Off => None,
-            ExactRotation::Split(m) => Some(m.clamp(1, dims.max(1))),
+            ExactRotation::Split(m) => Some(
+                m.clamp(1, dims.max(1))
+                    .min(prox_kernels::i8scan::SCREEN_MAX_DIMS),
+            ),
         }
     }
 }
@@ -82,6 +87,17 @@ pub(crate) struct RotQuery {
     eq_a: f64,
     eq_b: f64,
     dot_b: Vec<i32>,
+    /// Second-segment codes of one page's screen survivors, contiguous.
+    gather: Vec<i8>,
+}
+
+impl RotQuery {
+    /// The `j`-th dot of the last [`Rotated::dots_b`] (0 past its end,
+    /// which only a map with no second segment reaches).
+    #[inline]
+    pub(crate) fn dot_b(&self, j: usize) -> i32 {
+        self.dot_b.get(j).copied().unwrap_or(0)
+    }
 }
 
 /// The rotated split arena; records are indexed like the plain arena's.
@@ -400,63 +416,110 @@ impl Rotated {
         rq.eq_b = up(r + rot_err(self.rot_b, qn, d));
     }
 
-    /// Screen dots of records `a..b` into `dots` (one kernel call).
+    /// Screens records `a..b` in one fused kernel call: `idx` and `vals`
+    /// receive (cleared first) the offsets `i` from `a` and the values
+    /// `Σx̂² − 2·q̂·x̂` ([`Self::dist_a`] turns one into `D_A`) of the
+    /// records with screen code distance `D_A ≤ bulk`, in order.
+    ///
+    /// Exact: the value is exact in `i32` for `m ≤ SCREEN_MAX_DIMS` and
+    /// lies strictly inside the `i32` range, so clamping `bulk − Σq̂²` to
+    /// `i32` changes no comparison.
     #[inline]
-    pub(crate) fn screen(&self, rq: &RotQuery, a: usize, b: usize, dots: &mut Vec<i32>) {
+    pub(crate) fn screen(
+        &self,
+        rq: &RotQuery,
+        a: usize,
+        b: usize,
+        bulk: i64,
+        idx: &mut Vec<u32>,
+        vals: &mut Vec<i32>,
+    ) {
         let m = self.m;
-        dots.resize(b - a, 0);
-        prox_kernels::i8scan::dots(&rq.codes_a, &self.codes_a[a * m..b * m], dots);
+        idx.clear();
+        vals.clear();
+        let limit = bulk
+            .saturating_sub(rq.qn_a)
+            .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+        prox_kernels::i8scan::screen(
+            &rq.codes_a,
+            &self.codes_a[a * m..b * m],
+            &self.norms_a[a..b],
+            limit,
+            idx,
+            vals,
+        );
     }
 
-    /// Screen code distance `D_A` of record `r` from its screen dot.
+    /// Screen code distance `D_A` from a [`Self::screen`] value.
     #[inline]
-    pub(crate) fn dist_a(&self, rq: &RotQuery, r: usize, dot: i32) -> i64 {
-        rq.qn_a + i64::from(self.norms_a[r]) - 2 * i64::from(dot)
+    pub(crate) fn dist_a(&self, rq: &RotQuery, val: i32) -> i64 {
+        rq.qn_a + i64::from(val)
     }
 
-    /// `Y` such that every record with `D_A > Y` has canonical score above
-    /// `kth` (largest screen residual; `i64::MAX` for an infinite `kth`).
-    pub(crate) fn bulk_limit(&self, rq: &RotQuery, kth: f64, rel: f64) -> i64 {
+    /// The screen limits for the k-th score `kth`: `(bulk, ra)`, where
+    /// every record with `D_A > bulk` has canonical score above `kth`
+    /// (largest screen residual; `i64::MAX` for an infinite `kth`) and
+    /// `ra` is the record-independent part of [`Self::own_a`]'s limit.
+    pub(crate) fn limits(&self, rq: &RotQuery, kth: f64, rel: f64) -> (i64, f64) {
         if !kth.is_finite() {
-            return i64::MAX;
+            return (i64::MAX, f64::INFINITY);
         }
-        let y = l2_prune_limit(
-            up(kth * self.sigma2),
+        // `l2_prune_limit(t, ..)` with its query part hoisted: it computes
+        // `up(r + eq + ex)` as `up((r + eq) + ex)`, so [`Self::own_a`]
+        // evaluates the same expression bit for bit.
+        let t = up(kth * self.sigma2);
+        let ra = up(up(t / (1.0 - rel)).sqrt()) + rq.eq_a;
+        let bulk = limit_int(l2_prune_limit(
+            t,
             rel,
             rq.eq_a,
             self.err_a_max,
             self.scale_a,
-        );
-        limit_int(y)
+        ));
+        (bulk, ra)
     }
 
-    /// Whether record `r` (screen distance `da`) can still score at most
-    /// `kth`: its own screen residual first, then both segments.
-    pub(crate) fn beats(&self, rq: &mut RotQuery, r: usize, da: i64, kth: f64, rel: f64) -> bool {
-        if !kth.is_finite() {
+    /// Whether record `r` (screen distance `da`) passes the screen with
+    /// its own residual (`ra` from [`Self::limits`]).
+    #[inline]
+    pub(crate) fn own_a(&self, r: usize, da: i64, ra: f64) -> bool {
+        if !ra.is_finite() {
             return true;
         }
-        let y = l2_prune_limit(
-            up(kth * self.sigma2),
-            rel,
-            rq.eq_a,
-            self.err_a[r],
-            self.scale_a,
-        );
-        if da as f64 > y {
-            return false;
-        }
+        let z = up(up(ra + self.err_a[r]) / self.scale_a);
+        da as f64 <= up(z * z)
+    }
+
+    /// Second-segment dots of records `base + i` for every `(i, _)` of
+    /// `recs` into `rq.dot_b` (one kernel call over the gathered codes).
+    pub(crate) fn dots_b(&self, rq: &mut RotQuery, base: usize, recs: &[(u32, i64)]) {
         let mb = self.dims - self.m;
-        if mb == 0 {
+        rq.gather.clear();
+        for &(i, _) in recs {
+            let r = base + i as usize;
+            rq.gather
+                .extend_from_slice(&self.codes_b[r * mb..(r + 1) * mb]);
+        }
+        rq.dot_b.resize(recs.len(), 0);
+        prox_kernels::i8scan::dots(&rq.codes_b, &rq.gather, &mut rq.dot_b);
+    }
+
+    /// Whether record `r` (screen distance `da`, second-segment dot
+    /// `dot_b`) can still score at most `kth`, bounded with both segments.
+    #[inline]
+    pub(crate) fn full(
+        &self,
+        rq: &RotQuery,
+        r: usize,
+        da: i64,
+        dot_b: i32,
+        kth: f64,
+        rel: f64,
+    ) -> bool {
+        if !kth.is_finite() || self.dims == self.m {
             return true;
         }
-        rq.dot_b.resize(1, 0);
-        prox_kernels::i8scan::dots(
-            &rq.codes_b,
-            &self.codes_b[r * mb..(r + 1) * mb],
-            &mut rq.dot_b,
-        );
-        let db = rq.qn_b + i64::from(self.norms_b[r]) - 2 * i64::from(rq.dot_b[0]);
+        let db = rq.qn_b + i64::from(self.norms_b[r]) - 2 * i64::from(dot_b);
         let la = seg_lower(da, self.scale_a, rq.eq_a, self.err_a[r]);
         let lb = seg_lower(db, self.scale_b, rq.eq_b, self.err_b[r]);
         let low2 = down(down(la * la) + down(lb * lb));
