@@ -135,7 +135,7 @@ impl Layer0 {
     fn recode(&mut self, code_len: usize, has_norm: bool, codes: &mut Encoder<'_>) {
         let has_norm = has_norm && code_len > 0;
         let n = self.data.len().saturating_sub(BLOCK_ALIGN) / self.stride.max(1);
-        let (cap, old_stride, old_base) = (self.cap, self.stride, self.base);
+        let (cap, old_stride) = (self.cap, self.stride);
         let stride = Self::stride_for(cap, code_len, has_norm);
         if stride < old_stride || old_stride == 0 {
             let old = std::mem::take(self);
@@ -148,23 +148,57 @@ impl Layer0 {
         prox_kernels::prefetch::advise_huge_pages(self.data.spare_capacity_mut(), false);
         self.data.resize(len, 0);
         // The allocation may have moved: the old blocks keep their offset
-        // `old_base`, the new ones align to the new address.
+        // `self.base`, the new ones align to the new address.
         let base = match self.data.as_ptr().align_offset(BLOCK_ALIGN) {
             off if off < BLOCK_ALIGN => off,
             _ => 0,
         };
-        // Descending order is safe: for i >= 1 the new block i starts past
-        // the end of old block i - 1 (strides differ by >= 64 bytes, bases
-        // by < 64); block i's own overlap is handled by `copy_within`, and
-        // its links are moved before its code is written.
+        self.relocate(n, base, stride, code_len, has_norm, codes);
+    }
+
+    /// The in-place part of [`recode`](Self::recode): moves the `n` blocks
+    /// (`self.base`, `self.stride`) to `base` and `stride` (equal, or at
+    /// least 64 bytes larger) in the already extended buffer, writing each
+    /// one's new code.
+    fn relocate(
+        &mut self,
+        n: usize,
+        base: usize,
+        stride: usize,
+        code_len: usize,
+        has_norm: bool,
+        codes: &mut Encoder<'_>,
+    ) {
+        let (cap, old_stride, old_base) = (self.cap, self.stride, self.base);
+        // Each block's links are moved (`copy_within` handles the overlap
+        // with its own old place) before its code is written, so block i is
+        // safe to move once no old block it overlaps still waits. The new
+        // block i can overlap old blocks i - 1, i and i + 1 (bases differ by
+        // less than 64 bytes, strides are equal or grow by at least 64):
+        // * stride grew, or equal strides with `base >= old_base`: new block
+        //   i starts at or past old block i and ends before old block i + 2,
+        //   so moving from the last block down never overwrites a block not
+        //   yet moved;
+        // * equal strides with `base < old_base` (a cloned graph's buffer
+        //   sits at another alignment): new block i starts before old block
+        //   i and ends before old block i + 1, so moving from the first
+        //   block up is the safe order. (Descending there overwrote the tail
+        //   of old block i - 1, its last links when they reach past
+        //   `stride - (old_base - base)`, before it had moved.)
         let head = 4 + 4 * cap;
         let mut code = vec![0u8; code_len];
-        for i in (0..n).rev() {
+        let data = &mut self.data;
+        let mut relocate = |i: usize| {
             let (from, to) = (old_base + i * old_stride, base + i * stride);
-            self.data.copy_within(from..from + head, to);
-            let b = &mut self.data[to..to + stride];
+            data.copy_within(from..from + head, to);
+            let b = &mut data[to..to + stride];
             b[head..].fill(0);
             Self::write_code(b, i, cap, &mut code, has_norm, codes);
+        };
+        if stride == old_stride && base < old_base {
+            (0..n).for_each(&mut relocate);
+        } else {
+            (0..n).rev().for_each(&mut relocate);
         }
         self.data[..base].fill(0);
         self.data[base + n * stride..].fill(0);
@@ -663,6 +697,43 @@ mod tests {
                 }
             }
             assert_eq!(grown.data[..grown.base], vec![0u8; grown.base][..]);
+        }
+    }
+
+    /// Bug: a cloned graph's buffer sits at another alignment than the one
+    /// its `base` was computed for; recoding it with an unchanged stride
+    /// moved the blocks down in descending order and overwrote the last
+    /// links of a block before it had moved (PQ traversal hits then depended
+    /// on where the allocator put the clone). Every pair of old and new
+    /// bases must give the blocks of a fresh build.
+    #[test]
+    fn recode_with_equal_stride_between_any_alignments_equals_a_fresh_build() {
+        // cap 20: 84 bytes of links, stride 128 bare and with a 6-byte code.
+        let (n, cap, code_len) = (200, 20, 6);
+        let lists = |i: usize, out: &mut Vec<u32>| out.extend(list(i, cap));
+        let fresh = Layer0::build(n, cap, &mut { lists }, code_len, false, Some(&mut code));
+        let bare = Layer0::build(n, cap, &mut { lists }, 0, false, None);
+        assert_eq!(bare.stride, fresh.stride, "the case needs equal strides");
+        let body = bare.stride * n;
+        for old_base in 0..BLOCK_ALIGN {
+            for base in 0..BLOCK_ALIGN {
+                let mut data = vec![0u8; body + BLOCK_ALIGN];
+                data[old_base..old_base + body]
+                    .copy_from_slice(&bare.data[bare.base..bare.base + body]);
+                let mut l0 = Layer0 {
+                    data,
+                    base: old_base,
+                    ..bare.clone()
+                };
+                l0.relocate(n, base, bare.stride, code_len, false, &mut code);
+                for i in 0..n as u32 {
+                    assert_eq!(
+                        l0.block(i),
+                        fresh.block(i),
+                        "block {i}, old base {old_base}, new base {base}"
+                    );
+                }
+            }
         }
     }
 }
