@@ -47,9 +47,10 @@ const SWEEPS: usize = 40;
 
 /// Whether exact L2 search uses the rotated split arena.
 ///
-/// Off by default: on synth-gmm-1m (1M × 128) the split screen was not
-/// faster than the plain arena (docs/performance.md, "Session 5"); the
-/// per-record cost there is the scan loop, not the bytes read.
+/// Off by default: with the fused screen it is 1.1-1.4x the plain arena on
+/// synth-gmm-1m, but 0.64x (`m = 64`) to about 1x (`m = 96`) on
+/// synth-gmm-200k, where leaves prune, and `warm()` costs 2-3x more
+/// (docs/performance.md, "Session 5: a fused screen kernel").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExactRotation {
     /// Exact L2 screens the plain arena's codes.
