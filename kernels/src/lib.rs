@@ -32,6 +32,8 @@ mod metric;
 pub mod pq;
 pub mod prefetch;
 pub mod sq8;
+#[cfg(test)]
+mod testing;
 pub mod topk;
 
 pub use error::{Error, Result};

@@ -179,18 +179,8 @@ mod tests {
 
     #[test]
     fn every_isa_equals_scalar_and_sq8() {
-        let seed = std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5ca9_u64);
-        let mut x = seed;
-        let mut next = move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let seed = crate::testing::seed(0x5ca9_u64);
+        let mut next = crate::testing::splitmix(seed);
         for dims in [
             0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 384, 385, 768, 1536,
         ] {
@@ -235,18 +225,8 @@ mod tests {
     /// dims and row counts, limits at and beside the values, extreme codes.
     #[test]
     fn screen_every_isa_equals_scalar() {
-        let seed = std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5c7e_u64);
-        let mut x = seed;
-        let mut next = move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let seed = crate::testing::seed(0x5c7e_u64);
+        let mut next = crate::testing::splitmix(seed);
         let check = |q: &[i8], rows: &[i8], bias: &[i32], limit: i32, what: &str| {
             let n = bias.len();
             let mut dv = vec![0i32; n];

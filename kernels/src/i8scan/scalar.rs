@@ -7,19 +7,14 @@ pub(crate) fn dots(q: &[i8], rows: &[i8], out: &mut [i32]) {
         return;
     }
     for (row, o) in rows.chunks_exact(q.len()).zip(out) {
-        *o = q
-            .iter()
-            .zip(row)
-            .map(|(&a, &b)| i32::from(a) * i32::from(b))
-            .sum();
+        *o = dot(q, row);
     }
 }
 
-/// `Σ q·r` of two equal-length slices (the SIMD tiers' remainders; only
-/// the x86-64 tier has one).
-#[cfg(target_arch = "x86_64")]
+/// `Σ q·r` of two equal-length slices: one row here, and the remainder
+/// after the SIMD tiers' full steps.
 #[inline]
-pub(crate) fn tail(q: &[i8], r: &[i8]) -> i32 {
+pub(crate) fn dot(q: &[i8], r: &[i8]) -> i32 {
     q.iter()
         .zip(r)
         .map(|(&a, &b)| i32::from(a) * i32::from(b))
@@ -37,15 +32,7 @@ pub(crate) fn screen(
     vals: &mut Vec<i32>,
 ) {
     for (i, &b) in bias.iter().enumerate() {
-        let dot: i32 = if q.is_empty() {
-            0
-        } else {
-            q.iter()
-                .zip(&rows[i * q.len()..(i + 1) * q.len()])
-                .map(|(&a, &r)| i32::from(a) * i32::from(r))
-                .sum()
-        };
-        let v = b - 2 * dot;
+        let v = b - 2 * dot(q, &rows[i * q.len()..(i + 1) * q.len()]);
         if v <= limit {
             out.push(i as u32);
             vals.push(v);

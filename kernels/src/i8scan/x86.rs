@@ -17,6 +17,38 @@ unsafe fn step(qv: __m256i, r: __m256i, ones: __m256i) -> __m256i {
     _mm256_madd_epi16(p, ones)
 }
 
+/// Lane accumulators of the `R` rows `i..i + R` (row `r` at `(i + r)·d`,
+/// `d = q.len()`) over their first `full` components, one query load per
+/// 32-byte step shared by all `R` rows; each holds 8 `i32` partial sums.
+///
+/// # Safety
+/// The CPU must support AVX2; `full <= q.len()` is a multiple of 32 and
+/// `rows.len() >= (i + R)·q.len()`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate<const R: usize>(q: &[i8], rows: &[i8], i: usize, full: usize) -> [__m256i; R] {
+    let d = q.len();
+    debug_assert!(full <= d && full.is_multiple_of(32) && rows.len() >= (i + R) * d);
+    let ones = _mm256_set1_epi16(1);
+    let (pq, pr) = (q.as_ptr(), rows.as_ptr());
+    let mut acc = [_mm256_setzero_si256(); R];
+    let mut j = 0;
+    while j < full {
+        // SAFETY: j + 32 <= full <= d, so the query bytes and each row's
+        // bytes (row i + r starts at (i + r)·d, and (i + R)·d <= rows.len())
+        // lie in bounds.
+        let qv = unsafe { _mm256_loadu_si256(pq.add(j).cast()) };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let rv = unsafe { _mm256_loadu_si256(pr.add((i + r) * d + j).cast()) };
+            // SAFETY: same target features as this function.
+            *acc = _mm256_add_epi32(*acc, unsafe { step(qv, rv, ones) });
+        }
+        j += 32;
+    }
+    acc
+}
+
 /// Dots of `q` against the contiguous rows of `rows`.
 ///
 /// # Safety
@@ -34,24 +66,11 @@ pub(crate) unsafe fn dots(q: &[i8], rows: &[i8], out: &mut [i32]) {
     let full = d - d % 32;
     let ones = _mm256_set1_epi16(1);
     let (pq, pr) = (q.as_ptr(), rows.as_ptr());
-    let tail = |row: &[i8]| super::scalar::tail(&q[full..], &row[full..]);
+    let tail = |row: &[i8]| super::scalar::dot(&q[full..], &row[full..]);
     let mut i = 0;
     while i + 4 <= n {
-        let mut acc = [_mm256_setzero_si256(); 4];
-        let mut j = 0;
-        while j < full {
-            // SAFETY: j + 32 <= full <= d, so the query bytes and each of
-            // the four rows' bytes (row i + r starts at (i + r)·d, and
-            // i + r < n) lie in bounds.
-            let qv = unsafe { _mm256_loadu_si256(pq.add(j).cast()) };
-            for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let rv = unsafe { _mm256_loadu_si256(pr.add((i + r) * d + j).cast()) };
-                // SAFETY: same target features as this function.
-                *acc = _mm256_add_epi32(*acc, unsafe { step(qv, rv, ones) });
-            }
-            j += 32;
-        }
+        // SAFETY: AVX2 is present; rows i..i + 4 lie in `rows` (i + 4 <= n).
+        let acc = unsafe { accumulate::<4>(q, rows, i, full) };
         // Lane sums of the four accumulators in one pass: hadd within each
         // 128-bit half, then add the halves.
         let h01 = _mm256_hadd_epi32(acc[0], acc[1]);
@@ -125,26 +144,11 @@ pub(crate) unsafe fn screen(
     let n = bias.len();
     debug_assert_eq!(rows.len(), d * n);
     let full = d - d % 32;
-    let ones = _mm256_set1_epi16(1);
     let lim = _mm256_set1_epi32(limit);
-    let (pq, pr) = (q.as_ptr(), rows.as_ptr());
     let mut i = 0;
     while i + 8 <= n {
-        let mut acc = [_mm256_setzero_si256(); 8];
-        let mut j = 0;
-        while j < full {
-            // SAFETY: j + 32 <= full <= d, so the query bytes and each of
-            // the eight rows' bytes (row i + r starts at (i + r)·d, and
-            // i + r < n) lie in bounds.
-            let qv = unsafe { _mm256_loadu_si256(pq.add(j).cast()) };
-            for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let rv = unsafe { _mm256_loadu_si256(pr.add((i + r) * d + j).cast()) };
-                // SAFETY: same target features as this function.
-                *acc = _mm256_add_epi32(*acc, unsafe { step(qv, rv, ones) });
-            }
-            j += 32;
-        }
+        // SAFETY: AVX2 is present; rows i..i + 8 lie in `rows` (i + 8 <= n).
+        let acc = unsafe { accumulate::<8>(q, rows, i, full) };
         // hadd tree: after two rounds each 128-bit half holds four rows'
         // half sums ([rows 0-3 | rows 0-3] and [rows 4-7 | rows 4-7]);
         // crossing the halves and adding gives rows 0-7 in order.
@@ -162,7 +166,7 @@ pub(crate) unsafe fn screen(
             let mut t = [0i32; 8];
             for (r, t) in t.iter_mut().enumerate() {
                 let row = &rows[(i + r) * d..(i + r + 1) * d];
-                *t = super::scalar::tail(&q[full..], &row[full..]);
+                *t = super::scalar::dot(&q[full..], &row[full..]);
             }
             // SAFETY: `t` holds 8 i32.
             dot = _mm256_add_epi32(dot, unsafe { _mm256_loadu_si256(t.as_ptr().cast()) });

@@ -156,18 +156,8 @@ mod tests {
 
     #[test]
     fn every_isa_equals_scalar_and_sq8() {
-        let seed = std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0xc0a5e_u64);
-        let mut x = seed;
-        let mut next = move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let seed = crate::testing::seed(0xc0a5e_u64);
+        let mut next = crate::testing::splitmix(seed);
         for dims in [1, 2, 3, 7, 16, 31, 128, 384, 385, 768] {
             for n in [0, 1, 7, 8, 9, 31, 32, 33, 70] {
                 let mut code = || ((next() % 255) as i32 - 127) as i8;

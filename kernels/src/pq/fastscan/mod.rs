@@ -464,6 +464,7 @@ pub fn scan_with(isa: Isa, lut: &Lut, blocks: &[u8], out: &mut [u16]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::splitmix as rng;
 
     #[test]
     fn pack_places_nibbles() {
@@ -558,24 +559,8 @@ mod tests {
         }
     }
 
-    /// SplitMix64 stream for the equivalence tests (seed printed on
-    /// failure; `PROX_SEED` overrides).
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-    }
-
     fn seed() -> u64 {
-        std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x7ab1e)
+        crate::testing::seed(0x7ab1e)
     }
 
     fn uniform(next: &mut impl FnMut() -> u64) -> f32 {
