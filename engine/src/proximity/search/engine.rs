@@ -303,9 +303,7 @@ impl SearchContext {
         d: usize,
         stats: &mut SearchStats,
     ) -> (usize, usize) {
-        let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
-        stats.nodes_visited += 1;
-        stats.distance_evals += (b - a) as u64;
+        let (a, b) = visit_page(arena, p, stats);
         self.dots.resize(b - a, 0);
         prox_kernels::i8scan::dots(&self.ucodes, &arena.codes[a * d..b * d], &mut self.dots);
         (a, b)
@@ -517,7 +515,6 @@ impl SearchContext {
         k: usize,
         filter: &Compiled<'_>,
     ) -> Result<SearchResult> {
-        let d = s.dims();
         let mut stats = SearchStats::default();
         let cat = s.catalogue()?;
         let arena = s.arena()?;
@@ -527,15 +524,32 @@ impl SearchContext {
         });
         self.rank
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        if let Some(rot) = s.rotated()? {
-            self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats);
-            let hits = self.best.iter().map(Cand::hit).collect();
-            return Ok(SearchResult {
-                hits,
-                completion: Completion::Exact,
-                stats,
-            });
+        match s.rotated()? {
+            Some(rot) => self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats),
+            None => self.exact_l2_plain(arena, q, k, filter, &mut stats),
         }
+        let hits = self.best.iter().map(Cand::hit).collect();
+        Ok(SearchResult {
+            hits,
+            completion: Completion::Exact,
+            stats,
+        })
+    }
+
+    /// The loop of [`Self::exact_l2`] over the plain arena: leaves in
+    /// bound order until one is bounded above the k-th score, each page
+    /// screened by the integer code distance against the bulk limit (the
+    /// largest residual), survivors checked with their own residual, then
+    /// scored canonically into `self.best`.
+    fn exact_l2_plain(
+        &mut self,
+        arena: &Arena,
+        q: &Query<'_>,
+        k: usize,
+        filter: &Compiled<'_>,
+        stats: &mut SearchStats,
+    ) {
+        let d = q.v.len();
         let (qn, eq) = self.quantize_uniform(arena, q.v);
         let scale = arena.scale;
         // Pruning state for the current k-th score `kth`: records with
@@ -552,7 +566,7 @@ impl SearchContext {
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
                 let page = &arena.pages[p];
-                let (a, b) = self.scan_page(arena, p, d, &mut stats);
+                let (a, b) = self.scan_page(arena, p, d, stats);
                 for i in 0..b - a {
                     let dist = arena.l2_code_dist(qn, a + i, self.dots[i]);
                     if dist > bulk {
@@ -575,12 +589,6 @@ impl SearchContext {
                 }
             }
         }
-        let hits = self.best.iter().map(Cand::hit).collect();
-        Ok(SearchResult {
-            hits,
-            completion: Completion::Exact,
-            stats,
-        })
     }
 
     /// The loop of [`Self::exact_l2`] over the rotated split arena
@@ -610,9 +618,7 @@ impl SearchContext {
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
                 let page = &arena.pages[p];
-                let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
-                stats.nodes_visited += 1;
-                stats.distance_evals += (b - a) as u64;
+                let (a, b) = visit_page(arena, p, stats);
                 rot.screen(&self.rq, a, b, bulk, &mut self.pass, &mut self.dots);
                 self.survivors.clear();
                 for (&i, &v) in self.pass.iter().zip(&self.dots) {
@@ -776,6 +782,15 @@ fn group_probes(probes: usize) -> usize {
 
 /// Inserts entry `i` of `node` with canonical `score` into the sorted top-k
 /// list `best`; returns whether it entered.
+/// Arena page `p`'s record range `a..b`, counted in `stats` as one node
+/// visited and `b − a` distance evaluations.
+fn visit_page(arena: &Arena, p: usize, stats: &mut SearchStats) -> (usize, usize) {
+    let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
+    stats.nodes_visited += 1;
+    stats.distance_evals += (b - a) as u64;
+    (a, b)
+}
+
 fn insert_sorted(best: &mut Vec<Cand>, k: usize, score: f64, node: &Arc<Node>, i: usize) -> bool {
     let key = node.key(i);
     if best.len() == k && best[k - 1].order(score, key) != Ordering::Greater {
