@@ -98,7 +98,10 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub http: HttpArgs,
     /// Async executor threads for connections and request parsing (0: one
-    /// per core). Searches never run on them.
+    /// per core). 1 runs a single-threaded executor on the main thread:
+    /// no hand-offs between executor workers, about half the context
+    /// switches per query (docs/performance.md, Serving). Searches never
+    /// run on them.
     #[arg(long, default_value_t = 0)]
     pub io_threads: usize,
 }
@@ -141,6 +144,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .config(addr, Source::Directory(args.store.store.clone()))?;
     let rt = match args.io_threads {
         0 => super::sync::runtime()?,
+        // One worker of the multi-thread scheduler still parks and wakes
+        // through its shared idle machinery; the current-thread scheduler
+        // has one queue and is woken straight from the search threads.
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?,
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .enable_all()
