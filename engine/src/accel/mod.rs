@@ -31,4 +31,7 @@ pub use hnsw::{Filter, Hit, Hnsw, SearchGraph};
 pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;
+// The native adaptive search rescores its 4-bit candidates with the same
+// deterministic f32 kernel.
+pub(crate) use kernel::det_score;
 pub use source::{build_sidecars, map_records, Records, Sidecars};

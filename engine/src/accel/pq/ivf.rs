@@ -417,8 +417,63 @@ fn rescored_cmp(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
 }
 
+/// The query's u8 fast-scan table for 4-bit codebooks `books_t`
+/// (`fastscan::transpose_books`, `k` centroids, `m` subspaces): the f32
+/// `m × 16` table into `table` (squared L2 partials for L2, negated dot
+/// partials for cosine and inner product; the same operations per entry on
+/// every ISA), quantised into `lut` (allocated once, then reused). `None`
+/// when the table has NaN partials (overflowing vectors).
+pub(crate) fn query_lut<'l>(
+    metric: Metric,
+    q: &[f32],
+    m: usize,
+    books_t: &[f32],
+    k: usize,
+    table: &mut Vec<f32>,
+    lut: &'l mut Option<Lut>,
+) -> Option<&'l Lut> {
+    let kind = match metric {
+        Metric::L2 => TableKind::L2,
+        Metric::Cosine | Metric::InnerProduct => TableKind::NegDot,
+    };
+    table.resize(CODES * m, 0.0);
+    fastscan::table(kind, q, m, books_t, k, table);
+    let ok = match lut.as_mut() {
+        Some(l) => l.requantize(m, table, 0.0).is_ok(),
+        None => match Lut::quantize(m, table, 0.0) {
+            Ok(l) => {
+                *lut = Some(l);
+                true
+            }
+            Err(_) => false,
+        },
+    };
+    lut.as_ref().filter(|_| ok)
+}
+
+/// Moves the best `k` of `rescored` by `(score, id)` to its front, followed
+/// by every other entry tied with the `k`-th score, and returns how many
+/// that is (all of them when there are at most `k`). Callers score those
+/// canonically: the canonical top `k` is among them whenever the f32
+/// ranking agrees with the canonical one up to ties.
+pub(crate) fn best_with_ties(rescored: &mut [(f32, u32)], k: usize) -> usize {
+    let mut keep = rescored.len();
+    if k > 0 && k < keep {
+        rescored.select_nth_unstable_by(k - 1, rescored_cmp);
+        let kth = rescored[k - 1].0;
+        keep = k;
+        for i in k..rescored.len() {
+            if rescored[i].0 == kth {
+                rescored.swap(keep, i);
+                keep += 1;
+            }
+        }
+    }
+    keep
+}
+
 /// Keeps the `depth` smallest candidates; returns the new admission bound.
-fn shrink(cands: &mut Vec<(u16, u32)>, depth: usize) -> u16 {
+pub(crate) fn shrink(cands: &mut Vec<(u16, u32)>, depth: usize) -> u16 {
     if cands.len() > depth {
         cands.select_nth_unstable_by(depth - 1, cand_cmp);
         cands.truncate(depth);
@@ -444,33 +499,17 @@ impl Pq {
         if want == 0 {
             return true;
         }
-        // Query table: m x 16 f32, fixed per-entry order on every ISA.
-        let kind = match self.metric {
-            Metric::L2 => TableKind::L2,
-            Metric::Cosine | Metric::InnerProduct => TableKind::NegDot,
-        };
-        ctx.table.resize(CODES * fs.m, 0.0);
-        fastscan::table(
-            kind,
+        let nprobe = opts.nprobe.clamp(1, fs.nlist);
+        fs.coarse(q, nprobe, ctx);
+        let Some(lut) = query_lut(
+            self.metric,
             q,
             fs.m,
             &fs.books_t,
             usize::from(self.params.centroids),
             &mut ctx.table,
-        );
-        let nprobe = opts.nprobe.clamp(1, fs.nlist);
-        fs.coarse(q, nprobe, ctx);
-        let lut_ok = match ctx.lut.as_mut() {
-            Some(l) => l.requantize(fs.m, &ctx.table, 0.0).is_ok(),
-            None => match Lut::quantize(fs.m, &ctx.table, 0.0) {
-                Ok(l) => {
-                    ctx.lut = Some(l);
-                    true
-                }
-                Err(_) => false,
-            },
-        };
-        let Some(lut) = ctx.lut.as_ref().filter(|_| lut_ok) else {
+            &mut ctx.lut,
+        ) else {
             // Only a table with NaN partials (overflowing vectors) gets here.
             return false;
         };
@@ -527,19 +566,7 @@ impl Pq {
         if ctx.rescored.is_empty() {
             return true;
         }
-        let mut keep = ctx.rescored.len();
-        if k < keep {
-            ctx.rescored.select_nth_unstable_by(k - 1, rescored_cmp);
-            let kth = ctx.rescored[k - 1].0;
-            // Move the ties of the k-th score (beyond k) next to the best k.
-            keep = k;
-            for i in k..ctx.rescored.len() {
-                if ctx.rescored[i].0 == kth {
-                    ctx.rescored.swap(keep, i);
-                    keep += 1;
-                }
-            }
-        }
+        let keep = best_with_ties(&mut ctx.rescored, k);
         out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| Hit {
             id,
             score: canonical::score(self.metric, q, self.vectors.row(id as usize)),

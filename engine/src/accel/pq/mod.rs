@@ -10,8 +10,12 @@ mod search;
 mod train;
 
 pub use ivf::{FastScan, IvfParams};
+// Shared with the native adaptive search's load-time 4-bit codes
+// (`proximity::search::fast4`): one trainer, one query table, one pool.
+pub(crate) use ivf::{best_with_ties, query_lut, shrink};
 pub use persist::{load, PqSidecar};
 pub use search::{PqOptions, PqSearchContext};
+pub(crate) use train::train_rows;
 
 use std::sync::{Arc, OnceLock};
 

@@ -181,6 +181,17 @@ pub(crate) fn train(vectors: &Arena, params: &PqParams) -> Result<Trained> {
     })
 }
 
+/// Codebooks trained by [`train`] on `rows` (each `dims` long), in the
+/// `PQPQ` layout: per subspace, `centroids × width` floats, concatenated.
+pub(crate) fn train_rows<'a>(
+    dims: usize,
+    rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    params: &PqParams,
+) -> Result<Vec<f32>> {
+    let t = train(&Arena::from_rows(dims, rows), params)?;
+    Ok(t.books.concat())
+}
+
 /// Reconstruction quality (12.11 step 5): per record one f64 accumulator of
 /// `(v − centroid)²` over all subspaces in order; returns (mean, max).
 pub(crate) fn quality(

@@ -2,6 +2,7 @@
 
 use super::arena::{l2_prune_limit, limit_int, Arena};
 use super::catalogue::Catalogue;
+use super::fast4::Fast4;
 use super::filter::Compiled;
 use super::lists::Lists;
 use super::node::Node;
@@ -10,7 +11,10 @@ use super::quant::{
 };
 use super::rotated::{RotQuery, Rotated};
 use super::{Completion, Hit, Mode, SearchRequest, SearchResult, SearchStats, Searcher};
+use crate::accel::det_score;
+use crate::accel::pq::{best_with_ties, query_lut, shrink};
 use crate::error::Result;
+use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES};
 use prox_kernels::Metric;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -144,6 +148,15 @@ pub struct SearchContext {
     grank: Vec<(i64, u32)>,
     /// Adaptive mode: centroid dots of one group's lists.
     ldots: Vec<i32>,
+    /// Adaptive 4-bit pass: the query's f32 table and its u8 form.
+    table: Vec<f32>,
+    lut: Option<Lut>,
+    /// Adaptive 4-bit pass: one list's sums.
+    sums: Vec<u16>,
+    /// Adaptive 4-bit pass: `(sum, slot)` candidates.
+    fcands: Vec<(u16, u32)>,
+    /// Adaptive 4-bit pass: `(f32 score, slot)` of the kept candidates.
+    rescored: Vec<(f32, u32)>,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -229,6 +242,8 @@ impl SearchContext {
         self.rank.clear();
         self.lrank.clear();
         self.grank.clear();
+        self.fcands.clear();
+        self.rescored.clear();
     }
 
     /// Runs one search of a prepared query.
@@ -314,6 +329,7 @@ impl SearchContext {
     fn rank_lists(
         &mut self,
         lists: &Lists,
+        fast: Option<&Fast4>,
         g: usize,
         code_dist: &impl Fn(i32, i32) -> i64,
         stats: &mut SearchStats,
@@ -321,6 +337,17 @@ impl SearchContext {
         let (a, b) = (lists.group_start[g], lists.group_start[g + 1]);
         let d = self.ucodes.len();
         stats.distance_evals += (b - a) as u64;
+        if let (Some(f), Some(lut)) = (fast, self.lut.as_ref()) {
+            // The list means' 4-bit sums.
+            let bb = fastscan::block_bytes(f.m);
+            let (b0, b1) = (f.cent_start[g] as usize, f.cent_start[g + 1] as usize);
+            self.sums.resize((b1 - b0) * BLOCK, 0);
+            fastscan::scan(lut, &f.cent_blocks[b0 * bb..b1 * bb], &mut self.sums);
+            for (i, &s) in self.sums[..b - a].iter().enumerate() {
+                self.lrank.push((i64::from(s), (a + i) as u32));
+            }
+            return;
+        }
         self.ldots.resize(b - a, 0);
         prox_kernels::i8scan::dots(&self.ucodes, &lists.cent[a * d..b * d], &mut self.ldots);
         for (i, &dot) in self.ldots.iter().enumerate() {
@@ -344,8 +371,16 @@ impl SearchContext {
     /// never under-fill), keep the best `rerank·k` records by integer code
     /// distance and rescore those canonically.
     ///
-    /// Every decision derives from exact integer code dots, ties broken by
-    /// list index and key, so the hits are the same on every ISA.
+    /// Maps with the 4-bit first pass ([`super::fast4`]) rank the groups
+    /// and lists and scan the lists with the fast-scan kernel instead
+    /// (integer sums of the query's u8 table), keep the best `rerank·k`
+    /// records by `(sum, slot)`, score those with the deterministic f32
+    /// kernel, and score canonically the best `k` of them plus any tied
+    /// with the `k`-th.
+    ///
+    /// Every decision derives from exact integer code dots or sums and
+    /// fixed-order f32 arithmetic, ties broken by list index, slot and
+    /// key, so the hits are the same on every ISA.
     fn probe(
         &mut self,
         s: &Searcher<'_>,
@@ -356,7 +391,13 @@ impl SearchContext {
     ) -> Result<SearchResult> {
         let d = s.dims();
         let k = req.k;
-        let (rerank, preset_probes) = preset.params();
+        // Presets are tuned per first pass (the 4-bit pass needs a deeper
+        // pool and affords more lists at equal cost).
+        let (rerank, preset_probes) = if s.fast4()?.is_some() {
+            preset.fast_params()
+        } else {
+            preset.params()
+        };
         let pool_cap = k.saturating_mul(rerank);
         let mut stats = SearchStats::default();
         let cat = s.catalogue()?;
@@ -388,8 +429,33 @@ impl SearchContext {
         // their centroids.
         let groups = lists.group_start.len() - 1;
         stats.distance_evals += groups as u64;
+        // The 4-bit pass (ranking and scanning) when the map has one and
+        // the query's table quantises (finite partials); 8-bit codes
+        // otherwise.
+        let fast = match s.fast4()? {
+            Some(f) => query_lut(
+                q.metric,
+                q.v,
+                f.m,
+                &f.books_t,
+                CODES,
+                &mut self.table,
+                &mut self.lut,
+            )
+            .map(|_| f),
+            None => None,
+        };
         self.dots.resize(groups, 0);
-        prox_kernels::i8scan::dots(&self.ucodes, &lists.group_cent, &mut self.dots);
+        match (fast, self.lut.as_ref()) {
+            (Some(f), Some(lut)) => {
+                self.sums.resize(groups.div_ceil(BLOCK) * BLOCK, 0);
+                fastscan::scan(lut, &f.group_blocks, &mut self.sums);
+                for (d, &s) in self.dots.iter_mut().zip(&self.sums) {
+                    *d = i32::from(s);
+                }
+            }
+            _ => prox_kernels::i8scan::dots(&self.ucodes, &lists.group_cent, &mut self.dots),
+        }
         self.grank.clear();
         for (g, &dot) in self.dots.iter().enumerate() {
             let ok = cat.len() == 0 || {
@@ -397,8 +463,11 @@ impl SearchContext {
                 filter.overlaps(min, max)
             };
             if ok {
-                self.grank
-                    .push((code_dist(lists.group_norm[g], dot), g as u32));
+                let dist = match fast {
+                    Some(_) => i64::from(dot),
+                    None => code_dist(lists.group_norm[g], dot),
+                };
+                self.grank.push((dist, g as u32));
             }
         }
         let probes = req.probes.unwrap_or(preset_probes).max(1);
@@ -409,7 +478,7 @@ impl SearchContext {
         self.lrank.clear();
         for gi in 0..leaves {
             let g = self.grank[gi].1 as usize;
-            self.rank_lists(lists, g, &code_dist, &mut stats);
+            self.rank_lists(lists, fast, g, &code_dist, &mut stats);
         }
         let probes = probes.min(self.lrank.len().max(1));
         if probes < self.lrank.len() {
@@ -417,6 +486,11 @@ impl SearchContext {
         }
         let head = probes.min(self.lrank.len());
         self.lrank[..head].sort_unstable();
+
+        let depth = match fast {
+            Some(_) => k.saturating_mul(rerank).max(1),
+            None => pool_cap.max(1),
+        };
 
         let by_dist = |a: &(i64, u32, u32), b: &(i64, u32, u32)| {
             a.0.cmp(&b.0).then_with(|| {
@@ -427,13 +501,18 @@ impl SearchContext {
         };
         // `cands` holds candidates by (distance, key); once it has been cut
         // to the best `pool_cap`, `limit` is the largest kept distance and
-        // anything farther can never enter the final pool.
+        // anything farther can never enter the final pool. The 4-bit pass
+        // keeps `(sum, slot)` in `fcands` the same way, cut to `depth`
+        // below `bound`.
         self.cands.clear();
+        self.fcands.clear();
         let mut limit = i64::MAX;
+        let mut bound = u16::MAX;
+        let unfiltered = matches!(filter, Compiled::All);
         let mut next = 0;
         loop {
             if next >= head {
-                if self.cands.len() >= k {
+                if self.cands.len() + self.fcands.len() >= k {
                     break;
                 }
                 if next == head {
@@ -442,7 +521,7 @@ impl SearchContext {
                     // until `k` eligible records were seen.
                     for gi in leaves..self.grank.len() {
                         let g = self.grank[gi].1 as usize;
-                        self.rank_lists(lists, g, &code_dist, &mut stats);
+                        self.rank_lists(lists, fast, g, &code_dist, &mut stats);
                     }
                     self.lrank[head..].sort_unstable();
                 }
@@ -455,6 +534,29 @@ impl SearchContext {
             let (a, b) = (lists.start[l], lists.start[l + 1]);
             stats.nodes_visited += 1;
             stats.distance_evals += (b - a) as u64;
+            if let (Some(f), Some(lut)) = (fast, self.lut.as_ref()) {
+                let bb = fastscan::block_bytes(f.m);
+                let (b0, b1) = (f.block_start[l] as usize, f.block_start[l + 1] as usize);
+                self.sums.resize((b1 - b0) * BLOCK, 0);
+                fastscan::scan(lut, &f.blocks[b0 * bb..b1 * bb], &mut self.sums);
+                for (i, &sum) in self.sums[..b - a].iter().enumerate() {
+                    if sum > bound {
+                        continue;
+                    }
+                    let slot = a + i;
+                    if !unfiltered && {
+                        let page = &arena.pages[lists.page[slot] as usize];
+                        !filter.accepts(page.key(lists.entry[slot] as usize))
+                    } {
+                        continue;
+                    }
+                    self.fcands.push((sum, slot as u32));
+                    if self.fcands.len() >= 2 * depth {
+                        bound = shrink(&mut self.fcands, depth);
+                    }
+                }
+                continue;
+            }
             self.dots.resize(b - a, 0);
             prox_kernels::i8scan::dots(&self.ucodes, &lists.codes[a * d..b * d], &mut self.dots);
             for (i, &dot) in self.dots.iter().enumerate() {
@@ -478,7 +580,6 @@ impl SearchContext {
             self.cands.select_nth_unstable_by(pool_cap - 1, by_dist);
             self.cands.truncate(pool_cap);
         }
-
         for &(_, p, i) in &self.cands {
             let node = &arena.pages[p as usize];
             let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i as usize, d));
@@ -488,7 +589,37 @@ impl SearchContext {
                 idx: i,
             });
         }
-        stats.rescored += self.rescore.len() as u64;
+        if !self.fcands.is_empty() {
+            // 4-bit candidates: the deterministic f32 score of each, then
+            // canonical scores for the best `k` of those and their ties.
+            shrink(&mut self.fcands, depth);
+            let vector = |slot: u32| {
+                let slot = slot as usize;
+                arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, d)
+            };
+            for &(_, slot) in &self.fcands {
+                prox_kernels::prefetch::prefetch_read(vector(slot));
+            }
+            self.rescored.clear();
+            for &(_, slot) in &self.fcands {
+                self.rescored
+                    .push((det_score(q.metric, q.v, vector(slot)), slot));
+            }
+            let keep = best_with_ties(&mut self.rescored, k);
+            for &(_, slot) in &self.rescored[..keep] {
+                let slot = slot as usize;
+                let node = &arena.pages[lists.page[slot] as usize];
+                let i = lists.entry[slot];
+                let score =
+                    prox_kernels::canonical::score(q.metric, q.v, node.vector(i as usize, d));
+                self.rescore.push(Cand {
+                    score,
+                    node: node.clone(),
+                    idx: i,
+                });
+            }
+        }
+        stats.rescored += (self.rescore.len() + self.rescored.len()) as u64;
         self.rescore.sort_unstable();
         let hits = self.rescore.iter().take(k).map(Cand::hit).collect();
         Ok(SearchResult {

@@ -8,7 +8,10 @@
 //! anything below them. Adaptive search is IVF-like over load-time
 //! sub-lists (k-means clusters inside each logical leaf, `lists.rs`): the
 //! leaves are ranked by their mean codes, the lists of the nearest leaves
-//! by their centroids, and the nearest `probes` lists are scanned.
+//! by their centroids, and the nearest `probes` lists are scanned. Maps
+//! with at least 1 024 records and at most 513 dimensions do all three
+//! with a load-time 4-bit product quantisation and the fast-scan kernel
+//! (`fast4.rs`); the others with the 8-bit codes.
 //!
 //! * **Ranking** uses per-vector 8-bit codes built when a node is first
 //!   loaded ([`quant`]): one SIMD integer kernel call scores a whole node,
@@ -40,6 +43,7 @@
 mod arena;
 mod catalogue;
 mod engine;
+mod fast4;
 mod filter;
 mod lists;
 mod node;
@@ -57,6 +61,7 @@ use crate::proximity::format::{Descriptor, Record};
 use crate::store::BlockStore;
 use arena::Arena;
 use catalogue::Catalogue;
+use fast4::Fast4;
 use lists::Lists;
 use node::{Loader, Node};
 use prox_kernels::Metric;
@@ -87,6 +92,21 @@ impl Preset {
             Preset::Fast => (4, 48),
             Preset::Balanced => (4, 160),
             Preset::HighRecall => (8, 384),
+        }
+    }
+
+    /// [`Preset::params`] for maps with the 4-bit first pass (`fast4.rs`:
+    /// at least 1 024 records and 2..=513 dimensions): `(candidates kept
+    /// per hit, lists scanned)`. The 4-bit sums rank records less
+    /// precisely than 8-bit codes, so the pool is deeper, but a list costs
+    /// far less, so more lists are scanned. Measured recall@10
+    /// (docs/performance.md): synth-gmm-200k about 0.94, 0.98 and 0.99+;
+    /// debian-minilm about 0.85, 0.94 and 0.98.
+    pub(crate) fn fast_params(self) -> (usize, usize) {
+        match self {
+            Preset::Fast => (10, 96),
+            Preset::Balanced => (10, 256),
+            Preset::HighRecall => (40, 768),
         }
     }
 
@@ -254,6 +274,9 @@ pub struct Searcher<'s> {
     /// The adaptive search's sub-lists (k-means inside each logical leaf),
     /// built from the arena on first use.
     lists: OnceLock<Lists>,
+    /// The adaptive search's 4-bit first pass over the sub-lists (`None`:
+    /// not applicable to this map), built from the lists on first use.
+    fast4: OnceLock<Option<Fast4>>,
     /// When exact L2 uses the rotated split arena.
     rotation: ExactRotation,
     /// The rotated split arena (`None`: not used for this map), built on
@@ -307,6 +330,7 @@ impl<'s> Searcher<'s> {
             catalogue: OnceLock::new(),
             arena: OnceLock::new(),
             lists: OnceLock::new(),
+            fast4: OnceLock::new(),
             rotation: ExactRotation::default(),
             rotated: OnceLock::new(),
         })
@@ -375,12 +399,31 @@ impl<'s> Searcher<'s> {
         Ok(self.lists.get().expect("OnceLock was just set"))
     }
 
+    /// The adaptive 4-bit first pass (`None` when it does not apply: see
+    /// [`fast4`]), built on first use. A racing duplicate build is
+    /// discarded.
+    fn fast4(&self) -> Result<Option<&Fast4>> {
+        if let Some(f) = self.fast4.get() {
+            return Ok(f.as_ref());
+        }
+        let f = Fast4::build(self.arena()?, self.lists()?, self.dims());
+        let _ = self.fast4.set(f);
+        Ok(self.fast4.get().expect("OnceLock was just set").as_ref())
+    }
+
     /// Heap bytes of the adaptive sub-lists (0 before the first adaptive
     /// search or [`Searcher::warm`] built them): a second copy of every
     /// record's code in list order, 16 bytes per record and one code per
-    /// list centroid.
+    /// list centroid, plus the 4-bit first pass when it applies (half a
+    /// byte per component, padded to 32-record blocks per list, and the
+    /// `64·d`-byte codebooks).
     pub fn lists_bytes(&self) -> usize {
         self.lists.get().map_or(0, Lists::heap_bytes)
+            + self
+                .fast4
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, Fast4::heap_bytes)
     }
 
     /// Heap bytes of the scan arena (0 before the first adaptive or exact
@@ -433,7 +476,7 @@ impl<'s> Searcher<'s> {
                 .try_reduce(|| 1, |a, b| Ok(a + b))
         }
         let nodes = walk(&self.root, &self.loader)?;
-        self.lists()?;
+        self.fast4()?;
         self.rotated()?;
         Ok(nodes)
     }

@@ -396,3 +396,146 @@ fn sub_lists_partition_records_deterministically() {
         assert!(got.hits.iter().all(|h| h.key >= keys[n - 12]));
     }
 }
+
+/// The adaptive 4-bit pass is built for maps large enough, identically at
+/// any thread count, with one packed row per list slot (codes equal to the
+/// nearest centroid of each subspace); adaptive hits over it agree across
+/// thread counts, filtered searches fill `min(k, eligible)`, and small maps
+/// or too many dimensions fall back to the 8-bit scan.
+#[test]
+fn fast4_pass_layout_and_determinism() {
+    use prox_kernels::pq::fastscan;
+    let s = seed();
+    let mut rng = Rng(s ^ 0xF4);
+    let store = MemStore::new();
+    let dims = 12;
+    let recs = data(&mut rng, 3000, dims, true);
+    let desc = mini_map(&store, Metric::L2, dims as u32, recs.clone(), 80, false);
+    let build = |threads: usize| {
+        let searcher = Searcher::new(&store, desc.clone()).unwrap();
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                searcher.fast4().map(|f| {
+                    f.map(|f| {
+                        (
+                            f.books_t.clone(),
+                            f.block_start.clone(),
+                            f.blocks.clone(),
+                            f.cent_start.clone(),
+                            f.cent_blocks.clone(),
+                            f.group_blocks.clone(),
+                        )
+                    })
+                })
+            })
+            .unwrap()
+    };
+    let one = build(1);
+    assert!(one.is_some(), "seed {s}: no 4-bit pass for 3000 records");
+    assert!(
+        one == build(2),
+        "seed {s}: 4-bit pass differs across threads"
+    );
+
+    let searcher = Searcher::new(&store, desc.clone()).unwrap();
+    let arena = searcher.arena().unwrap();
+    let lists = searcher.lists().unwrap();
+    let f = searcher.fast4().unwrap().unwrap();
+    let m = f.m;
+    assert_eq!(m, dims / 2);
+    let bb = fastscan::block_bytes(m);
+    let nl = lists.start.len() - 1;
+    assert_eq!(f.block_start.len(), nl + 1);
+    assert_eq!(*f.block_start.last().unwrap() as usize * bb, f.blocks.len());
+    let groups = lists.group_start.len() - 1;
+    assert_eq!(f.group_blocks.len(), groups.div_ceil(32) * bb);
+    assert_eq!(
+        *f.cent_start.last().unwrap() as usize * bb,
+        f.cent_blocks.len()
+    );
+    for l in 0..nl {
+        let rows = lists.start[l + 1] - lists.start[l];
+        let (b0, b1) = (f.block_start[l] as usize, f.block_start[l + 1] as usize);
+        assert_eq!(b1 - b0, rows.div_ceil(32), "seed {s}: list {l}");
+        for r in 0..rows {
+            let slot = lists.start[l] + r;
+            let v = arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, dims);
+            let block = &f.blocks[(b0 + r / 32) * bb..(b0 + r / 32 + 1) * bb];
+            for sub in 0..m {
+                let (a, b) = (sub * dims / m, (sub + 1) * dims / m);
+                // Nearest centroid of the subspace (f32 squared distance in
+                // component order, ties to the lower), from the transposed
+                // books.
+                let dist = |j: usize| {
+                    (a..b).fold(0f32, |acc, c| {
+                        let t = v[c] - f.books_t[16 * c + j];
+                        acc + t * t
+                    })
+                };
+                let best = (1..16).fold(0, |bj, j| if dist(j) < dist(bj) { j } else { bj });
+                assert_eq!(
+                    usize::from(fastscan::unpack(block, sub, r % 32)),
+                    best,
+                    "seed {s}: list {l} row {r} subspace {sub}"
+                );
+            }
+        }
+    }
+
+    let queries: Vec<f32> = (0..dims * 16).map(|_| rng.unit() * 4.0).collect();
+    for preset in [Preset::Fast, Preset::Balanced, Preset::HighRecall] {
+        let req = SearchRequest::new(10).mode(Mode::Adaptive(preset));
+        let run = |threads: usize| {
+            let searcher = Searcher::new(&store, desc.clone()).unwrap();
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| searcher.search_batch(&queries, &req))
+                .unwrap()
+        };
+        assert!(run(1) == run(2), "seed {s}: {preset:?} hits differ");
+    }
+    let mut keys: Vec<Vec<u8>> = recs.iter().map(|r| r.0.clone()).collect();
+    keys.sort();
+    let n = keys.len();
+    for (lo, k) in [(n - 7, 10), (n - 40, 10), (0, 25)] {
+        let f = Filter::Range {
+            start: keys[lo].clone(),
+            end: None,
+        };
+        let freq = SearchRequest {
+            filter: Some(f),
+            ..SearchRequest::new(k)
+                .mode(Mode::Adaptive(Preset::Fast))
+                .probes(1)
+        };
+        for q in queries.chunks(dims) {
+            let got = searcher.search(q, &freq).unwrap();
+            assert_eq!(got.hits.len(), k.min(n - lo), "seed {s}: under-filled");
+            assert!(got.hits.iter().all(|h| h.key >= keys[lo]));
+        }
+    }
+
+    // Too few records: no 4-bit pass, the 8-bit scan answers.
+    let small = mini_map(
+        &store,
+        Metric::L2,
+        dims as u32,
+        recs[..500].to_vec(),
+        40,
+        false,
+    );
+    let searcher = Searcher::new(&store, small).unwrap();
+    assert!(searcher.fast4().unwrap().is_none());
+    let got = searcher
+        .search(
+            &queries[..dims],
+            &SearchRequest::new(10).mode(Mode::Adaptive(Preset::Fast)),
+        )
+        .unwrap();
+    assert_eq!(got.hits.len(), 10);
+}
