@@ -9,7 +9,10 @@
 //! request's deadline: a job that has not started by then is skipped, a
 //! batch stops between vectors, and the request answers 504. The executor
 //! threads never run a search. Accepted sockets get TCP_NODELAY; search
-//! answers are serialized straight into one presized buffer.
+//! answers are serialized straight into one presized buffer. With
+//! [`Config::connection_threads`] the accept loop hands each connection to
+//! one of N threads with a single-threaded executor each, so a request
+//! and its answer stay on one thread without cross-worker wake-ups.
 
 use crate::api::{self, ApiError, Limits};
 use crate::error::{Error, Result};
@@ -54,6 +57,11 @@ pub struct Config {
     pub search_threads: usize,
     /// Most vectors in one `search:batch` request.
     pub max_batch: usize,
+    /// 0: connections are served on the runtime that called
+    /// [`Server::start`]. N > 0: N dedicated threads, each running its own
+    /// single-threaded executor, serve the connections, handed out round
+    /// robin by the accept loop (no wake-ups between executor workers).
+    pub connection_threads: usize,
     /// How often the [`Config::source`] roots are checked.
     pub refresh_interval: Duration,
     /// Where to (re)load maps from; `None`: only what is published into
@@ -64,7 +72,7 @@ pub struct Config {
 impl Default for Config {
     /// Loopback on an OS-chosen port, no token, k <= 1000, queue 256,
     /// 1024 requests in flight, deadline 1 s, 8 MiB bodies, one search thread per core, batches of
-    /// up to 4096 vectors, refresh every 250 ms, no source.
+    /// up to 4096 vectors, connections on the caller's runtime, refresh every 250 ms, no source.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -76,6 +84,7 @@ impl Default for Config {
             max_body: 8 << 20,
             search_threads: 0,
             max_batch: 4096,
+            connection_threads: 0,
             refresh_interval: Duration::from_millis(250),
             source: None,
         }
@@ -106,6 +115,9 @@ impl Config {
         }
         if self.search_threads > 1024 {
             return bad("search_threads must be <= 1024");
+        }
+        if self.connection_threads > 1024 {
+            return bad("connection_threads must be <= 1024");
         }
         match &self.token {
             Some(t) if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
@@ -537,6 +549,114 @@ fn router(st: Arc<Shared>, max_body: usize) -> Router {
         .with_state(st)
 }
 
+/// Accepted connections handed to one connection thread.
+struct Handed {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(std::net::TcpStream, SocketAddr)>,
+    addr: SocketAddr,
+}
+
+impl axum::serve::Listener for Handed {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.rx.recv().await {
+                // Registered with this thread's reactor.
+                Some((s, peer)) => match tokio::net::TcpStream::from_std(s) {
+                    Ok(s) => return (s, peer),
+                    Err(e) => tracing::debug!(%e, "connection not registered"),
+                },
+                // The accept loop is gone: only shutdown is left to happen.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.addr)
+    }
+}
+
+/// [`Config::connection_threads`]: threads that each serve their share of
+/// the connections on a single-threaded executor.
+struct ConnectionThreads {
+    handoff: Vec<tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    done: Vec<tokio::sync::oneshot::Receiver<std::io::Result<()>>>,
+}
+
+impl ConnectionThreads {
+    fn start(n: usize, addr: SocketAddr, app: Router) -> Result<Self> {
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let mut handoff = Vec::with_capacity(n);
+        let mut done = Vec::with_capacity(n);
+        for i in 0..n {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let (finished, fin) = tokio::sync::oneshot::channel();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (app, mut stopping) = (app.clone(), stopping.clone());
+            std::thread::Builder::new()
+                .name(format!("prox-http-{i}"))
+                .spawn(move || {
+                    let out = rt.block_on(async move {
+                        axum::serve(Handed { rx, addr }, app)
+                            .with_graceful_shutdown(async move {
+                                let _ = stopping.wait_for(|s| *s).await;
+                            })
+                            .await
+                    });
+                    let _ = finished.send(out);
+                })?;
+            handoff.push(tx);
+            done.push(fin);
+        }
+        Ok(ConnectionThreads {
+            handoff,
+            stop,
+            done,
+        })
+    }
+
+    /// Accepts until `stopped`, handing connections out in turn; then
+    /// stops the threads and waits for their in-flight requests.
+    async fn accept(
+        self,
+        listener: impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr>,
+        stopped: tokio::sync::oneshot::Receiver<()>,
+    ) -> std::io::Result<()> {
+        let mut listener = listener;
+        let mut stopped = stopped;
+        let mut next = 0;
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                (io, peer) = listener.accept() => {
+                    match io.into_std() {
+                        Ok(s) => {
+                            let _ = self.handoff[next].send((s, peer));
+                            next = (next + 1) % self.handoff.len();
+                        }
+                        Err(e) => tracing::debug!(%e, "connection not handed off"),
+                    }
+                }
+            }
+        }
+        let _ = self.stop.send(true);
+        let mut out = Ok(());
+        for d in self.done {
+            match d.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => out = Err(e),
+                Err(_) => out = Err(std::io::Error::other("a connection thread failed")),
+            }
+        }
+        out
+    }
+}
+
 /// Starts servers; see [`Server::start`].
 #[derive(Debug)]
 pub struct Server;
@@ -616,13 +736,19 @@ impl Server {
             }
         });
         let app = router(st.clone(), config.max_body);
-        let serve = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let serve = match config.connection_threads {
+            0 => tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+            }),
+            n => {
+                let threads = ConnectionThreads::start(n, addr, app)?;
+                tokio::spawn(threads.accept(listener, stopped))
+            }
+        };
         let refresh = refresher.map(|r| {
             let every = config.refresh_interval;
             let st = st.clone();

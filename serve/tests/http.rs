@@ -930,3 +930,92 @@ fn requests_beyond_the_in_flight_limit_get_503_before_their_body_is_read() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Waits (10 s at most) until the names of this process's threads
+/// (Linux: /proc) satisfy `ok`; a new thread names itself once it runs.
+#[cfg(target_os = "linux")]
+fn wait_threads(what: &str, ok: impl Fn(&[String]) -> bool) {
+    let t = Instant::now();
+    loop {
+        let names: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|n| n.trim().to_string())
+            .collect();
+        if ok(&names) {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{what}: {names:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn connection_threads_answer_like_the_caller_runtime_and_stop() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (d, side) = build(&*store, 400, s, true, false);
+    publish(&*store, "m", d, side);
+    let plain = served(store.clone(), Config::default());
+    let threaded = served(
+        store,
+        Config {
+            connection_threads: 2,
+            ..Config::default()
+        },
+    );
+    #[cfg(target_os = "linux")]
+    wait_threads("two connection threads", |n| {
+        ["prox-http-0", "prox-http-1"]
+            .iter()
+            .all(|w| n.iter().any(|n| n == w))
+    });
+    let mut rng = Rng(s ^ 11);
+    let queries: Arc<Vec<Value>> = Arc::new(
+        (0..8)
+            .map(|_| json!({"vector": rng.vector(), "k": 5}))
+            .collect(),
+    );
+    let mut c = plain.client();
+    let want: Arc<Vec<Vec<(String, f64)>>> = Arc::new(
+        queries
+            .iter()
+            .map(|q| {
+                let (st, v) = post_json(&mut c, "/v1/maps/m/search", q);
+                assert_eq!(st, 200, "{v}");
+                keys_scores(&v)
+            })
+            .collect(),
+    );
+    // Six connections at once: handed out in turn, both threads serve some.
+    let addr = threaded.handle().addr();
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
+            let (queries, want) = (queries.clone(), want.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::new(addr).with_timeout(Duration::from_secs(20));
+                for round in 0..10 {
+                    let j = (i + round) % queries.len();
+                    let (st, v) = post_json(&mut c, "/v1/maps/m/search", &queries[j]);
+                    assert_eq!(st, 200, "{v}");
+                    assert_eq!(keys_scores(&v), want[j], "query {j} on connection {i}");
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    // An idle keep-alive connection does not hold up the shutdown.
+    let mut idle = threaded.client();
+    let (st, _) = post_json(&mut idle, "/v1/maps/m/search", &queries[0]);
+    assert_eq!(st, 200);
+    let text = String::from_utf8(idle.get("/metrics").unwrap().body).unwrap();
+    assert!(text.contains("prox_search_queries_total 61\n"), "{text}");
+    drop(threaded); // shuts down within 10 s, or the drop fails the test
+    #[cfg(target_os = "linux")]
+    wait_threads("connection threads gone", |n| {
+        !n.iter().any(|n| n.starts_with("prox-http"))
+    });
+    drop(plain);
+}

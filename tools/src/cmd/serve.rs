@@ -104,6 +104,11 @@ pub struct ServeArgs {
     /// run on them.
     #[arg(long, default_value_t = 0)]
     pub io_threads: usize,
+    /// Threads that serve the connections, each on its own single-threaded
+    /// executor, connections handed out in turn (0: the connections are
+    /// served by the --io-threads executor). Searches never run on them.
+    #[arg(long, default_value_t = 0)]
+    pub connection_threads: usize,
 }
 
 /// Prints `http <addr>` on stdout (what scripts wait for).
@@ -139,9 +144,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if !args.store.store.is_dir() {
         bail!("{} does not exist", args.store);
     }
-    let cfg = args
+    let mut cfg = args
         .http
         .config(addr, Source::Directory(args.store.store.clone()))?;
+    cfg.connection_threads = args.connection_threads;
+    cfg.validate()?;
     let rt = match args.io_threads {
         0 => super::sync::runtime()?,
         // One worker of the multi-thread scheduler still parks and wakes
