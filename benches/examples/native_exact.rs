@@ -13,12 +13,12 @@
 //! cargo run --release -p prox-benches --example native_exact -- \
 //!   --store DIR --name NAME --base base.fvecs --query query.fvecs --gt gt.ivecs \
 //!   [--k 10] [--queries 200] [--brute-queries 50] [--mode exact|fast|balanced|high] \
-//!   [--rotation off|M]
+//!   [--rotation off|M|localM]
 //! ```
 //!
 //! `--rotation` picks the exact-L2 layout (`ExactRotation`: the plain
-//! arena, the default, or the rotated split arena screening `M`
-//! components).
+//! arena, the default, the rotated split arena screening `M`
+//! components, or local frames of width `M` with `localM`).
 
 use prox_engine::proximity::search::{ExactRotation, Mode, Preset, SearchContext, SearchRequest};
 use prox_engine::proximity::{resolve, ProximityMap};
@@ -79,7 +79,10 @@ fn main() {
     };
     let rotation = match arg(&args, "--rotation").as_deref().unwrap_or("off") {
         "off" => ExactRotation::Off,
-        m => ExactRotation::Split(m.parse().expect("--rotation off|M")),
+        m if m.starts_with("local") => {
+            ExactRotation::Local(m[5..].parse().expect("--rotation localM"))
+        }
+        m => ExactRotation::Split(m.parse().expect("--rotation off|M|localM")),
     };
     let searcher = map.searcher().expect("searcher").exact_rotation(rotation);
     let t = Instant::now();
@@ -135,6 +138,10 @@ fn main() {
             (
                 "rotated_split",
                 searcher.rotated_split().map_or(0, |m| m).to_string()
+            ),
+            (
+                "local_frames",
+                searcher.local_frames().map_or(0, |f| f.0).to_string()
             ),
             ("warm_s", format!("{warm_s:.1}")),
             ("native_qps", format!("{native_qps:.2}")),

@@ -233,6 +233,9 @@ fn exact_l2_bound_holds_on_adversarial_data() {
         ExactRotation::Split(1),
         ExactRotation::Split(dims / 2),
         ExactRotation::Split(dims),
+        ExactRotation::Local(1),
+        ExactRotation::Local(dims / 2),
+        ExactRotation::Local(dims),
     ]
     .into_iter()
     .map(|r| map.searcher().unwrap().exact_rotation(r))
@@ -344,11 +347,11 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
         let store = MemStore::new();
         let map =
             ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
-        for m in [1, dims / 2, dims, dims + 5] {
-            let searcher = map
-                .searcher()
-                .unwrap()
-                .exact_rotation(ExactRotation::Split(m));
+        let layouts = [1, dims / 2, dims, dims + 5]
+            .into_iter()
+            .flat_map(|m| [ExactRotation::Split(m), ExactRotation::Local(m)]);
+        for layout in layouts {
+            let searcher = map.searcher().unwrap().exact_rotation(layout);
             for t in 0..8 {
                 let q: Vec<f32> = match t % 4 {
                     0 => recs[(rng.next() % n) as usize].1.clone(),
@@ -365,11 +368,23 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
                     assert_eq!(
                         hits(&got),
                         brute(recs, Metric::L2, &q, k, |_| true),
-                        "seed {s} {name} m {m} query {t} k {k}"
+                        "seed {s} {name} {layout:?} query {t} k {k}"
                     );
                 }
             }
-            assert_eq!(searcher.rotated_split(), Some(m.clamp(1, dims)), "{name}");
+            match layout {
+                ExactRotation::Split(m) => {
+                    assert_eq!(searcher.rotated_split(), Some(m.clamp(1, dims)), "{name}")
+                }
+                ExactRotation::Local(m) => {
+                    assert_eq!(
+                        searcher.local_frames(),
+                        Some((1, m.clamp(1, dims))),
+                        "{name}"
+                    )
+                }
+                ExactRotation::Off => unreachable!(),
+            }
         }
     }
 
@@ -405,6 +420,103 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
     assert!(
         rescored < 10 * 3000 / 5,
         "seed {s}: the split screen pruned too little ({rescored} rescored over 10 queries)"
+    );
+}
+
+/// Exact L2 over local frames (docs/search.md, "Exact L2: local frames")
+/// on a mixture of low-rank clusters, the data they are made for: several
+/// frames, results equal to brute force (ties included, filters fall back
+/// to the plain arena), no more records rescored than the plain arena and
+/// whole frames skipped.
+#[test]
+fn exact_l2_local_frames_equal_brute_force_and_prune() {
+    let s = seed();
+    let mut rng = Rng(s ^ 0x10CA1);
+    let (dims, n, clusters, rank) = (24usize, 5000u64, 6usize, 3usize);
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| (0..dims).map(|_| rng.gauss() * 3.0).collect())
+        .collect();
+    let bases: Vec<Vec<Vec<f32>>> = (0..clusters)
+        .map(|_| {
+            (0..rank)
+                .map(|_| (0..dims).map(|_| rng.gauss()).collect())
+                .collect()
+        })
+        .collect();
+    let recs: Vec<Rec> = (0..n)
+        .map(|i| {
+            let c = (i % clusters as u64) as usize;
+            let mut v = centres[c].clone();
+            for b in &bases[c] {
+                let z = rng.gauss();
+                for (x, &u) in v.iter_mut().zip(b) {
+                    *x += z * u;
+                }
+            }
+            for x in v.iter_mut() {
+                *x += rng.gauss() * 0.01;
+            }
+            // Quantized components make exact ties likely.
+            let v = v.iter().map(|&x| (x * 64.0).round() / 64.0).collect();
+            (key(i), v, Vec::new())
+        })
+        .collect();
+    let store = MemStore::new();
+    let map =
+        ProximityMap::build(&store, &ProximityConfig::new(dims as u32), recs.clone()).unwrap();
+    let searcher = map
+        .searcher()
+        .unwrap()
+        .exact_rotation(ExactRotation::Local(4));
+    let (mut rescored, mut plain_rescored, mut screened) = (0, 0, 0);
+    for t in 0..12 {
+        let q: Vec<f32> = match t % 3 {
+            0 => recs[(rng.next() % n) as usize].1.clone(),
+            1 => {
+                let base = &recs[(rng.next() % n) as usize].1;
+                base.iter().map(|&x| x + rng.gauss() * 0.05).collect()
+            }
+            _ => (0..dims).map(|_| rng.gauss() * 4.0).collect(),
+        };
+        for k in [1usize, 10, 60] {
+            let got = searcher
+                .search(&q, &SearchRequest::new(k).mode(Mode::Exact))
+                .unwrap();
+            assert_eq!(
+                hits(&got),
+                brute(&recs, Metric::L2, &q, k, |_| true),
+                "seed {s} query {t} k {k}"
+            );
+            if k == 10 && t % 3 != 2 {
+                let plain = map
+                    .searcher()
+                    .unwrap()
+                    .search(&q, &SearchRequest::new(k).mode(Mode::Exact))
+                    .unwrap();
+                rescored += got.stats.rescored;
+                plain_rescored += plain.stats.rescored;
+                screened += got.stats.distance_evals;
+            }
+        }
+        let req = SearchRequest::new(10)
+            .mode(Mode::Exact)
+            .filter(Filter::Range {
+                start: key(100),
+                end: Some(key(900)),
+            });
+        let got = searcher.search(&q, &req).unwrap();
+        let want = brute(&recs, Metric::L2, &q, 10, |k| {
+            k >= key(100).as_slice() && k < key(900).as_slice()
+        });
+        assert_eq!(hits(&got), want, "seed {s} query {t} filtered");
+    }
+    let (frames, width) = searcher.local_frames().expect("local frames built");
+    assert!(frames >= 3, "seed {s}: {frames} frames");
+    assert_eq!(width, 4);
+    assert!(
+        rescored <= plain_rescored + 100 && screened < 8 * n * 9 / 10,
+        "seed {s}: local frames pruned too little ({rescored} rescored, plain arena \
+         {plain_rescored}, {screened} screened over 8 queries)"
     );
 }
 

@@ -161,6 +161,18 @@ impl Arena {
         })
     }
 
+    /// The f32 vector of record `r` (looked up through `page_start`).
+    pub(crate) fn record(&self, r: usize, d: usize) -> &[f32] {
+        let p = self.page_start.partition_point(|&s| s <= r) - 1;
+        self.pages[p].vector(r - self.page_start[p], d)
+    }
+
+    /// Page and entry of record `r`.
+    pub(crate) fn locate(&self, r: usize) -> (usize, usize) {
+        let p = self.page_start.partition_point(|&s| s <= r) - 1;
+        (p, r - self.page_start[p])
+    }
+
     /// Exact integer squared code distance `‖q̂ − x̂‖²` of record `r`, from
     /// the query's code norm `qn` and the code dot product `dot`.
     #[inline]

@@ -4,6 +4,7 @@ use super::arena::{l2_prune_limit, limit_int, Arena};
 use super::catalogue::Catalogue;
 use super::fast4::Fast4;
 use super::filter::Compiled;
+use super::frames::{FrameQuery, Frames};
 use super::lists::Lists;
 use super::node::Node;
 use super::quant::{
@@ -128,6 +129,12 @@ pub struct SearchContext {
     ucodes: Vec<i8>,
     /// Exact L2 with the rotated split arena: the rotated query.
     rq: RotQuery,
+    /// Exact L2 with local frames: the query in every frame.
+    fq: FrameQuery,
+    /// Exact L2 with local frames: `(member, lower bound)` of one frame's
+    /// screen survivors, and their plain-arena codes gathered.
+    fsurv: Vec<(u32, f64)>,
+    gather: Vec<i8>,
     /// Exact L2 with the rotated split arena: offsets of one page's
     /// records that passed the fused screen (their values in `dots`).
     pass: Vec<u32>,
@@ -649,6 +656,19 @@ impl SearchContext {
         let mut stats = SearchStats::default();
         let cat = s.catalogue()?;
         let arena = s.arena()?;
+        if matches!(filter, Compiled::All) {
+            if let Some(fr) = s.frames()? {
+                if fr.prepare(q.v, &mut self.fq) {
+                    self.exact_l2_frames(arena, fr, q, k, &mut stats);
+                    let hits = self.best.iter().map(Cand::hit).collect();
+                    return Ok(SearchResult {
+                        hits,
+                        completion: Completion::Exact,
+                        stats,
+                    });
+                }
+            }
+        }
         self.rank_groups(cat, filter, &mut stats, |x, dot, i| {
             let (node, idx) = &cat.parents[i];
             q.lower_bound(x, dot, node.radius[*idx as usize])
@@ -780,6 +800,83 @@ impl SearchContext {
                 }
             }
         }
+    }
+
+    /// The loop of [`Self::exact_l2`] over local frames
+    /// ([`super::frames`]): frames nearest centre first, skipping those
+    /// whose lower bound exceeds the k-th score, each screened whole by the
+    /// fused kernel with the frame's limit, survivors checked with their
+    /// own bound, then with the plain arena's full-width codes, then scored
+    /// canonically into `self.best`.
+    fn exact_l2_frames(
+        &mut self,
+        arena: &Arena,
+        fr: &Frames,
+        q: &Query<'_>,
+        k: usize,
+        stats: &mut SearchStats,
+    ) {
+        let d = q.v.len();
+        let (qn, eq) = self.quantize_uniform(arena, q.v);
+        let mut kth = f64::INFINITY;
+        let mut tau = f64::INFINITY;
+        let mut fq = std::mem::take(&mut self.fq);
+        for o in 0..fq.order().len() {
+            let (_, lb, f) = fq.order()[o];
+            if lb > tau {
+                continue;
+            }
+            let f = f as usize;
+            fr.enter(f, &mut fq);
+            let Some(limit) = fr.limit(f, &fq, tau) else {
+                continue;
+            };
+            let range = fr.members(f);
+            let base = range.start;
+            stats.nodes_visited += 1;
+            stats.distance_evals += range.len() as u64;
+            fr.screen(range, &fq, limit, &mut self.pass, &mut self.dots);
+            self.fsurv.clear();
+            for (&i, &v) in self.pass.iter().zip(&self.dots) {
+                let i = base + i as usize;
+                let lb = fr.lower(f, i, v, &fq);
+                if lb <= tau {
+                    self.fsurv.push((i as u32, lb));
+                }
+            }
+            if self.fsurv.is_empty() {
+                continue;
+            }
+            self.gather.clear();
+            for &(i, _) in &self.fsurv {
+                let r = fr.record(i as usize);
+                self.gather
+                    .extend_from_slice(&arena.codes[r * d..(r + 1) * d]);
+            }
+            self.dots.resize(self.fsurv.len(), 0);
+            prox_kernels::i8scan::dots(&self.ucodes, &self.gather, &mut self.dots);
+            for j in 0..self.fsurv.len() {
+                let (i, lb) = self.fsurv[j];
+                let (norm, err) = fr.plain(i as usize);
+                let dist = qn + i64::from(norm) - 2 * i64::from(self.dots[j]);
+                // `tau` may have tightened since the screen.
+                if lb > tau
+                    || (kth.is_finite()
+                        && dist as f64 > l2_prune_limit(kth, q.rel, eq, err, arena.scale))
+                {
+                    continue;
+                }
+                let (p, e) = arena.locate(fr.record(i as usize));
+                let page = &arena.pages[p];
+                stats.rescored += 1;
+                let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(e, d));
+                if insert_sorted(&mut self.best, k, score, page, e) && self.best.len() == k {
+                    kth = self.best[k - 1].score;
+                    tau = up(kth / (1.0 - q.rel));
+                }
+            }
+        }
+        self.fq = fq;
     }
 
     /// The exact search (with optional caps): best-first by lower bound.

@@ -45,6 +45,7 @@ mod catalogue;
 mod engine;
 mod fast4;
 mod filter;
+mod frames;
 mod lists;
 mod node;
 mod quant;
@@ -62,6 +63,7 @@ use crate::store::BlockStore;
 use arena::Arena;
 use catalogue::Catalogue;
 use fast4::Fast4;
+use frames::Frames;
 use lists::Lists;
 use node::{Loader, Node};
 use prox_kernels::Metric;
@@ -282,6 +284,9 @@ pub struct Searcher<'s> {
     /// The rotated split arena (`None`: not used for this map), built on
     /// first exact L2 use.
     rotated: OnceLock<Option<Rotated>>,
+    /// The local frames (`None`: not used for this map), built on first
+    /// exact L2 use.
+    frames: OnceLock<Option<Frames>>,
 }
 
 impl std::fmt::Debug for Searcher<'_> {
@@ -333,6 +338,7 @@ impl<'s> Searcher<'s> {
             fast4: OnceLock::new(),
             rotation: ExactRotation::default(),
             rotated: OnceLock::new(),
+            frames: OnceLock::new(),
         })
     }
 
@@ -342,7 +348,29 @@ impl<'s> Searcher<'s> {
     pub fn exact_rotation(mut self, rotation: ExactRotation) -> Searcher<'s> {
         self.rotation = rotation;
         self.rotated = OnceLock::new();
+        self.frames = OnceLock::new();
         self
+    }
+
+    /// The local frames when the policy uses them for this map (L2 only),
+    /// built on first use. A racing duplicate build is discarded.
+    fn frames(&self) -> Result<Option<&Frames>> {
+        if let Some(f) = self.frames.get() {
+            return Ok(f.as_ref());
+        }
+        let arena = self.arena()?;
+        let f = match self.rotation.local(self.dims()) {
+            Some(m) if self.metric() == Metric::L2 => Frames::build(arena, self.dims(), m),
+            _ => None,
+        };
+        let _ = self.frames.set(f);
+        Ok(self.frames.get().expect("OnceLock was just set").as_ref())
+    }
+
+    /// `(frames, width)` of the local frames once built (`None` before, or
+    /// when exact L2 does not use them).
+    pub fn local_frames(&self) -> Option<(usize, usize)> {
+        self.frames.get()?.as_ref().map(|f| (f.len(), f.width()))
     }
 
     /// The rotated split arena when the policy uses one for this map
@@ -430,7 +458,8 @@ impl<'s> Searcher<'s> {
     /// L2 search or [`Searcher::warm`] built it): one byte per component
     /// plus 12 bytes per record and the page offsets, and for exact L2 with
     /// the rotated split arena another byte per component, 24 bytes per
-    /// record and the `8·d²`-byte rotation.
+    /// record and the `8·d²`-byte rotation, or with local frames `m + 48`
+    /// bytes per record and `4·d·(m + 1)` bytes per frame.
     pub fn arena_bytes(&self) -> usize {
         self.arena.get().map_or(0, Arena::heap_bytes)
             + self
@@ -438,6 +467,11 @@ impl<'s> Searcher<'s> {
                 .get()
                 .and_then(Option::as_ref)
                 .map_or(0, Rotated::heap_bytes)
+            + self
+                .frames
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, Frames::heap_bytes)
     }
 
     /// The descriptor being searched.
@@ -462,8 +496,9 @@ impl<'s> Searcher<'s> {
 
     /// Loads every node of the hierarchy into the cache (in parallel) and
     /// builds the leaf catalogue, the scan arena and the adaptive
-    /// sub-lists (and, for L2 maps with an [`ExactRotation::Split`]
-    /// layout, the rotated split arena), so later searches do no I/O,
+    /// sub-lists (and, for L2 maps with an [`ExactRotation::Split`] or
+    /// [`ExactRotation::Local`] layout, the rotated split arena or the local
+    /// frames), so later searches do no I/O,
     /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {
         fn walk(node: &Node, loader: &Loader<'_>) -> Result<usize> {
@@ -478,6 +513,7 @@ impl<'s> Searcher<'s> {
         let nodes = walk(&self.root, &self.loader)?;
         self.fast4()?;
         self.rotated()?;
+        self.frames()?;
         Ok(nodes)
     }
 

@@ -61,6 +61,14 @@ pub enum ExactRotation {
     /// `prox_kernels::i8scan::SCREEN_MAX_DIMS`), then the rest for
     /// survivors.
     Split(usize),
+    /// Local frames (`frames.rs`): records clustered into frames of about
+    /// a thousand, each screened by `m` coordinates on its frame's own
+    /// principal axes plus its out-of-basis length (clamped like `Split`).
+    /// On synth-gmm-1m `m = 64` ran 4.2-4.7x brute force (rotated `m = 96`:
+    /// 2.7x); on synth-gmm-200k 0.8-1.0x the plain arena, with a 5x
+    /// longer `warm()` (docs/performance.md, "Session 6: exact L2 on local
+    /// frames").
+    Local(usize),
 }
 
 impl ExactRotation {
@@ -68,11 +76,25 @@ impl ExactRotation {
     /// plain arena is used.
     pub(crate) fn split(self, dims: usize) -> Option<usize> {
         match self {
-            ExactRotation::Off => None,
+            ExactRotation::Off | ExactRotation::Local(_) => None,
             ExactRotation::Split(m) => Some(
                 m.clamp(1, dims.max(1))
                     .min(prox_kernels::i8scan::SCREEN_MAX_DIMS),
             ),
+        }
+    }
+}
+
+impl ExactRotation {
+    /// The local-frame width for a map in `dims` dimensions, or `None`
+    /// when local frames are not used.
+    pub(crate) fn local(self, dims: usize) -> Option<usize> {
+        match self {
+            ExactRotation::Local(m) => Some(
+                m.clamp(1, dims.max(1))
+                    .min(prox_kernels::i8scan::SCREEN_MAX_DIMS),
+            ),
+            _ => None,
         }
     }
 }
