@@ -121,6 +121,11 @@ fn mini_map(
         }
         let mut next = Vec::new();
         for (g, members) in groups.into_iter().enumerate() {
+            // A representative whose vector duplicates an earlier one's
+            // joins that group (ties go to the first); its own is empty.
+            if members.is_empty() {
+                continue;
+            }
             let rep = level[reps[g]].clone();
             let (cid, es) = store_node(kind, lvl, members);
             let mut radius = 0.0f64;
