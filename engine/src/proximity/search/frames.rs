@@ -106,6 +106,31 @@ struct Frame {
     tail: [f64; 2],
 }
 
+/// Per-member data, frame-major (ascending records within a frame).
+#[derive(Debug, Default)]
+struct Members {
+    /// Arena record.
+    rec: Vec<u32>,
+    /// `m` codes each.
+    codes: Vec<i8>,
+    /// `Σŷ̂²`.
+    norms: Vec<i32>,
+    /// `e_x`.
+    err: Vec<f64>,
+    /// Out-of-basis interval.
+    tail: Vec<[f64; 2]>,
+}
+
+impl Members {
+    fn append(&mut self, o: &Members) {
+        self.rec.extend_from_slice(&o.rec);
+        self.codes.extend_from_slice(&o.codes);
+        self.norms.extend_from_slice(&o.norms);
+        self.err.extend_from_slice(&o.err);
+        self.tail.extend_from_slice(&o.tail);
+    }
+}
+
 /// The local frames of one map (exact L2 only).
 #[derive(Debug)]
 pub(crate) struct Frames {
@@ -118,13 +143,7 @@ pub(crate) struct Frames {
     basis: Vec<f32>,
     /// `2m` f32 per frame (lower corner, then upper).
     frame_box: Vec<f32>,
-    /// Per member (frame-major, ascending records within a frame): arena record, codes (`m` each),
-    /// `Σŷ̂²`, `e_x`, out-of-basis interval.
-    rec: Vec<u32>,
-    codes: Vec<i8>,
-    norms: Vec<i32>,
-    err: Vec<f64>,
-    tail: Vec<[f64; 2]>,
+    members: Members,
     /// The plain arena's code norm and residual of every member, copied in
     /// member order (the survivors' recheck reads them without a random
     /// access into the arena).
@@ -471,11 +490,7 @@ struct Part {
     centre: Vec<f32>,
     at: Vec<f32>,
     frame_box: Vec<f32>,
-    rec: Vec<u32>,
-    codes: Vec<i8>,
-    norms: Vec<i32>,
-    err: Vec<f64>,
-    tail: Vec<[f64; 2]>,
+    members: Members,
 }
 
 /// The per-axis box of `ys` rows (`m` each) into `out` (`2m`).
@@ -567,20 +582,23 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
         centre,
         at,
         frame_box: Vec::with_capacity(2 * m),
-        rec: members.to_vec(),
-        codes: vec![0i8; k * m],
-        norms: Vec::with_capacity(k),
-        err: Vec::with_capacity(k),
-        tail: Vec::with_capacity(k),
+        members: Members {
+            rec: members.to_vec(),
+            codes: vec![0i8; k * m],
+            norms: Vec::with_capacity(k),
+            err: Vec::with_capacity(k),
+            tail: Vec::with_capacity(k),
+        },
     };
     for (i, (vi, yi)) in v.chunks_exact(d).zip(y.chunks_exact(m)).enumerate() {
         let nv2 = sq_sum(vi);
         let erot = up(rot * norm_up(nv2, d) + abs);
-        let (norm, ecode) = quantize_uniform(yi, scale, &mut part.codes[i * m..(i + 1) * m]);
+        let (norm, ecode) =
+            quantize_uniform(yi, scale, &mut part.members.codes[i * m..(i + 1) * m]);
         let tail = tail_interval(nv2, sq_sum(yi), erot, &frame, d, m);
-        part.norms.push(norm as i32);
-        part.err.push(up(ecode + erot));
-        part.tail.push(tail);
+        part.members.norms.push(norm as i32);
+        part.members.err.push(up(ecode + erot));
+        part.members.tail.push(tail);
         frame.erot = frame.erot.max(erot);
         frame.err = frame.err.max(up(ecode + erot));
         frame.tail = [frame.tail[0].min(tail[0]), frame.tail[1].max(tail[1])];
@@ -621,29 +639,22 @@ impl Frames {
             centre: Vec::with_capacity(parts.len() * d),
             basis: Vec::with_capacity(parts.len() * d * m),
             frame_box: Vec::with_capacity(parts.len() * 2 * m),
-            rec: Vec::with_capacity(n),
-            codes: Vec::with_capacity(n * m),
-            norms: Vec::with_capacity(n),
-            err: Vec::with_capacity(n),
-            tail: Vec::with_capacity(n),
-            plain: Vec::with_capacity(n),
+            members: Members::default(),
+            plain: Vec::new(),
         };
         for part in parts {
             let mut p = part?;
-            let base = out.rec.len() as u32;
+            let base = out.members.rec.len() as u32;
             p.frame.start = base;
-            p.frame.end = base + p.rec.len() as u32;
+            p.frame.end = base + p.members.rec.len() as u32;
             out.frames.push(p.frame);
             out.centre.extend_from_slice(&p.centre);
             out.basis.extend_from_slice(&p.at);
             out.frame_box.extend_from_slice(&p.frame_box);
-            out.rec.extend_from_slice(&p.rec);
-            out.codes.extend_from_slice(&p.codes);
-            out.norms.extend_from_slice(&p.norms);
-            out.err.extend_from_slice(&p.err);
-            out.tail.extend_from_slice(&p.tail);
+            out.members.append(&p.members);
         }
         out.plain = out
+            .members
             .rec
             .iter()
             .map(|&r| (arena.norms[r as usize], arena.err[r as usize]))
@@ -665,8 +676,8 @@ impl Frames {
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of::<Frame>() * self.frames.len()
             + 4 * (self.centre.len() + self.basis.len() + self.frame_box.len())
-            + self.codes.len()
-            + 48 * self.rec.len()
+            + self.members.codes.len()
+            + 48 * self.members.rec.len()
     }
 
     /// Projects `q` into every frame, bounds `real²` for each and orders
@@ -721,7 +732,7 @@ impl Frames {
     /// Arena record of member `i`.
     #[inline]
     pub(crate) fn record(&self, i: usize) -> usize {
-        self.rec[i] as usize
+        self.members.rec[i] as usize
     }
 
     /// The plain arena's `(code norm, residual)` of member `i`.
@@ -774,8 +785,8 @@ impl Frames {
             .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
         prox_kernels::i8scan::screen(
             &fq.codes,
-            &self.codes[r.start * m..r.end * m],
-            &self.norms[r.clone()],
+            &self.members.codes[r.start * m..r.end * m],
+            &self.members.norms[r.clone()],
             lim,
             idx,
             vals,
@@ -792,14 +803,14 @@ impl Frames {
             0.0
         } else {
             let s = down(fr.scale * down((dist as f64).sqrt()));
-            let e = up(fq.eq + self.err[i]);
+            let e = up(fq.eq + self.members.err[i]);
             if s > e {
                 down(s - e)
             } else {
                 0.0
             }
         };
-        let g = gap(fq.tail[f], self.tail[i]);
+        let g = gap(fq.tail[f], self.members.tail[i]);
         down(down(down(la * la) / fr.one_eps) + down(g * g))
     }
 }
