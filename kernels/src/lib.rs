@@ -31,6 +31,7 @@ mod isa;
 mod metric;
 pub mod pq;
 pub mod prefetch;
+pub mod project;
 pub mod sq8;
 #[cfg(test)]
 mod testing;
