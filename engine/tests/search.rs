@@ -342,6 +342,30 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
             })
             .collect(),
     ));
+    // Wider than the local frames' first stage (32 axes), so `m = dims`
+    // runs the second stage: rank 2 plus sparse quantized noise (ties).
+    let (u, w): (Vec<f32>, Vec<f32>) = (
+        (0..40).map(|_| rng.unit()).collect(),
+        (0..40).map(|_| rng.unit()).collect(),
+    );
+    sets.push((
+        "d = 40 rank 2 with noise",
+        (0..n)
+            .map(|i| {
+                let (a, b) = ((rng.unit() * 8.0).round(), (rng.unit() * 4.0).round());
+                let v = u
+                    .iter()
+                    .zip(&w)
+                    .enumerate()
+                    .map(|(j, (&x, &y))| {
+                        let noise = if (i as usize + j) % 5 == 0 { 0.25 } else { 0.0 };
+                        a * x + b * y + noise
+                    })
+                    .collect();
+                (key(i), v, Vec::new())
+            })
+            .collect(),
+    ));
     for (name, recs) in &sets {
         let dims = recs[0].1.len();
         let store = MemStore::new();
@@ -430,9 +454,20 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
 /// whole frames skipped.
 #[test]
 fn exact_l2_local_frames_equal_brute_force_and_prune() {
+    local_frames_case(24, 6, 3, 4, true);
+}
+
+/// The same with frames wider than the first stage's 32 axes, so every
+/// query also runs the second stage (the rest of the codes per survivor).
+#[test]
+fn exact_l2_local_frames_two_stages_equal_brute_force() {
+    local_frames_case(48, 4, 30, 40, false);
+}
+
+fn local_frames_case(dims: usize, clusters: usize, rank: usize, m: usize, prune: bool) {
     let s = seed();
-    let mut rng = Rng(s ^ 0x10CA1);
-    let (dims, n, clusters, rank) = (24usize, 5000u64, 6usize, 3usize);
+    let mut rng = Rng(s ^ 0x10CA1 ^ dims as u64);
+    let n = 5000u64;
     let centres: Vec<Vec<f32>> = (0..clusters)
         .map(|_| (0..dims).map(|_| rng.gauss() * 3.0).collect())
         .collect();
@@ -467,7 +502,7 @@ fn exact_l2_local_frames_equal_brute_force_and_prune() {
     let searcher = map
         .searcher()
         .unwrap()
-        .exact_rotation(ExactRotation::Local(4));
+        .exact_rotation(ExactRotation::Local(m));
     let (mut rescored, mut plain_rescored, mut screened) = (0, 0, 0);
     for t in 0..12 {
         let q: Vec<f32> = match t % 3 {
@@ -512,9 +547,9 @@ fn exact_l2_local_frames_equal_brute_force_and_prune() {
     }
     let (frames, width) = searcher.local_frames().expect("local frames built");
     assert!(frames >= 3, "seed {s}: {frames} frames");
-    assert_eq!(width, 4);
+    assert_eq!(width, m);
     assert!(
-        rescored <= plain_rescored + 100 && screened < 8 * n * 9 / 10,
+        !prune || (rescored <= plain_rescored + 100 && screened < 8 * n * 9 / 10),
         "seed {s}: local frames pruned too little ({rescored} rescored, plain arena \
          {plain_rescored}, {screened} screened over 8 queries)"
     );

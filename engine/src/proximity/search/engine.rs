@@ -133,7 +133,7 @@ pub struct SearchContext {
     fq: FrameQuery,
     /// Exact L2 with local frames: `(member, lower bound)` of one frame's
     /// screen survivors, and their plain-arena codes gathered.
-    fsurv: Vec<(u32, f64)>,
+    fsurv: Vec<(u32, f64, i32)>,
     gather: Vec<i8>,
     /// Exact L2 with the rotated split arena: offsets of one page's
     /// records that passed the fused screen (their values in `dots`).
@@ -828,35 +828,59 @@ impl SearchContext {
             }
             let f = f as usize;
             fr.enter(f, &mut fq);
-            let Some(limit) = fr.limit(f, &fq, tau) else {
-                continue;
-            };
-            let range = fr.members(f);
-            let base = range.start;
             stats.nodes_visited += 1;
-            stats.distance_evals += range.len() as u64;
-            fr.screen(range, &fq, limit, &mut self.pass, &mut self.dots);
             self.fsurv.clear();
-            for (&i, &v) in self.pass.iter().zip(&self.dots) {
-                let i = base + i as usize;
-                let lb = fr.lower(f, i, v, &fq);
-                if lb <= tau {
-                    self.fsurv.push((i as u32, lb));
+            for (b, range) in fr.blocks(f) {
+                let Some(limit) = fr.limit(f, b, &fq, tau) else {
+                    continue;
+                };
+                let base = range.start;
+                stats.distance_evals += range.len() as u64;
+                fr.screen(range, &fq, limit, &mut self.pass, &mut self.dots);
+                if fr.two_stage() {
+                    // The screen limit already holds the block's bound;
+                    // the second stage computes each survivor's own.
+                    self.fsurv.extend(
+                        self.pass
+                            .iter()
+                            .zip(&self.dots)
+                            .map(|(&i, &v)| ((base + i as usize) as u32, 0.0, v)),
+                    );
+                    continue;
+                }
+                for (&i, &v) in self.pass.iter().zip(&self.dots) {
+                    let i = base + i as usize;
+                    let lb = fr.lower1(f, b, v, &fq);
+                    if lb <= tau {
+                        self.fsurv.push((i as u32, lb, v));
+                    }
                 }
             }
+            fr.refine(f, &mut fq, &mut self.fsurv, tau);
             if self.fsurv.is_empty() {
                 continue;
             }
             self.gather.clear();
-            for &(i, _) in &self.fsurv {
+            // The survivors' rows are scattered over the arena: hint a few
+            // rows ahead so their misses overlap.
+            const AHEAD: usize = 8;
+            for &(i, _, _) in self.fsurv.iter().take(AHEAD) {
                 let r = fr.record(i as usize);
+                prox_kernels::prefetch::prefetch_read(&arena.codes[r * d..(r + 1) * d]);
+            }
+            for j in 0..self.fsurv.len() {
+                if let Some(&(i, _, _)) = self.fsurv.get(j + AHEAD) {
+                    let r = fr.record(i as usize);
+                    prox_kernels::prefetch::prefetch_read(&arena.codes[r * d..(r + 1) * d]);
+                }
+                let r = fr.record(self.fsurv[j].0 as usize);
                 self.gather
                     .extend_from_slice(&arena.codes[r * d..(r + 1) * d]);
             }
             self.dots.resize(self.fsurv.len(), 0);
             prox_kernels::i8scan::dots(&self.ucodes, &self.gather, &mut self.dots);
             for j in 0..self.fsurv.len() {
-                let (i, lb) = self.fsurv[j];
+                let (i, lb, _) = self.fsurv[j];
                 let (norm, err) = fr.plain(i as usize);
                 let dist = qn + i64::from(norm) - 2 * i64::from(self.dots[j]);
                 // `tau` may have tightened since the screen.

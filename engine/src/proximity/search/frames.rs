@@ -1,9 +1,11 @@
 //! Local frames for exact L2: the records clustered (load-time k-means)
 //! into frames of about a thousand, each frame with its own centre `c` and
 //! a basis `A` (`m × d`, rows close to orthonormal) of its leading
-//! principal axes. A record is screened by the 8-bit codes of its `m`
-//! local coordinates `A·(x − c)` plus the length of what the basis leaves
-//! out, `‖P⊥(x − c)‖`.
+//! principal axes. A record is screened by the 8-bit codes of its local
+//! coordinates `A·(x − c)` plus the length of what the basis leaves out,
+//! `‖P⊥(x − c)‖`, in two stages: the leading `s = min(m, 32)` axes first
+//! (one 32-byte row per record, in blocks), then all `m` axes for the
+//! first stage's survivors only.
 //!
 //! Data that looks flat globally is often low-rank locally (a mixture of
 //! low-rank clusters, embeddings on a curved manifold): one global rotation
@@ -15,8 +17,9 @@
 //!
 //! Fix a frame and write `v = w − c` for a vector `w` (real arithmetic).
 //! `Q = (A·Aᵀ)^(-1/2)·A` has exactly orthonormal rows and the row space of
-//! `A`; `P⊥ = I − QᵀQ`. With `ε ≥ ‖A·Aᵀ − I‖₂` (bounded by `Σ|(AAᵀ − I)_ij|`
-//! plus the f64 rounding of every entry), `‖A·u‖² / (1 + ε) ≤ ‖Q·u‖² ≤
+//! `A`; `P⊥ = I − QᵀQ`. With `ε ≥ ‖A·Aᵀ − I‖₂` (bounded by the
+//! Frobenius norm of `AAᵀ − I`, every entry's f64 rounding added to its
+//! magnitude), `‖A·u‖² / (1 + ε) ≤ ‖Q·u‖² ≤
 //! ‖A·u‖² / (1 − ε)` for every `u`. For a query `q` and a record `x` of the
 //! frame, `q − x = v_q − v_x`, so
 //!
@@ -25,13 +28,21 @@
 //!          ≥ ‖A(v_q − v_x)‖² / (1 + ε) + (‖P⊥v_q‖ − ‖P⊥v_x‖)²
 //! ```
 //!
-//! (reverse triangle inequality on the projector's range).
+//! (reverse triangle inequality on the projector's range). The same holds
+//! for the first `s` rows of `A` alone (their `ε` is at most the whole
+//! basis's, and their `‖·‖_F` and `σ_max` too), with `P⊥` then the
+//! complement of those `s` axes: that is the first stage's bound.
 //!
+//! * **The basis** is stored in fixed point, `A_ji = k_ji·2^-15` with
+//!   `i16` `k_ji` (half the bytes of f32 to read per query; the entries are
+//!   at most 1 in magnitude). Every constant below (`ε`, `‖A‖_F`) is
+//!   computed from the stored entries, so rounding the principal axes to
+//!   fixed point costs a slightly larger `ε`, never a wrong bound.
 //! * **Local coordinates** are computed in f32: `v̂ = fl(w − c)` (relative
 //!   error at most `u = 2^-24` per component, never inexact below the
 //!   normal range), then `ŷ_j = Σ_i A_ji·v̂_i` summed sequentially in `i`
-//!   (each `ŷ_j` is the same IEEE sequence on every ISA; the loop
-//!   vectorizes across `j` only). So `‖ŷ − A·v‖ ≤ e_rot = (γ_d·‖A‖_F +
+//!   (each `ŷ_j` is the same IEEE sequence on every ISA,
+//!   [`prox_kernels::project`]; the entry's conversion is exact). So `‖ŷ − A·v‖ ≤ e_rot = (γ_d·‖A‖_F +
 //!   σ·u/(1 − u))·‖v̂‖ + m·d·2^-149` with `γ_d = d·u / (1 − d·u)`,
 //!   `σ = √(1 + ε) ≥ σ_max(A)` (the product's underflow adds at most
 //!   `2^-150` a term).
@@ -42,15 +53,27 @@
 //! * **Out-of-basis lengths**: from `‖v‖² ∈ ‖v̂‖²·[1/(1+u)², 1/(1−u)²]`
 //!   and `‖A·v‖ ∈ ‖ŷ‖ ± e_rot`, `‖P⊥v‖² = ‖v‖² − ‖Q·v‖²` lies in
 //!   `[‖v‖²_lo − ‖Av‖²_hi / (1 − ε), ‖v‖²_hi − ‖Av‖²_lo / (1 + ε)]`; each
-//!   record stores that interval, the query gets one per frame, and the gap
-//!   between the two intervals bounds `|‖P⊥v_q‖ − ‖P⊥v_x‖|` from below.
+//!   record gets that interval (for the first stage's `s` axes and for all
+//!   `m`), the query gets them per frame, and the gap between two
+//!   intervals bounds `|‖P⊥v_q‖ − ‖P⊥v_x‖|` from below.
+//! * **Blocks**: a frame's members are sorted by their first-stage
+//!   interval and cut into blocks of [`BLOCK`]; a block keeps the hull of
+//!   its members' intervals and their largest `e_x`. One screen limit per
+//!   block then holds for every member in it (the members of a block have
+//!   nearly the same interval, so it is close to each one's own), and a
+//!   block whose gap alone exceeds the k-th score is skipped unread.
+//! * **Second stage**: a first-stage survivor's own full-width bound (all
+//!   `m` codes, its full-width interval and `e_x`, stored as f32 rounded
+//!   outwards, one row per member) replaces the block's; the query's other
+//!   `m − s` coordinates are projected only in frames with survivors.
 //! * **Frame bound**: every frame keeps the per-axis range (box) of its
-//!   records' `ŷ`, their largest `e_rot` and `e_x` and the hull of their
-//!   out-of-basis intervals. The distance from the query's `ŷ` to the box,
-//!   minus both rotation errors, bounds `‖A(v_q − v_x)‖` for every record
-//!   inside, so whole frames are skipped without reading a code. (Boxes
-//!   over kd-split chunks of 64 to 256 records were measured too: they
-//!   skip more records but cost more than they save.)
+//!   records' first `s` coordinates, their largest `e_rot` and the hull of
+//!   their first-stage intervals. The distance from the query's
+//!   coordinates to the box, minus both rotation errors, bounds
+//!   `‖A_s(v_q − v_x)‖` for every record inside, so whole frames are
+//!   skipped without reading a code. (Boxes over kd-split chunks of 64 to
+//!   256 records were measured too: they skip more records but cost more
+//!   than they save.)
 //!
 //! Every computed bound is pushed down (and every limit up) with
 //! [`super::quant::up`]/[`down`] margins far above the roundings involved,
@@ -62,8 +85,9 @@
 //!
 //! **Determinism.** The k-means (deterministic f32 kernel, f64 sums in a
 //! fixed order), the covariance and power iterations (scalar f64 in a
-//! fixed order) and every projection are the same on every machine, ISA and thread count, so the
-//! frames, the work and the hits are too.
+//! fixed order), the fixed-point rounding and every projection are the
+//! same on every machine, ISA and thread count, so the frames, the work
+//! and the hits are too.
 
 use super::arena::{limit_int, Arena};
 use super::quant::{down, quantize_uniform, up, EPS};
@@ -79,6 +103,17 @@ const LLOYD: usize = 8;
 const COV: usize = 256;
 /// Subspace (block power) iterations.
 const POWER: usize = 8;
+/// Members per block: a frame's members are sorted by their out-of-basis
+/// interval and screened in blocks, each with its own interval hull and
+/// largest residual, so the screen limit is close to every member's own
+/// and blocks whose out-of-basis gap alone exceeds the k-th score are
+/// skipped without reading a code.
+pub(crate) const BLOCK: usize = 64;
+/// Local coordinates in the first-stage screen (at most `m`): members are
+/// screened by their leading `S1` codes and the out-of-basis length of
+/// those `S1` axes, and only the survivors read the other `m − S1` codes.
+/// 32 is one AVX2 register of codes per member.
+const S1: usize = 32;
 /// f32 unit roundoff `2^-24`.
 const U: f64 = 1.0 / 16_777_216.0;
 /// Smallest positive subnormal f32, `2^-149`.
@@ -99,26 +134,111 @@ struct Frame {
     /// `e_rot(v̂) = up(rot·‖v̂‖ + abs)`.
     rot: f64,
     abs: f64,
-    /// Largest member `e_rot` and `e_x`, hull of the members'
+    /// Largest member `e_rot`, hull of the members' first-stage
     /// out-of-basis intervals.
     erot: f64,
+    tail1: [f64; 2],
+    /// First block (`blocks[block..]`, one per [`BLOCK`] members).
+    block: u32,
+}
+
+/// One block of a frame's members (see [`BLOCK`]), first-stage values.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    /// Largest member first-stage `e_x`.
     err: f64,
+    /// Hull of the members' first-stage out-of-basis intervals.
     tail: [f64; 2],
 }
 
-/// Per-member data, frame-major (ascending records within a frame).
+/// Per-member data, frame-major; within a frame sorted by first-stage
+/// out-of-basis interval (lower end, then upper end, then record). The
+/// first stage covers the leading `s` local coordinates, the second all
+/// `m` (`rest` holds the other `m − s` codes; empty when `s = m`).
 #[derive(Debug, Default)]
 struct Members {
     /// Arena record.
     rec: Vec<u32>,
-    /// `m` codes each.
+    /// First-stage codes, `s` each.
     codes: Vec<i8>,
-    /// `Σŷ̂²`.
+    /// Their `Σŷ̂²`.
     norms: Vec<i32>,
-    /// `e_x`.
-    err: Vec<f64>,
-    /// Out-of-basis interval.
-    tail: Vec<[f64; 2]>,
+    /// First-stage `e_x` and out-of-basis interval (build time only: the
+    /// search reads the [`Block`]s made from them, and this is emptied
+    /// once they are).
+    first: Vec<Residual>,
+    /// Second-stage rows ([`SecondRow`], `m − s + 16` bytes each; empty
+    /// when `s = m`): everything the second stage reads of a member in
+    /// one place, one cache miss per first-stage survivor.
+    second: Vec<u8>,
+}
+
+/// A member's second-stage row: the other `m − s` codes, then their
+/// `Σŷ̂²` (i32), the full-width `e_x` rounded up and the full-width
+/// out-of-basis interval rounded outwards (f32 each), little-endian.
+struct SecondRow;
+
+impl SecondRow {
+    /// Row bytes for `r` codes.
+    const fn stride(r: usize) -> usize {
+        r + 16
+    }
+
+    fn push(out: &mut Vec<u8>, codes: &[i8], norm: i32, res: Residual) {
+        out.extend(codes.iter().map(|&c| c as u8));
+        out.extend_from_slice(&norm.to_le_bytes());
+        out.extend_from_slice(&f32_up(res.err).to_le_bytes());
+        out.extend_from_slice(&f32_down(res.tail[0]).to_le_bytes());
+        out.extend_from_slice(&f32_up(res.tail[1]).to_le_bytes());
+    }
+
+    /// `(Σ q_j·x_j over the codes, Σx̂², e_x, interval)` of one row.
+    #[inline]
+    fn read(row: &[u8], q: &[i8]) -> (i32, i32, f64, [f64; 2]) {
+        let r = q.len();
+        // Exact in i32 (at most 127·128 per term).
+        let dot: i32 = q
+            .iter()
+            .zip(&row[..r])
+            .map(|(&a, &b)| i32::from(a) * i32::from(b as i8))
+            .sum();
+        let word =
+            |k: usize| -> [u8; 4] { row[r + 4 * k..r + 4 * k + 4].try_into().unwrap_or([0; 4]) };
+        let norm = i32::from_le_bytes(word(0));
+        let err = f64::from(f32::from_le_bytes(word(1)));
+        let tail = [
+            f64::from(f32::from_le_bytes(word(2))),
+            f64::from(f32::from_le_bytes(word(3))),
+        ];
+        (dot, norm, err, tail)
+    }
+}
+
+/// The smallest f32 at least `x`.
+fn f32_up(x: f64) -> f32 {
+    let y = x as f32;
+    if f64::from(y) < x {
+        y.next_up()
+    } else {
+        y
+    }
+}
+
+/// The largest f32 at most `x`.
+fn f32_down(x: f64) -> f32 {
+    let y = x as f32;
+    if f64::from(y) > x {
+        y.next_down()
+    } else {
+        y
+    }
+}
+
+/// A member's residual `e_x` and out-of-basis interval at one width.
+#[derive(Debug, Clone, Copy)]
+struct Residual {
+    err: f64,
+    tail: [f64; 2],
 }
 
 impl Members {
@@ -126,8 +246,44 @@ impl Members {
         self.rec.extend_from_slice(&o.rec);
         self.codes.extend_from_slice(&o.codes);
         self.norms.extend_from_slice(&o.norms);
-        self.err.extend_from_slice(&o.err);
-        self.tail.extend_from_slice(&o.tail);
+        self.first.extend_from_slice(&o.first);
+        self.second.extend_from_slice(&o.second);
+    }
+
+    /// The members reordered by `perm` (`s` and `r = m − s` codes each).
+    fn permuted(&self, perm: &[usize], s: usize, r: usize) -> Members {
+        fn rows<T: Copy>(v: &[T], w: usize, perm: &[usize]) -> Vec<T> {
+            perm.iter()
+                .flat_map(|&i| v[i * w..(i + 1) * w].iter().copied())
+                .collect()
+        }
+        fn pick<T: Copy>(v: &[T], perm: &[usize]) -> Vec<T> {
+            perm.iter().map(|&i| v[i]).collect()
+        }
+        Members {
+            rec: pick(&self.rec, perm),
+            codes: rows(&self.codes, s, perm),
+            norms: pick(&self.norms, perm),
+            first: pick(&self.first, perm),
+            second: if r == 0 {
+                Vec::new()
+            } else {
+                rows(&self.second, SecondRow::stride(r), perm)
+            },
+        }
+    }
+
+    /// The blocks of members `0..len` (every [`BLOCK`], the last shorter).
+    fn blocks(&self) -> Vec<Block> {
+        self.first
+            .chunks(BLOCK)
+            .map(|rs| Block {
+                err: rs.iter().fold(0.0, |a: f64, r| a.max(r.err)),
+                tail: rs.iter().fold([f64::INFINITY, 0.0], |a, r| {
+                    [a[0].min(r.tail[0]), a[1].max(r.tail[1])]
+                }),
+            })
+            .collect()
     }
 }
 
@@ -136,14 +292,21 @@ impl Members {
 pub(crate) struct Frames {
     dims: usize,
     m: usize,
+    /// First-stage width `min(m, S1)`.
+    s: usize,
     frames: Vec<Frame>,
     /// `d` f32 per frame.
     centre: Vec<f32>,
-    /// `d·m` f32 per frame, `basis[f·d·m + i·m + j] = A_f[j][i]`.
-    basis: Vec<f32>,
-    /// `2m` f32 per frame (lower corner, then upper).
+    /// The basis split by stage: `d·s` f32 per frame with `basis1[f·d·s +
+    /// i·s + j] = A_f[j][i]` (the first `s` rows), `d·(m − s)` with
+    /// `basis2[f·d·r + i·r + j] = A_f[s + j][i]` (the others).
+    basis1: Vec<i16>,
+    basis2: Vec<i16>,
+    /// `2s` f32 per frame (lower corner, then upper) over the first
+    /// stage's coordinates.
     frame_box: Vec<f32>,
     members: Members,
+    blocks: Vec<Block>,
     /// The plain arena's code norm and residual of every member, copied in
     /// member order (the survivors' recheck reads them without a random
     /// access into the arena).
@@ -155,18 +318,26 @@ pub(crate) struct Frames {
 pub(crate) struct FrameQuery {
     /// `m` local coordinates per frame.
     y: Vec<f32>,
-    /// Per frame: `e_rot` of the query and its out-of-basis interval.
+    /// Per frame: `Σv̂²`, `e_rot` of the query and its out-of-basis
+    /// intervals (full width, set by the second stage; first stage).
+    nv2: Vec<f64>,
     erot: Vec<f64>,
     tail: Vec<[f64; 2]>,
+    tail1: Vec<[f64; 2]>,
     /// `(squared distance to the centre, lower bound, frame)` in visiting
     /// order (nearest centre first).
     order: Vec<(f64, f64, u32)>,
+    /// The query.
+    q: Vec<f32>,
     v: Vec<f32>,
     yd: Vec<f64>,
-    /// The current frame's query codes, `Σq̂²` and `e_q`.
+    /// The current frame's query codes (`m`), `Σq̂²` and `e_q` over all
+    /// of them and over the first stage's.
     codes: Vec<i8>,
     qn: i64,
     eq: f64,
+    qn1: i64,
+    eq1: f64,
 }
 
 impl FrameQuery {
@@ -177,15 +348,28 @@ impl FrameQuery {
     }
 }
 
-/// `y = A·v̂` in f32 over `at = Aᵀ` (`d × m`): each `y_j` is summed in `i`
-/// order, the loop vectorizes across `j` without reordering any sum.
-fn project(at: &[f32], m: usize, v: &[f32], y: &mut [f32]) {
-    y.iter_mut().for_each(|x| *x = 0.0);
-    for (row, &vi) in at.chunks_exact(m).zip(v) {
-        for (yj, &a) in y.iter_mut().zip(row) {
-            *yj += a * vi;
-        }
-    }
+/// The stored basis entries: `A_ji = k_ji · 2^-15` for an `i16` `k_ji`
+/// (half the bytes of f32 per query projection; the conversion is exact,
+/// so every bound below holds for the stored basis as it is).
+fn to_fixed(at: &[f32]) -> Vec<i16> {
+    at.iter()
+        .map(|&a| (f64::from(a) * 32_768.0).round().clamp(-32_767.0, 32_767.0) as i16)
+        .collect()
+}
+
+/// The f32 value of a stored entry (exact).
+#[inline]
+fn entry(k: i16) -> f32 {
+    f32::from(k) * prox_kernels::project::SCALE
+}
+
+/// `y = A·v̂` in f32 over `at = Aᵀ` (`d × w`, stored fixed point): each
+/// `y_j` is summed in `i` order, the same IEEE operations on every ISA
+/// ([`prox_kernels::project`]).
+#[inline]
+fn project(at: &[i16], w: usize, v: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(y.len(), w);
+    prox_kernels::project::fixed(at, v, y);
 }
 
 /// `Σ x²` in f64 of f32 values (each square exact).
@@ -221,8 +405,8 @@ fn gap(a: [f64; 2], b: [f64; 2]) -> f64 {
 }
 
 /// Lower bound on the distance from `y` to the box `lo..hi` (per axis).
-fn box_dist(y: &[f32], bx: &[f32], m: usize) -> f64 {
-    let (lo, hi) = bx.split_at(m);
+fn box_dist(y: &[f32], lo: &[f32], hi: &[f32]) -> f64 {
+    let m = y.len();
     let mut s = 0.0f64;
     for ((&y, &l), &h) in y.iter().zip(lo).zip(hi) {
         let (y, l, h) = (f64::from(y), f64::from(l), f64::from(h));
@@ -249,9 +433,10 @@ fn norm_up(nv2: f64, d: usize) -> f64 {
 }
 
 /// `(1 + ε)` upper bound for `A` given as `at = Aᵀ` (`d × m`):
-/// `1 + Σ_ij |(A·Aᵀ − I)_ij|` with every entry's f64 error added.
+/// `1 + ‖A·Aᵀ − I‖_F` with every entry's f64 error added to its magnitude.
 fn one_plus_eps(at: &[f32], d: usize, m: usize) -> f64 {
     let gamma = (d as f64 + 2.0) * EPS;
+    // `‖E‖₂ ≤ ‖E‖_F`, with every entry's magnitude bounded above.
     let mut sum = 0.0f64;
     for i in 0..m {
         for j in 0..m {
@@ -263,10 +448,11 @@ fn one_plus_eps(at: &[f32], d: usize, m: usize) -> f64 {
             }
             let delta = if i == j { 1.0 } else { 0.0 };
             let e = up(gamma * up(abs + delta)) + d as f64 * f64::MIN_POSITIVE;
-            sum = up(sum + up((dot - delta).abs() + e));
+            let bound = up((dot - delta).abs() + e);
+            sum = up(sum + up(bound * bound));
         }
     }
-    up(1.0 + sum)
+    up(1.0 + up(sum.sqrt()))
 }
 
 /// Lloyd k-means of `rows` (accessed through `row`) into the centroids
@@ -488,9 +674,11 @@ fn orthonormalize(b: &mut [f64], d: usize, m: usize) {
 struct Part {
     frame: Frame,
     centre: Vec<f32>,
-    at: Vec<f32>,
+    /// `Aᵀ` (`d × m`, stored fixed point).
+    at: Vec<i16>,
     frame_box: Vec<f32>,
     members: Members,
+    blocks: Vec<Block>,
 }
 
 /// The per-axis box of `ys` rows (`m` each) into `out` (`2m`).
@@ -540,6 +728,8 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
             at[i * m + j] = basis[j * d + i] as f32;
         }
     }
+    let fixed = to_fixed(&at);
+    let at: Vec<f32> = fixed.iter().map(|&k| entry(k)).collect();
     let one_eps = one_plus_eps(&at, d, m);
     let eps = one_eps - 1.0;
     if eps.is_nan() || eps >= 0.5 {
@@ -558,7 +748,7 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
     // Local coordinates of every member.
     let mut y = vec![0.0f32; k * m];
     for (row, yr) in v.chunks_exact(d).zip(y.chunks_exact_mut(m)) {
-        project(&at, m, row, yr);
+        project(&fixed, m, row, yr);
     }
     if !y.iter().all(|x| x.is_finite()) {
         return None;
@@ -574,36 +764,58 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
         rot,
         abs,
         erot: 0.0,
-        err: 0.0,
-        tail: [f64::INFINITY, 0.0],
+        tail1: [f64::INFINITY, 0.0],
+        block: 0,
     };
     let mut part = Part {
         frame,
         centre,
-        at,
+        at: fixed,
         frame_box: Vec::with_capacity(2 * m),
-        members: Members {
-            rec: members.to_vec(),
-            codes: vec![0i8; k * m],
-            norms: Vec::with_capacity(k),
-            err: Vec::with_capacity(k),
-            tail: Vec::with_capacity(k),
-        },
+        blocks: Vec::new(),
+        members: Members::default(),
     };
-    for (i, (vi, yi)) in v.chunks_exact(d).zip(y.chunks_exact(m)).enumerate() {
+    let s = m.min(S1);
+    let mut codes = vec![0i8; m];
+    let mem = &mut part.members;
+    mem.rec = members.to_vec();
+    for (vi, yi) in v.chunks_exact(d).zip(y.chunks_exact(m)) {
         let nv2 = sq_sum(vi);
         let erot = up(rot * norm_up(nv2, d) + abs);
-        let (norm, ecode) =
-            quantize_uniform(yi, scale, &mut part.members.codes[i * m..(i + 1) * m]);
-        let tail = tail_interval(nv2, sq_sum(yi), erot, &frame, d, m);
-        part.members.norms.push(norm as i32);
-        part.members.err.push(up(ecode + erot));
-        part.members.tail.push(tail);
+        // The same codes either way (one scale for every coordinate).
+        let (norm, ecode) = quantize_uniform(yi, scale, &mut codes);
+        let (norm1, ecode1) = quantize_uniform(&yi[..s], scale, &mut codes[..s]);
+        let ny2 = sq_sum(yi);
+        let tail = tail_interval(nv2, ny2, erot, &frame, d, m);
+        let tail1 = tail_interval(nv2, sq_sum(&yi[..s]), erot, &frame, d, s);
+        mem.codes.extend_from_slice(&codes[..s]);
+        mem.norms.push(norm1 as i32);
+        mem.first.push(Residual {
+            err: up(ecode1 + erot),
+            tail: tail1,
+        });
+        if s < m {
+            let full = Residual {
+                err: up(ecode + erot),
+                tail,
+            };
+            SecondRow::push(&mut mem.second, &codes[s..], (norm - norm1) as i32, full);
+        }
         frame.erot = frame.erot.max(erot);
-        frame.err = frame.err.max(up(ecode + erot));
-        frame.tail = [frame.tail[0].min(tail[0]), frame.tail[1].max(tail[1])];
+        frame.tail1 = [frame.tail1[0].min(tail1[0]), frame.tail1[1].max(tail1[1])];
     }
-    bounding_box(y.chunks_exact(m), m, &mut part.frame_box);
+    bounding_box(y.chunks_exact(m).map(|r| &r[..s]), s, &mut part.frame_box);
+    let t = &part.members.first;
+    let mut perm: Vec<usize> = (0..k).collect();
+    perm.sort_by(|&a, &b| {
+        let (x, y) = (t[a].tail, t[b].tail);
+        x[0].total_cmp(&y[0])
+            .then(x[1].total_cmp(&y[1]))
+            .then(a.cmp(&b))
+    });
+    part.members = part.members.permuted(&perm, s, m - s);
+    part.blocks = part.members.blocks();
+    part.members.first = Vec::new();
     part.frame = frame;
     Some(part)
 }
@@ -635,11 +847,14 @@ impl Frames {
         let mut out = Frames {
             dims: d,
             m,
+            s: m.min(S1),
             frames: Vec::with_capacity(parts.len()),
             centre: Vec::with_capacity(parts.len() * d),
-            basis: Vec::with_capacity(parts.len() * d * m),
-            frame_box: Vec::with_capacity(parts.len() * 2 * m),
+            basis1: Vec::new(),
+            basis2: Vec::new(),
+            frame_box: Vec::new(),
             members: Members::default(),
+            blocks: Vec::new(),
             plain: Vec::new(),
         };
         for part in parts {
@@ -647,9 +862,14 @@ impl Frames {
             let base = out.members.rec.len() as u32;
             p.frame.start = base;
             p.frame.end = base + p.members.rec.len() as u32;
+            p.frame.block = out.blocks.len() as u32;
+            out.blocks.extend_from_slice(&p.blocks);
             out.frames.push(p.frame);
             out.centre.extend_from_slice(&p.centre);
-            out.basis.extend_from_slice(&p.at);
+            for row in p.at.chunks_exact(m) {
+                out.basis1.extend_from_slice(&row[..out.s]);
+                out.basis2.extend_from_slice(&row[out.s..]);
+            }
             out.frame_box.extend_from_slice(&p.frame_box);
             out.members.append(&p.members);
         }
@@ -675,9 +895,12 @@ impl Frames {
     /// Heap bytes of the frames, boxes and per-member data.
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of::<Frame>() * self.frames.len()
-            + 4 * (self.centre.len() + self.basis.len() + self.frame_box.len())
+            + 4 * (self.centre.len() + self.basis1.len() + self.basis2.len() + self.frame_box.len())
+            + std::mem::size_of::<Block>() * self.blocks.len()
             + self.members.codes.len()
-            + 48 * self.members.rec.len()
+            + self.members.second.len()
+            + 4 * (self.members.rec.len() + self.members.norms.len())
+            + std::mem::size_of::<(i32, f64)>() * self.plain.len()
     }
 
     /// Projects `q` into every frame, bounds `real²` for each and orders
@@ -687,28 +910,36 @@ impl Frames {
     /// is checked). `false` when the query's local coordinates are not
     /// finite (a query far outside the data's range): use the plain arena.
     pub(crate) fn prepare(&self, q: &[f32], fq: &mut FrameQuery) -> bool {
-        let (d, m) = (self.dims, self.m);
+        let (d, m, s) = (self.dims, self.m, self.s);
         let nf = self.frames.len();
         fq.y.resize(nf * m, 0.0);
+        fq.nv2.resize(nf, 0.0);
         fq.erot.resize(nf, 0.0);
         fq.tail.resize(nf, [0.0; 2]);
+        fq.tail1.resize(nf, [0.0; 2]);
         fq.order.clear();
+        fq.q.clear();
+        fq.q.extend_from_slice(q);
         fq.v.resize(d, 0.0);
         for (f, fr) in self.frames.iter().enumerate() {
-            for ((o, &x), &c) in fq.v.iter_mut().zip(q).zip(&self.centre[f * d..(f + 1) * d]) {
-                *o = x - c;
-            }
-            let y = &mut fq.y[f * m..(f + 1) * m];
-            project(&self.basis[f * d * m..(f + 1) * d * m], m, &fq.v, y);
-            let nv2 = sq_sum(&fq.v);
+            let nv2 = self.centred(f, q, &mut fq.v);
+            let y = &mut fq.y[f * m..f * m + s];
+            project(&self.basis1[f * d * s..(f + 1) * d * s], s, &fq.v, y);
             if !nv2.is_finite() || !y.iter().all(|x| x.is_finite()) {
                 return false;
             }
             let erot = up(fr.rot * norm_up(nv2, d) + fr.abs);
+            fq.nv2[f] = nv2;
             fq.erot[f] = erot;
-            fq.tail[f] = tail_interval(nv2, sq_sum(y), erot, fr, d, m);
-            let bd = box_dist(y, &self.frame_box[f * 2 * m..(f + 1) * 2 * m], m);
-            let lb = box_lower(bd, erot, fr.erot, gap(fq.tail[f], fr.tail), fr.one_eps);
+            fq.tail1[f] = tail_interval(nv2, sq_sum(y), erot, fr, d, s);
+            let (lo, hi) = self.frame_box[f * 2 * s..(f + 1) * 2 * s].split_at(s);
+            let lb = box_lower(
+                box_dist(y, lo, hi),
+                erot,
+                fr.erot,
+                gap(fq.tail1[f], fr.tail1),
+                fr.one_eps,
+            );
             fq.order.push((nv2, lb, f as u32));
         }
         fq.order
@@ -716,17 +947,58 @@ impl Frames {
         true
     }
 
-    /// Codes the query in frame `f` (into `fq`'s current-frame fields).
+    /// `v = fl(q − c_f)` and `Σv²`.
+    fn centred(&self, f: usize, q: &[f32], v: &mut [f32]) -> f64 {
+        let d = self.dims;
+        for ((o, &x), &c) in v.iter_mut().zip(q).zip(&self.centre[f * d..(f + 1) * d]) {
+            *o = x - c;
+        }
+        sq_sum(v)
+    }
+
+    /// Codes the query's first-stage coordinates in frame `f` (into `fq`'s
+    /// current-frame fields).
     pub(crate) fn enter(&self, f: usize, fq: &mut FrameQuery) {
-        let m = self.m;
+        let (m, s) = (self.m, self.s);
         let fr = &self.frames[f];
         fq.yd.clear();
         fq.yd
-            .extend(fq.y[f * m..(f + 1) * m].iter().map(|&x| f64::from(x)));
+            .extend(fq.y[f * m..f * m + s].iter().map(|&x| f64::from(x)));
         fq.codes.resize(m, 0);
+        let (qn1, e1) = quantize_uniform(&fq.yd, fr.scale, &mut fq.codes[..s]);
+        fq.qn1 = qn1;
+        fq.eq1 = up(e1 + fq.erot[f]);
+    }
+
+    /// Projects the query onto frame `f`'s other `m − s` axes and codes all
+    /// `m` coordinates (the second stage). `false` when a coordinate is not
+    /// finite: the first-stage bounds stand.
+    fn enter_rest(&self, f: usize, fq: &mut FrameQuery) -> bool {
+        let (d, m, s) = (self.dims, self.m, self.s);
+        let r = m - s;
+        let fr = &self.frames[f];
+        let q = std::mem::take(&mut fq.q);
+        self.centred(f, &q, &mut fq.v);
+        fq.q = q;
+        let y = &mut fq.y[f * m..(f + 1) * m];
+        project(
+            &self.basis2[f * d * r..(f + 1) * d * r],
+            r,
+            &fq.v,
+            &mut y[s..],
+        );
+        if !y.iter().all(|x| x.is_finite()) {
+            return false;
+        }
+        let ny2 = sq_sum(y);
+        fq.tail[f] = tail_interval(fq.nv2[f], ny2, fq.erot[f], fr, d, m);
+        fq.yd.clear();
+        fq.yd.extend(y.iter().map(|&x| f64::from(x)));
+        // The first `s` codes come out the same (one scale throughout).
         let (qn, e) = quantize_uniform(&fq.yd, fr.scale, &mut fq.codes);
         fq.qn = qn;
         fq.eq = up(e + fq.erot[f]);
+        true
     }
 
     /// Arena record of member `i`.
@@ -741,29 +1013,37 @@ impl Frames {
         self.plain[i]
     }
 
-    /// The screen limit of frame `f` (entered) for `τ ≥ kth / (1 − rel)`:
-    /// a member with code distance `D` above it has a bound above `τ`
-    /// (with the frame's out-of-basis hull and largest residual; `None`:
-    /// every member has).
-    pub(crate) fn limit(&self, f: usize, fq: &FrameQuery, tau: f64) -> Option<i64> {
+    /// The screen limit of block `b` of frame `f` (entered) for `τ ≥ kth /
+    /// (1 − rel)`: a member of the block with code distance `D` above it
+    /// has a bound above `τ` (with the block's out-of-basis hull and
+    /// largest residual; `None`: every member has).
+    pub(crate) fn limit(&self, f: usize, b: usize, fq: &FrameQuery, tau: f64) -> Option<i64> {
         if !tau.is_finite() {
             return Some(i64::MAX);
         }
         let fr = &self.frames[f];
-        let g = gap(fq.tail[f], fr.tail);
+        let bl = &self.blocks[b];
+        let g = gap(fq.tail1[f], bl.tail);
         let rem = tau - down(g * g);
         if rem < 0.0 {
             return None;
         }
         let a = up(up(up(rem) * fr.one_eps).sqrt());
-        let z = up(up(a + fq.eq + fr.err) / fr.scale);
+        let z = up(up(a + fq.eq1 + bl.err) / fr.scale);
         Some(limit_int(up(z * z)))
     }
 
-    /// Member range of frame `f`.
-    pub(crate) fn members(&self, f: usize) -> std::ops::Range<usize> {
+    /// The blocks of frame `f`: `(block, member range)`.
+    pub(crate) fn blocks(
+        &self,
+        f: usize,
+    ) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
         let fr = &self.frames[f];
-        fr.start as usize..fr.end as usize
+        let (start, end) = (fr.start as usize, fr.end as usize);
+        (start..end)
+            .step_by(BLOCK)
+            .enumerate()
+            .map(move |(j, s)| (fr.block as usize + j, s..(s + BLOCK).min(end)))
     }
 
     /// Screens members `r` (fused kernel): `idx`/`vals` get the offsets
@@ -777,15 +1057,15 @@ impl Frames {
         idx: &mut Vec<u32>,
         vals: &mut Vec<i32>,
     ) {
-        let m = self.m;
+        let s = self.s;
         idx.clear();
         vals.clear();
         let lim = limit
-            .saturating_sub(fq.qn)
+            .saturating_sub(fq.qn1)
             .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
         prox_kernels::i8scan::screen(
-            &fq.codes,
-            &self.members.codes[r.start * m..r.end * m],
+            &fq.codes[..s],
+            &self.members.codes[r.start * s..r.end * s],
             &self.members.norms[r.clone()],
             lim,
             idx,
@@ -793,26 +1073,84 @@ impl Frames {
         );
     }
 
-    /// Lower bound on `real²` of member `i` of frame `f` from its screen
-    /// value `val`.
+    /// Whether first-stage survivors go through [`Self::refine`] (`s < m`).
     #[inline]
-    pub(crate) fn lower(&self, f: usize, i: usize, val: i32, fq: &FrameQuery) -> f64 {
-        let fr = &self.frames[f];
-        let dist = fq.qn + i64::from(val);
-        let la = if dist <= 0 {
-            0.0
-        } else {
-            let s = down(fr.scale * down((dist as f64).sqrt()));
-            let e = up(fq.eq + self.members.err[i]);
-            if s > e {
-                down(s - e)
-            } else {
-                0.0
-            }
-        };
-        let g = gap(fq.tail[f], self.members.tail[i]);
-        down(down(down(la * la) / fr.one_eps) + down(g * g))
+    pub(crate) fn two_stage(&self) -> bool {
+        self.s < self.m
     }
+
+    /// First-stage lower bound on `real²` of a member of block `b` of
+    /// frame `f` from its screen value `val`, with the block's largest
+    /// residual and interval hull (no per-member read: a member's own
+    /// values would drop about a tenth more, at a cache miss each).
+    #[inline]
+    pub(crate) fn lower1(&self, f: usize, b: usize, val: i32, fq: &FrameQuery) -> f64 {
+        let fr = &self.frames[f];
+        let bl = &self.blocks[b];
+        bound(
+            fr,
+            fq.qn1 + i64::from(val),
+            up(fq.eq1 + bl.err),
+            gap(fq.tail1[f], bl.tail),
+        )
+    }
+
+    /// The second stage over frame `f`'s first-stage survivors `(member,
+    /// bound, screen value)`: each bound is replaced by the full-width one
+    /// (all `m` codes, the full out-of-basis interval) and members whose
+    /// bound exceeds `tau` are dropped. Nothing to do when `s = m`.
+    pub(crate) fn refine(
+        &self,
+        f: usize,
+        fq: &mut FrameQuery,
+        surv: &mut Vec<(u32, f64, i32)>,
+        tau: f64,
+    ) {
+        let (s, r) = (self.s, self.m - self.s);
+        if r == 0 || surv.is_empty() || !self.enter_rest(f, fq) {
+            return;
+        }
+        let stride = SecondRow::stride(r);
+        let rows = &self.members.second;
+        let row = |i: u32| &rows[i as usize * stride..(i as usize + 1) * stride];
+        let q = &fq.codes[s..];
+        let fr = &self.frames[f];
+        // Survivors are sparse within the frame: hint a few rows ahead.
+        const AHEAD: usize = 8;
+        for &(i, _, _) in surv.iter().take(AHEAD) {
+            prox_kernels::prefetch::prefetch_read(row(i));
+        }
+        for j in 0..surv.len() {
+            if let Some(&(i, _, _)) = surv.get(j + AHEAD) {
+                prox_kernels::prefetch::prefetch_read(row(i));
+            }
+            let (i, lb, v) = surv[j];
+            let (dot, norm, err, tail) = SecondRow::read(row(i), q);
+            let dist = fq.qn + i64::from(v) + i64::from(norm) - 2 * i64::from(dot);
+            let full = bound(fr, dist, up(fq.eq + err), gap(fq.tail[f], tail));
+            // Both are lower bounds on the same distance.
+            surv[j].1 = lb.max(full);
+        }
+        surv.retain(|&(_, lb, _)| lb <= tau);
+    }
+}
+
+/// Lower bound on `real²` from an integer code distance `dist` (scale
+/// `fr.scale`), the summed residuals `e = e_q + e_x` and out-of-basis gap
+/// `g` (module docs).
+#[inline]
+fn bound(fr: &Frame, dist: i64, e: f64, g: f64) -> f64 {
+    let la = if dist <= 0 {
+        0.0
+    } else {
+        let s = down(fr.scale * down((dist as f64).sqrt()));
+        if s > e {
+            down(s - e)
+        } else {
+            0.0
+        }
+    };
+    down(down(down(la * la) / fr.one_eps) + down(g * g))
 }
 
 #[cfg(test)]
@@ -851,8 +1189,12 @@ mod tests {
     fn tail_interval_contains_the_true_length() {
         // A = first two axes of R^4; v = (3, 4, 1, 2): ‖P⊥v‖ = √5.
         let (d, m) = (4, 2);
-        let at = vec![1.0f32, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+        // Stored in fixed point: 1.0 becomes 32767·2^-15, rows still along
+        // the first two axes.
+        let fixed = to_fixed(&[1.0f32, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+        let at: Vec<f32> = fixed.iter().map(|&k| entry(k)).collect();
         let one_eps = one_plus_eps(&at, d, m);
+        assert!(one_eps > 1.0 && one_eps < 1.0 + 1e-4, "{one_eps}");
         let f = Frame {
             start: 0,
             end: 0,
@@ -862,13 +1204,14 @@ mod tests {
             rot: 1e-6,
             abs: 0.0,
             erot: 0.0,
-            err: 0.0,
-            tail: [0.0; 2],
+            tail1: [0.0; 2],
+            block: 0,
         };
         let v = [3.0f32, 4.0, 1.0, 2.0];
         let mut y = [0.0f32; 2];
-        project(&at, m, &v, &mut y);
-        assert_eq!(y, [3.0, 4.0]);
+        project(&fixed, m, &v, &mut y);
+        let one = entry(32_767);
+        assert_eq!(y, [3.0 * one, 4.0 * one]);
         let t = tail_interval(sq_sum(&v), sq_sum(&y), 1e-6, &f, d, m);
         let want = 5.0f64.sqrt();
         assert!(t[0] <= want && want <= t[1], "{t:?}");

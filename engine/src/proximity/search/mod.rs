@@ -46,6 +46,7 @@ mod engine;
 mod fast4;
 mod filter;
 mod frames;
+mod huge;
 mod lists;
 mod node;
 mod quant;
