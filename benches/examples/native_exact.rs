@@ -85,13 +85,7 @@ fn main() {
         .unwrap_or_else(|| "off".into())
         .split(',')
         .map(|m| {
-            let r = match m {
-                "off" => ExactRotation::Off,
-                m if m.starts_with("local") => {
-                    ExactRotation::Local(m[5..].parse().expect("--rotation localM"))
-                }
-                m => ExactRotation::Split(m.parse().expect("--rotation off|M|localM")),
-            };
+            let r: ExactRotation = m.parse().expect("--rotation off|M|localM");
             (m.to_string(), r)
         })
         .collect();

@@ -358,7 +358,11 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
                     .zip(&w)
                     .enumerate()
                     .map(|(j, (&x, &y))| {
-                        let noise = if (i as usize + j) % 5 == 0 { 0.25 } else { 0.0 };
+                        let noise = if (i as usize + j).is_multiple_of(5) {
+                            0.25
+                        } else {
+                            0.0
+                        };
                         a * x + b * y + noise
                     })
                     .collect();

@@ -11,6 +11,7 @@ use crate::{io, out::Stdout, plot, progress, results};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::accel::Path;
+use prox_engine::proximity::search::ExactRotation;
 use std::path::PathBuf;
 
 /// Examples for `prox bench --help`.
@@ -91,6 +92,10 @@ pub struct MapBenchArgs {
     /// Draw recall vs QPS to this .svg or .png.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Exact L2 layout of the native path's exact rows (as `prox query
+    /// --exact-layout`: off, localM, splitM).
+    #[arg(long, default_value = "off")]
+    pub exact_layout: ExactRotation,
 }
 
 /// Sub-benchmarks of `prox bench`.
@@ -407,7 +412,8 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
     let sp = progress::spinner("loading map");
     let map = OpenMap::open_published(store.as_ref(), published, load);
     sp.finish_and_clear();
-    let map = map.with_context(|| format!("map {name:?}"))?;
+    let mut map = map.with_context(|| format!("map {name:?}"))?;
+    map.searcher = map.searcher.exact_rotation(args.exact_layout);
     if queries.dim != map.dims() {
         bail!(
             "{}: queries have {} dimensions, map {name:?} has {}",

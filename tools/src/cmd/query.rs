@@ -6,6 +6,7 @@ use crate::map::{self, Answer, ModeChoice, OpenMap, PathChoice, QueryContext, Qu
 use crate::{out::Stdout, progress};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use prox_engine::proximity::search::ExactRotation;
 use prox_engine::proximity::ProximityMap;
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -68,6 +69,12 @@ pub struct QueryArgs {
     /// Print one JSON object per query.
     #[arg(long)]
     pub json: bool,
+    /// Exact L2 layout (native path, `--mode exact`): `off` (the plain
+    /// arena), `localM` (local frames of width M, e.g. local64: large
+    /// clustered L2 maps) or `splitM` (one global rotation). Built before
+    /// the queries are timed.
+    #[arg(long, default_value = "off")]
+    pub exact_layout: ExactRotation,
 }
 
 impl QueryArgs {
@@ -129,7 +136,13 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     }
     let queries = io::read_matrix(&args.queries)?;
     let store = args.store.open_read_only()?;
-    let map = OpenMap::open(store.as_ref(), &args.name, args.path)?;
+    let mut map = OpenMap::open(store.as_ref(), &args.name, args.path)?;
+    map.searcher = map.searcher.exact_rotation(args.exact_layout);
+    if args.exact_layout != ExactRotation::Off {
+        let sp = progress::spinner("building the exact layout");
+        map.searcher.warm().context("loading the map's nodes")?;
+        sp.finish_and_clear();
+    }
     if queries.dim != map.dims() {
         bail!(
             "{}: queries have {} dimensions, map {:?} has {}",

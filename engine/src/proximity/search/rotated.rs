@@ -63,12 +63,33 @@ pub enum ExactRotation {
     Split(usize),
     /// Local frames (`frames.rs`): records clustered into frames of about
     /// a thousand, each screened by `m` coordinates on its frame's own
-    /// principal axes plus its out-of-basis length (clamped like `Split`).
-    /// On synth-gmm-1m `m = 64` ran 4.2-4.7x brute force (rotated `m = 96`:
-    /// 2.7x); on synth-gmm-200k 0.8-1.0x the plain arena, with a 5x
-    /// longer `warm()` (docs/performance.md, "Session 6: exact L2 on local
-    /// frames").
+    /// principal axes plus its out-of-basis length (clamped like `Split`),
+    /// the first 32 of them for every record and the rest for the first
+    /// stage's survivors. On synth-gmm-1m `m = 64` runs about 5x brute
+    /// force and 3x the plain arena; on synth-gmm-200k, where leaves prune,
+    /// 0.7-0.9x the plain arena, with a 2x longer `warm()`
+    /// (docs/performance.md, "Session 7: exact L2 in two stages").
     Local(usize),
+}
+
+impl std::str::FromStr for ExactRotation {
+    type Err = String;
+
+    /// `off`, `splitM` (or `M`) or `localM`, e.g. `local64`.
+    fn from_str(s: &str) -> Result<ExactRotation, String> {
+        let width = |t: &str| {
+            t.parse::<usize>()
+                .ok()
+                .filter(|&m| m > 0)
+                .ok_or_else(|| format!("{s:?}: want off, localM or splitM with M >= 1"))
+        };
+        match s {
+            "off" => Ok(ExactRotation::Off),
+            _ if s.starts_with("local") => width(&s[5..]).map(ExactRotation::Local),
+            _ if s.starts_with("split") => width(&s[5..]).map(ExactRotation::Split),
+            _ => width(s).map(ExactRotation::Split),
+        }
+    }
 }
 
 impl ExactRotation {
@@ -605,6 +626,13 @@ mod tests {
     #[test]
     fn split_policy() {
         assert_eq!(ExactRotation::default().split(128), None);
+        assert_eq!("off".parse(), Ok(ExactRotation::Off));
+        assert_eq!("local64".parse(), Ok(ExactRotation::Local(64)));
+        assert_eq!("split96".parse(), Ok(ExactRotation::Split(96)));
+        assert_eq!("96".parse(), Ok(ExactRotation::Split(96)));
+        for bad in ["", "local", "local0", "localx", "on", "-3"] {
+            assert!(bad.parse::<ExactRotation>().is_err(), "{bad}");
+        }
         assert_eq!(ExactRotation::Split(500).split(3), Some(3));
         assert_eq!(ExactRotation::Split(0).split(3), Some(1));
     }
