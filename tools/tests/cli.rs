@@ -28,6 +28,18 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(o.stdout).expect("utf-8 stdout")
 }
 
+/// Runs a command that must succeed; returns stderr.
+fn ok_err(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "prox {args:?} failed ({:?}):\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 /// Runs a command that must fail with `code`; returns stderr.
 fn fails(args: &[&str], code: i32) -> String {
     let o = run(args);
@@ -240,6 +252,46 @@ fn build_query_exact_matches_ground_truth_and_json_schema() {
     // Exact search returns exactly datagen's canonical ground truth.
     let truth = std::fs::read(&gt).unwrap();
     assert_eq!(std::fs::read(&found).unwrap(), truth, "seed {}", seed());
+    // So does every exact layout, built before the queries are timed.
+    for layout in ["local4", "local40", "split3", "off"] {
+        let _ = std::fs::remove_file(&found);
+        let err = ok_err(&map_cmd(
+            "query",
+            &f.store,
+            "m",
+            "--queries",
+            &q,
+            &[
+                "--k",
+                "10",
+                "--mode",
+                "exact",
+                "--exact-layout",
+                layout,
+                "--out",
+                s(&found),
+            ],
+        ));
+        assert!(err.contains("loaded in"), "{layout}: {err}");
+        assert_eq!(
+            std::fs::read(&found).unwrap(),
+            truth,
+            "{layout}, seed {}",
+            seed()
+        );
+    }
+    let e = fails(
+        &map_cmd(
+            "query",
+            &f.store,
+            "m",
+            "--queries",
+            &q,
+            &["--mode", "exact", "--exact-layout", "local0"],
+        ),
+        2,
+    );
+    assert!(e.contains("local0"), "{e}");
 
     let out = ok(&map_cmd(
         "query",

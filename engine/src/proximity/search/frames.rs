@@ -108,7 +108,7 @@ const POWER: usize = 8;
 /// largest residual, so the screen limit is close to every member's own
 /// and blocks whose out-of-basis gap alone exceeds the k-th score are
 /// skipped without reading a code.
-pub(crate) const BLOCK: usize = 64;
+const BLOCK: usize = 64;
 /// Local coordinates in the first-stage screen (at most `m`): members are
 /// screened by their leading `S1` codes and the out-of-basis length of
 /// those `S1` axes, and only the survivors read the other `m − S1` codes.
@@ -297,9 +297,10 @@ pub(crate) struct Frames {
     frames: Vec<Frame>,
     /// `d` f32 per frame.
     centre: Vec<f32>,
-    /// The basis split by stage: `d·s` f32 per frame with `basis1[f·d·s +
-    /// i·s + j] = A_f[j][i]` (the first `s` rows), `d·(m − s)` with
-    /// `basis2[f·d·r + i·r + j] = A_f[s + j][i]` (the others).
+    /// The basis (fixed point, [`to_fixed`]) split by stage: `d·s` entries
+    /// per frame with `basis1[f·d·s + i·s + j] = A_f[j][i]` (the first `s`
+    /// rows), `d·(m − s)` with `basis2[f·d·r + i·r + j] = A_f[s + j][i]`
+    /// (the others).
     basis1: Vec<i16>,
     basis2: Vec<i16>,
     /// `2s` f32 per frame (lower corner, then upper) over the first
@@ -895,7 +896,8 @@ impl Frames {
     /// Heap bytes of the frames, boxes and per-member data.
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of::<Frame>() * self.frames.len()
-            + 4 * (self.centre.len() + self.basis1.len() + self.basis2.len() + self.frame_box.len())
+            + 4 * (self.centre.len() + self.frame_box.len())
+            + 2 * (self.basis1.len() + self.basis2.len())
             + std::mem::size_of::<Block>() * self.blocks.len()
             + self.members.codes.len()
             + self.members.second.len()

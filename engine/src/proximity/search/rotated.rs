@@ -65,9 +65,10 @@ pub enum ExactRotation {
     /// a thousand, each screened by `m` coordinates on its frame's own
     /// principal axes plus its out-of-basis length (clamped like `Split`),
     /// the first 32 of them for every record and the rest for the first
-    /// stage's survivors. On synth-gmm-1m `m = 64` runs about 5x brute
-    /// force and 3x the plain arena; on synth-gmm-200k, where leaves prune,
-    /// 0.7-0.9x the plain arena, with a 2x longer `warm()`
+    /// stage's survivors. On synth-gmm-1m `m = 64` ran 5.3x and 5.8x
+    /// brute force (medians) against 2.3x for the plain arena, with a
+    /// `warm()` of 17-22 s against 7 s; on synth-gmm-200k, where leaves
+    /// prune, 1.8-2.0x against the plain arena's 2.5-3.4x
     /// (docs/performance.md, "Session 7: exact L2 in two stages").
     Local(usize),
 }
