@@ -559,6 +559,33 @@ mod tests {
         }
     }
 
+    /// The largest sums (`255 · 256`, where the AVX2 kernel's whole-word
+    /// accumulators wrap several times) and mixed rows stay exact.
+    #[test]
+    fn scan_is_exact_at_the_largest_sums() {
+        let m = MAX_SUBSPACES;
+        // Per row: slot 0 at 0, the others at 1: entries 0 and 255.
+        let table: Vec<f32> = (0..16 * m).map(|i| f32::from(i % 16 != 0)).collect();
+        let lut = Lut::quantize(m, &table, 0.0).unwrap();
+        let e = lut.entries();
+        assert_eq!((e[0], e[1]), (0, 255));
+        // Row r: code 15 everywhere except subspaces below r (code 0), so
+        // the sums run from 65 280 down in steps of 255.
+        let rows = 64;
+        let codes: Vec<u8> = (0..rows)
+            .flat_map(|r| (0..m).map(move |s| if s < r { 0 } else { 15 }))
+            .collect();
+        let mut blocks = Vec::new();
+        pack(&codes, m, &mut blocks).unwrap();
+        for isa in crate::available_isas() {
+            let mut out = vec![0u16; rows];
+            assert!(scan_with(isa, &lut, &blocks, &mut out));
+            for (r, &got) in out.iter().enumerate() {
+                assert_eq!(u32::from(got), 255 * (m - r) as u32, "{isa} row {r}");
+            }
+        }
+    }
+
     fn seed() -> u64 {
         crate::testing::seed(0x7ab1e)
     }

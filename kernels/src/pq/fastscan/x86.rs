@@ -1,11 +1,14 @@
 //! AVX2 fast-scan: one 256-bit load covers two subspaces of a block (16
 //! bytes each) and is looked up with `vpshufb` in the two matching 16-byte
 //! table rows (one per 128-bit lane). Low and high nibbles select rows
-//! `0..16` and `16..32`; each lookup result is widened into `u16` words as
-//! even bytes (`& 0x00ff`) and odd bytes (`>> 8`), giving four `u16x16`
-//! accumulators. At the end the two lanes (even / odd subspaces) are added
-//! and even/odd words interleaved back into row order. Every word holds at
-//! most `255 · mp ≤ 65 280`, so the wrapping `u16` adds are exact.
+//! `0..16` and `16..32`. Each lookup result is added twice into `u16x16`
+//! accumulators: once whole (word = even byte + 256 · odd byte, wrapping)
+//! and once shifted right by 8 (the odd bytes alone), so the loop needs no
+//! mask. At the end the even-byte sums are recovered as
+//! `whole − (odd << 8)` (mod 2¹⁶), the two lanes (even / odd subspaces) are
+//! added and even/odd words interleaved back into row order. Every true
+//! sum is at most `255 · mp ≤ 65 280 < 2¹⁶`, so the odd sums are exact and
+//! the wrapped difference is the exact even sum.
 //!
 //! Table build and quantisation: the 16 slots of one subspace are two
 //! `f32x8` registers, so each lane performs exactly the scalar model's
@@ -26,14 +29,13 @@ use super::{TableKind, BLOCK, CODES};
 pub(crate) unsafe fn scan(lut: &[u8], mp: usize, blocks: &[u8], out: &mut [u16]) {
     debug_assert!(mp.is_multiple_of(2) && lut.len() >= CODES * mp);
     let nib = _mm256_set1_epi8(0x0f);
-    let low_bytes = _mm256_set1_epi16(0x00ff);
     for (block, out) in blocks
         .chunks_exact(CODES * mp)
         .zip(out.chunks_exact_mut(BLOCK))
     {
-        let mut lo_even = _mm256_setzero_si256();
+        let mut lo_whole = _mm256_setzero_si256();
         let mut lo_odd = _mm256_setzero_si256();
-        let mut hi_even = _mm256_setzero_si256();
+        let mut hi_whole = _mm256_setzero_si256();
         let mut hi_odd = _mm256_setzero_si256();
         for p in 0..mp / 2 {
             // SAFETY: 32·p + 32 <= 16·mp = block.len() <= lut.len().
@@ -47,11 +49,13 @@ pub(crate) unsafe fn scan(lut: &[u8], mp: usize, blocks: &[u8], out: &mut [u16])
             let hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
             let rl = _mm256_shuffle_epi8(t, lo);
             let rh = _mm256_shuffle_epi8(t, hi);
-            lo_even = _mm256_add_epi16(lo_even, _mm256_and_si256(rl, low_bytes));
+            lo_whole = _mm256_add_epi16(lo_whole, rl);
             lo_odd = _mm256_add_epi16(lo_odd, _mm256_srli_epi16(rl, 8));
-            hi_even = _mm256_add_epi16(hi_even, _mm256_and_si256(rh, low_bytes));
+            hi_whole = _mm256_add_epi16(hi_whole, rh);
             hi_odd = _mm256_add_epi16(hi_odd, _mm256_srli_epi16(rh, 8));
         }
+        let lo_even = _mm256_sub_epi16(lo_whole, _mm256_slli_epi16(lo_odd, 8));
+        let hi_even = _mm256_sub_epi16(hi_whole, _mm256_slli_epi16(hi_odd, 8));
         let fold =
             |a: __m256i| _mm_add_epi16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
         let (le, lo, he, ho) = (fold(lo_even), fold(lo_odd), fold(hi_even), fold(hi_odd));
