@@ -155,15 +155,19 @@ pub struct SearchContext {
     grank: Vec<(i64, u32)>,
     /// Adaptive mode: centroid dots of one group's lists.
     ldots: Vec<i32>,
-    /// Adaptive 4-bit pass: the query's f32 table and its u8 form.
+    /// Adaptive 4-bit pass: the query's f32 table and its u8 forms for the
+    /// records' quantizer (`lut`) and the means' (`rlut`).
     table: Vec<f32>,
     lut: Option<Lut>,
+    rlut: Option<Lut>,
     /// Adaptive 4-bit pass: one list's sums.
     sums: Vec<u16>,
     /// Adaptive 4-bit pass: `(sum, slot)` candidates.
     fcands: Vec<(u16, u32)>,
     /// Adaptive 4-bit pass: `(f32 score, slot)` of the kept candidates.
     rescored: Vec<(f32, u32)>,
+    /// Adaptive 4-bit pass: `(8-bit code distance, slot)` of the candidates.
+    mids: Vec<(i64, u32)>,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -344,9 +348,9 @@ impl SearchContext {
         let (a, b) = (lists.group_start[g], lists.group_start[g + 1]);
         let d = self.ucodes.len();
         stats.distance_evals += (b - a) as u64;
-        if let (Some(f), Some(lut)) = (fast, self.lut.as_ref()) {
+        if let (Some(f), Some(lut)) = (fast, rank_lut(&self.lut, &self.rlut, fast)) {
             // The list means' 4-bit sums.
-            let bb = fastscan::block_bytes(f.m);
+            let bb = fastscan::block_bytes(f.rank.m);
             let (b0, b1) = (f.cent_start[g] as usize, f.cent_start[g + 1] as usize);
             self.sums.resize((b1 - b0) * BLOCK, 0);
             fastscan::scan(lut, &f.cent_blocks[b0 * bb..b1 * bb], &mut self.sums);
@@ -440,20 +444,19 @@ impl SearchContext {
         // the query's table quantises (finite partials); 8-bit codes
         // otherwise.
         let fast = match s.fast4()? {
-            Some(f) => query_lut(
-                q.metric,
-                q.v,
-                f.m,
-                &f.books_t,
-                CODES,
-                &mut self.table,
-                &mut self.lut,
-            )
-            .map(|_| f),
+            Some(f) => {
+                let lut = |b: &super::fast4::Book, table: &mut Vec<f32>, lut: &mut Option<Lut>| {
+                    query_lut(q.metric, q.v, b.m, &b.books_t, CODES, table, lut).is_some()
+                };
+                // One table when the records share the means' quantizer.
+                (lut(&f.scan, &mut self.table, &mut self.lut)
+                    && (f.shared || lut(&f.rank, &mut self.table, &mut self.rlut)))
+                .then_some(f)
+            }
             None => None,
         };
         self.dots.resize(groups, 0);
-        match (fast, self.lut.as_ref()) {
+        match (fast, rank_lut(&self.lut, &self.rlut, fast)) {
             (Some(f), Some(lut)) => {
                 self.sums.resize(groups.div_ceil(BLOCK) * BLOCK, 0);
                 fastscan::scan(lut, &f.group_blocks, &mut self.sums);
@@ -542,7 +545,12 @@ impl SearchContext {
             stats.nodes_visited += 1;
             stats.distance_evals += (b - a) as u64;
             if let (Some(f), Some(lut)) = (fast, self.lut.as_ref()) {
-                let bb = fastscan::block_bytes(f.m);
+                let bb = fastscan::block_bytes(f.scan.m);
+                if let Some(&(_, n)) = self.lrank.get(next + LIST_AHEAD - 1) {
+                    let n = n as usize;
+                    let (c0, c1) = (f.block_start[n] as usize, f.block_start[n + 1] as usize);
+                    prox_kernels::prefetch::prefetch_read(&f.blocks[c0 * bb..c1 * bb]);
+                }
                 let (b0, b1) = (f.block_start[l] as usize, f.block_start[l + 1] as usize);
                 self.sums.resize((b1 - b0) * BLOCK, 0);
                 fastscan::scan(lut, &f.blocks[b0 * bb..b1 * bb], &mut self.sums);
@@ -597,9 +605,33 @@ impl SearchContext {
             });
         }
         if !self.fcands.is_empty() {
-            // 4-bit candidates: the deterministic f32 score of each, then
+            // 4-bit candidates: cut to the best `MID_KEEP·k` by their 8-bit
+            // code distance, then the deterministic f32 score of each, then
             // canonical scores for the best `k` of those and their ties.
             shrink(&mut self.fcands, depth);
+            let keep = MID_KEEP.saturating_mul(k);
+            if self.fcands.len() > keep {
+                // One 8-bit row (d bytes) per candidate instead of its f32
+                // vector (4·d bytes): the candidates are scattered, so this
+                // stage is bound by the rows' memory traffic.
+                for &(_, slot) in &self.fcands {
+                    let slot = slot as usize;
+                    prox_kernels::prefetch::prefetch_read(&lists.codes[slot * d..(slot + 1) * d]);
+                }
+                stats.distance_evals += self.fcands.len() as u64;
+                self.mids.clear();
+                let mut dot = [0i32];
+                for &(_, slot) in &self.fcands {
+                    let i = slot as usize;
+                    let row = &lists.codes[i * d..(i + 1) * d];
+                    prox_kernels::i8scan::dots(&self.ucodes, row, &mut dot);
+                    self.mids.push((code_dist(lists.norms[i], dot[0]), slot));
+                }
+                self.mids.select_nth_unstable(keep - 1);
+                self.fcands.clear();
+                self.fcands
+                    .extend(self.mids[..keep].iter().map(|&(_, slot)| (0, slot)));
+            }
             let vector = |slot: u32| {
                 let slot = slot as usize;
                 arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, d)
@@ -1024,6 +1056,29 @@ impl SearchContext {
         })
     }
 }
+
+/// The query's table for the means' quantizer of `fast`: the records' own
+/// `lut` when they share it, `rlut` otherwise.
+fn rank_lut<'a>(
+    lut: &'a Option<Lut>,
+    rlut: &'a Option<Lut>,
+    fast: Option<&Fast4>,
+) -> Option<&'a Lut> {
+    match fast {
+        Some(f) if f.shared => lut.as_ref(),
+        _ => rlut.as_ref(),
+    }
+}
+
+/// Lists ahead of the one being scanned whose 4-bit codes are prefetched
+/// (the hardware prefetcher does not cross from one list to the next).
+const LIST_AHEAD: usize = 2;
+
+/// The adaptive 4-bit pass keeps its best `MID_KEEP·k` candidates by 8-bit
+/// code distance for the f32 stage. On debian-minilm (d = 384) the cut
+/// from `10·k` to `2·k` left recall@10 unchanged at every preset
+/// (docs/performance.md, session 8).
+const MID_KEEP: usize = 2;
 
 /// Groups (logical leaves) whose lists are ranked when the adaptive search
 /// scans `probes` lists: twice as many (one ranked group per probe lost

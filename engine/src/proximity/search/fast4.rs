@@ -3,25 +3,38 @@
 //! ([`prox_kernels::pq::fastscan`]): the adaptive search's first pass.
 //!
 //! Scanning a sub-list's 8-bit codes costs one `d`-wide integer dot per
-//! record; a 4-bit fast-scan pass costs `d / 2` in-register table lookups
+//! record; a 4-bit fast-scan pass costs `m / 2` in-register table lookups
 //! per block of 32 records, several times less. The codes only choose
 //! which records are rescored, so their error costs some recall at a given
 //! pool depth, never correctness.
 //!
-//! * **Codebooks**: `m = ⌊d / 2⌋` subspaces of 2 (or 3) components with 16
-//!   centroids each, trained by the PQ accelerator's canonical trainer
-//!   (`accel::pq::train_rows`, proximity-format.md 12.11 rules: seeded
-//!   initial centroids, f64 Lloyd sums in record order, canonical nearest
-//!   centroid) on up to [`SAMPLE`] records taken at evenly spaced
-//!   positions of the list order, for [`ITERATIONS`] rounds.
-//! * **Codes**: each record's nearest centroid per subspace by the query
-//!   table kernel (`fastscan::table` with the record as the query: the
+//! * **Two quantizers** from [`WIDE_DIMS`] components on. The list and
+//!   group means are always coded with [`rank_subspaces`] (`⌊d / 2⌋`):
+//!   they decide which lists are scanned at all, and there are ~32 times
+//!   fewer of them than records. The records are coded with
+//!   [`scan_subspaces`]: `⌊d / 4⌋` subspaces for wide vectors, where the
+//!   scan reads `m / 2` bytes per record from memory and is
+//!   bandwidth-bound, so halving `m` halves its cost while the coarser
+//!   codes cost almost no recall (debian-minilm, d = 384); below
+//!   [`WIDE_DIMS`] the records share the means' quantizer, because there
+//!   the coarser codes lost recall that a deeper pool only bought back at
+//!   a higher cost (synth-gmm-200k, d = 128; docs/performance.md,
+//!   session 8).
+//! * **Codebooks**: 16 centroids per subspace (subspace `s` covers the
+//!   components `⌊s·d/m⌋..⌊(s+1)·d/m⌋`), trained by the PQ accelerator's
+//!   canonical trainer (`accel::pq::train_rows`, proximity-format.md 12.11
+//!   rules: seeded initial centroids, f64 Lloyd sums in record order,
+//!   canonical nearest centroid) on up to [`SAMPLE`] records taken at
+//!   evenly spaced positions of the list order, for [`ITERATIONS`] rounds.
+//! * **Codes**: each vector's nearest centroid per subspace by the query
+//!   table kernel (`fastscan::table` with the vector as the query: the
 //!   same operations per entry on every ISA), ties to the lower centroid.
-//! * **Layout**: each list's codes packed into fast-scan blocks of 32 rows
-//!   (a partial last block is padded), lists in list order; the codes of
-//!   the list means (f64 mean of the members, rounded to f32) packed group
-//!   by group, and the codes of the group means packed in group order, so
-//!   the ranking of groups and lists is a fast-scan pass too.
+//! * **Layout**: each list's record codes packed into fast-scan blocks of
+//!   32 rows (a partial last block is padded), lists in list order; the
+//!   codes of the list means (f64 mean of the members, rounded to f32)
+//!   packed group by group, and the codes of the group means packed in
+//!   group order, so the ranking of groups and lists is a fast-scan pass
+//!   too.
 //!
 //! Everything is a function of the lists (themselves a function of the
 //! descriptor), computed with bit-exact kernels, so the codes are the same
@@ -43,18 +56,59 @@ pub(crate) const ITERATIONS: u16 = 10;
 /// their 8-bit codes: the pass would not pay for its training).
 pub(crate) const MIN_RECORDS: usize = 1_024;
 
-/// Every record's 4-bit code, packed per list.
-///
-/// Invariants: `block_start` has `lists + 1` ascending elements, list `l`
-/// owns blocks `block_start[l]..block_start[l + 1]` of `blocks`
-/// (`⌈len_l / 32⌉` blocks of `fastscan::block_bytes(m)` bytes), row `j` of
-/// them being slot `lists.start[l] + j`; `books_t` holds `16·dims` floats.
-#[derive(Debug)]
-pub(crate) struct Fast4 {
+/// One 4-bit quantizer: `m` subspaces of 16 centroids.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Book {
     /// Subspaces.
     pub(crate) m: usize,
     /// Codebooks transposed for the query table (`dims × 16`).
     pub(crate) books_t: Vec<f32>,
+}
+
+impl Book {
+    /// Trains `m` subspaces on `rows`; `None` if the trainer refuses them.
+    fn train<'a>(
+        dims: usize,
+        m: usize,
+        rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    ) -> Option<Book> {
+        let params = PqParams {
+            subquantizers: m as u32,
+            centroids: CODES as u16,
+            iterations: ITERATIONS,
+            rerank: 1,
+            seed: 0,
+        };
+        let books = crate::accel::pq::train_rows(dims, rows, &params).ok()?;
+        let books_t = fastscan::transpose_books(dims, m, CODES, &books).ok()?;
+        Some(Book { m, books_t })
+    }
+
+    /// Appends the code of `v` (`m` bytes) to `out`; `table` is scratch.
+    fn encode(&self, v: &[f32], table: &mut Vec<f32>, out: &mut Vec<u8>) {
+        table.resize(CODES * self.m, 0.0);
+        fastscan::table(TableKind::L2, v, self.m, &self.books_t, CODES, table);
+        out.extend(table.chunks_exact(CODES).map(nearest_slot));
+    }
+}
+
+/// Every record's 4-bit code, packed per list, and the codes of the list
+/// and group means.
+///
+/// Invariants: `block_start` has `lists + 1` ascending elements, list `l`
+/// owns blocks `block_start[l]..block_start[l + 1]` of `blocks`
+/// (`⌈len_l / 32⌉` blocks of `fastscan::block_bytes(scan.m)` bytes), row
+/// `j` of them being slot `lists.start[l] + j`; `cent_blocks` and
+/// `group_blocks` are blocks of `fastscan::block_bytes(rank.m)` bytes.
+#[derive(Debug)]
+pub(crate) struct Fast4 {
+    /// The records' quantizer.
+    pub(crate) scan: Book,
+    /// The quantizer of the list and group means.
+    pub(crate) rank: Book,
+    /// Whether `scan` and `rank` are the same quantizer (below
+    /// [`WIDE_DIMS`]): one query table serves both.
+    pub(crate) shared: bool,
     /// First block of each list, then the number of blocks.
     pub(crate) block_start: Vec<u32>,
     /// Packed codes.
@@ -69,19 +123,34 @@ pub(crate) struct Fast4 {
     pub(crate) group_blocks: Vec<u8>,
 }
 
-/// Subspaces for `dims` components, `None` when the 4-bit pass does not
-/// apply (fewer than 2 components, or more subspaces than the kernel's
-/// exact-sum limit).
-pub(crate) fn subspaces(dims: usize) -> Option<usize> {
+/// Subspaces of the means' quantizer for `dims` components (`⌊d / 2⌋`),
+/// `None` when the 4-bit pass does not apply (fewer than 2 components, or
+/// more subspaces than the kernel's exact-sum limit).
+pub(crate) fn rank_subspaces(dims: usize) -> Option<usize> {
     let m = dims / 2;
     (1..=MAX_SUBSPACES).contains(&m).then_some(m)
 }
 
+/// Fewest components for which the records get their own, coarser
+/// quantizer (see the module docs).
+pub(crate) const WIDE_DIMS: usize = 256;
+
+/// Subspaces of the records' quantizer for `dims` components: `⌊d / 4⌋`
+/// from [`WIDE_DIMS`] on, [`rank_subspaces`]`(d)` below; applies whenever
+/// [`rank_subspaces`] does.
+pub(crate) fn scan_subspaces(dims: usize) -> usize {
+    if dims >= WIDE_DIMS {
+        dims / 4
+    } else {
+        (dims / 2).max(1)
+    }
+}
+
 impl Fast4 {
     /// Trains the codebooks and packs every list; `None` when the pass does
-    /// not apply to this map (see [`subspaces`] and [`MIN_RECORDS`]).
+    /// not apply to this map (see [`rank_subspaces`] and [`MIN_RECORDS`]).
     pub(crate) fn build(arena: &Arena, lists: &Lists, dims: usize) -> Option<Fast4> {
-        let m = subspaces(dims)?;
+        let rank_m = rank_subspaces(dims)?;
         let n = lists.norms.len();
         if n < MIN_RECORDS {
             return None;
@@ -90,38 +159,36 @@ impl Fast4 {
             arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, dims)
         };
         let take = n.min(SAMPLE);
-        let rows = (0..take).map(|i| vector(i * n / take));
-        let params = PqParams {
-            subquantizers: m as u32,
-            centroids: CODES as u16,
-            iterations: ITERATIONS,
-            rerank: 1,
-            seed: 0,
+        let sample = || (0..take).map(|i| vector(i * n / take));
+        let scan_m = scan_subspaces(dims);
+        let (scan, rank) = if scan_m == rank_m {
+            let book = Book::train(dims, rank_m, sample())?;
+            (book.clone(), book)
+        } else {
+            let (scan, rank) = rayon::join(
+                || Book::train(dims, scan_m, sample()),
+                || Book::train(dims, rank_m, sample()),
+            );
+            (scan?, rank?)
         };
-        let books = crate::accel::pq::train_rows(dims, rows, &params).ok()?;
-        let books_t = fastscan::transpose_books(dims, m, CODES, &books).ok()?;
 
-        let encode = |v: &[f32], table: &mut [f32], out: &mut Vec<u8>| {
-            fastscan::table(TableKind::L2, v, m, &books_t, CODES, table);
-            out.extend(table.chunks_exact(CODES).map(nearest_slot));
-        };
         // Per list: its records' packed codes and its mean's code.
         let lists_n = lists.start.len() - 1;
         let per_list: Vec<(Vec<u8>, Vec<u8>)> = (0..lists_n)
             .into_par_iter()
             .map_init(
-                || (vec![0f32; CODES * m], Vec::new()),
+                || (Vec::new(), Vec::new()),
                 |(table, codes), l| {
                     codes.clear();
                     let slots = lists.start[l]..lists.start[l + 1];
                     for slot in slots.clone() {
-                        encode(vector(slot), table, codes);
+                        scan.encode(vector(slot), table, codes);
                     }
                     let mut out = Vec::new();
                     // Codes are < 16 and m is in range: packing cannot fail.
-                    fastscan::pack(codes, m, &mut out).ok()?;
-                    let mut mean = Vec::with_capacity(m);
-                    encode(&mean_of(slots.map(vector), dims), table, &mut mean);
+                    fastscan::pack(codes, scan.m, &mut out).ok()?;
+                    let mut mean = Vec::with_capacity(rank.m);
+                    rank.encode(&mean_of(slots.map(vector), dims), table, &mut mean);
                     Some((out, mean))
                 },
             )
@@ -130,19 +197,16 @@ impl Fast4 {
         let groups = lists.group_start.len() - 1;
         let group_codes: Vec<u8> = (0..groups)
             .into_par_iter()
-            .map_init(
-                || vec![0f32; CODES * m],
-                |table, g| {
-                    let slots =
-                        lists.start[lists.group_start[g]]..lists.start[lists.group_start[g + 1]];
-                    let mut code = Vec::with_capacity(m);
-                    encode(&mean_of(slots.map(vector), dims), table, &mut code);
-                    code
-                },
-            )
+            .map_init(Vec::new, |table, g| {
+                let slots =
+                    lists.start[lists.group_start[g]]..lists.start[lists.group_start[g + 1]];
+                let mut code = Vec::with_capacity(rank.m);
+                rank.encode(&mean_of(slots.map(vector), dims), table, &mut code);
+                code
+            })
             .flatten()
             .collect();
-        let bb = fastscan::block_bytes(m);
+        let bb = fastscan::block_bytes(scan.m);
         let mut block_start = Vec::with_capacity(lists_n + 1);
         let mut blocks = Vec::with_capacity(per_list.iter().map(|p| p.0.len()).sum());
         for (p, _) in &per_list {
@@ -150,23 +214,25 @@ impl Fast4 {
             blocks.extend_from_slice(p);
         }
         block_start.push((blocks.len() / bb) as u32);
+        let rb = fastscan::block_bytes(rank.m);
         let mut cent_start = Vec::with_capacity(groups + 1);
         let mut cent_blocks = Vec::new();
         let mut scratch = Vec::new();
         for g in 0..groups {
-            cent_start.push((cent_blocks.len() / bb) as u32);
+            cent_start.push((cent_blocks.len() / rb) as u32);
             scratch.clear();
             for (_, mean) in &per_list[lists.group_start[g]..lists.group_start[g + 1]] {
                 scratch.extend_from_slice(mean);
             }
-            fastscan::pack(&scratch, m, &mut cent_blocks).ok()?;
+            fastscan::pack(&scratch, rank.m, &mut cent_blocks).ok()?;
         }
-        cent_start.push((cent_blocks.len() / bb) as u32);
+        cent_start.push((cent_blocks.len() / rb) as u32);
         let mut group_blocks = Vec::new();
-        fastscan::pack(&group_codes, m, &mut group_blocks).ok()?;
+        fastscan::pack(&group_codes, rank.m, &mut group_blocks).ok()?;
         Some(Fast4 {
-            m,
-            books_t,
+            shared: scan == rank,
+            scan,
+            rank,
             block_start,
             blocks,
             cent_start,
@@ -177,7 +243,10 @@ impl Fast4 {
 
     /// Heap bytes of the codes and codebooks.
     pub(crate) fn heap_bytes(&self) -> usize {
-        4 * (self.books_t.len() + self.block_start.len() + self.cent_start.len())
+        4 * (self.scan.books_t.len()
+            + self.rank.books_t.len()
+            + self.block_start.len()
+            + self.cent_start.len())
             + self.blocks.len()
             + self.cent_blocks.len()
             + self.group_blocks.len()
@@ -228,10 +297,17 @@ mod tests {
 
     #[test]
     fn subspaces_follow_the_kernel_limits() {
-        assert_eq!(subspaces(1), None);
-        assert_eq!(subspaces(2), Some(1));
-        assert_eq!(subspaces(384), Some(192));
-        assert_eq!(subspaces(513), Some(256));
-        assert_eq!(subspaces(514), None);
+        assert_eq!(rank_subspaces(1), None);
+        assert_eq!(rank_subspaces(2), Some(1));
+        assert_eq!(rank_subspaces(384), Some(192));
+        assert_eq!(rank_subspaces(513), Some(256));
+        assert_eq!(rank_subspaces(514), None);
+        assert_eq!(scan_subspaces(2), 1);
+        assert_eq!(scan_subspaces(7), 3);
+        assert_eq!(scan_subspaces(128), 64);
+        assert_eq!(scan_subspaces(255), 127);
+        assert_eq!(scan_subspaces(256), 64);
+        assert_eq!(scan_subspaces(384), 96);
+        assert_eq!(scan_subspaces(513), 128);
     }
 }

@@ -406,14 +406,20 @@ fn sub_lists_partition_records_deterministically() {
 /// any thread count, with one packed row per list slot (codes equal to the
 /// nearest centroid of each subspace); adaptive hits over it agree across
 /// thread counts, filtered searches fill `min(k, eligible)`, and small maps
-/// or too many dimensions fall back to the 8-bit scan.
+/// or too many dimensions fall back to the 8-bit scan. Narrow vectors share
+/// one quantizer for records and means, wide ones get two.
 #[test]
 fn fast4_pass_layout_and_determinism() {
-    use prox_kernels::pq::fastscan;
     let s = seed();
-    let mut rng = Rng(s ^ 0xF4);
+    for dims in [12, 260] {
+        fast4_layout_and_determinism(s, dims);
+    }
+}
+
+fn fast4_layout_and_determinism(s: u64, dims: usize) {
+    use prox_kernels::pq::fastscan;
+    let mut rng = Rng(s ^ 0xF4 ^ dims as u64);
     let store = MemStore::new();
-    let dims = 12;
     let recs = data(&mut rng, 3000, dims, true);
     let desc = mini_map(&store, Metric::L2, dims as u32, recs.clone(), 80, false);
     let build = |threads: usize| {
@@ -426,7 +432,8 @@ fn fast4_pass_layout_and_determinism() {
                 searcher.fast4().map(|f| {
                     f.map(|f| {
                         (
-                            f.books_t.clone(),
+                            f.scan.books_t.clone(),
+                            f.rank.books_t.clone(),
                             f.block_start.clone(),
                             f.blocks.clone(),
                             f.cent_start.clone(),
@@ -449,16 +456,20 @@ fn fast4_pass_layout_and_determinism() {
     let arena = searcher.arena().unwrap();
     let lists = searcher.lists().unwrap();
     let f = searcher.fast4().unwrap().unwrap();
-    let m = f.m;
-    assert_eq!(m, dims / 2);
+    let m = f.scan.m;
+    // Wide vectors get a coarser records' quantizer (fast4::WIDE_DIMS).
+    assert_eq!(m, if dims >= 256 { dims / 4 } else { dims / 2 });
+    assert_eq!(f.rank.m, dims / 2);
+    assert_eq!(f.shared, dims < 256);
     let bb = fastscan::block_bytes(m);
+    let rb = fastscan::block_bytes(f.rank.m);
     let nl = lists.start.len() - 1;
     assert_eq!(f.block_start.len(), nl + 1);
     assert_eq!(*f.block_start.last().unwrap() as usize * bb, f.blocks.len());
     let groups = lists.group_start.len() - 1;
-    assert_eq!(f.group_blocks.len(), groups.div_ceil(32) * bb);
+    assert_eq!(f.group_blocks.len(), groups.div_ceil(32) * rb);
     assert_eq!(
-        *f.cent_start.last().unwrap() as usize * bb,
+        *f.cent_start.last().unwrap() as usize * rb,
         f.cent_blocks.len()
     );
     for l in 0..nl {
@@ -476,7 +487,7 @@ fn fast4_pass_layout_and_determinism() {
                 // books.
                 let dist = |j: usize| {
                     (a..b).fold(0f32, |acc, c| {
-                        let t = v[c] - f.books_t[16 * c + j];
+                        let t = v[c] - f.scan.books_t[16 * c + j];
                         acc + t * t
                     })
                 };
