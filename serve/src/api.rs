@@ -560,17 +560,30 @@ const POW10: [f64; 23] = [
 /// The nearest f32 to `m * 10^e10` when one f64 operation finds it for
 /// certain, else `None`.
 ///
-/// Why it is exact: for `m <= 2^53` and `|e10| <= 22` both operands are
-/// exact f64s, so the product or quotient `r` is the exact value `v`
-/// correctly rounded to f64 (one IEEE operation). Then `v` lies in
-/// `[1e-22, 2^53 * 1e22]`, inside f32's normal range, where every f32 and
-/// every midpoint between neighbouring f32s is an f64. Rounding to f64 is
-/// monotone and keeps those points, so `r` is on the same side of every
-/// midpoint as `v` unless `r` *is* a midpoint; that case (the 29 bits f32
-/// drops are exactly `1000...0`) is left to the slow path. Otherwise
-/// `r as f32` (round to nearest) is the f32 nearest to `v`.
+/// Why it is exact: the f32 midpoints (halfway between neighbouring
+/// f32s) inside f32's normal range are f64s whose 29 bits below f32's
+/// precision are exactly `1000...0`; `r as f32` rounds to the nearest f32
+/// of `r`, which is the nearest f32 to the exact value `v` whenever no
+/// midpoint lies between `v` and `r` (or on `r`). Two cases:
+///
+/// * `m <= 2^53` and `|e10| <= 22`: both operands are exact f64s, so the
+///   product or quotient `r` is `v` correctly rounded to f64 (one IEEE
+///   operation), and `v` lies in `[1e-22, 2^53 * 1e22]`, inside f32's
+///   normal range. Rounding to f64 is monotone and keeps the midpoints,
+///   so `r` is on the same side of every midpoint as `v` unless `r` *is*
+///   one; that case is left to the slow path.
+/// * `2^53 < m < 10^19` (17 to 19 significant digits, what clients send
+///   when they print f32 components as f64s) and `|e10| <= 22`: `m` is
+///   rounded once to f64 and the operation rounds once more, so
+///   `r = v(1 + ε)` with `|ε| < 2^-52 + 2^-106`, less than 3 units in the
+///   last place of `r`. When `r`'s dropped bits are more than
+///   [`MIDPOINT_SLACK`] units from the midpoint pattern, no midpoint lies
+///   within 3 units of `r` (midpoints of a neighbouring binade are 2^27
+///   units away), so `v` and `r` round to the same f32. `r` is also kept
+///   below `2^127`, and it is at least `2^53 * 1e-22`, so both stay in the
+///   normal range. Anything else takes the slow path.
 fn clinger_f32(m: u64, e10: i64) -> Option<f32> {
-    if m > 1 << 53 || !(-22..=22).contains(&e10) {
+    if !(-22..=22).contains(&e10) {
         return None;
     }
     let r = if e10 >= 0 {
@@ -578,8 +591,22 @@ fn clinger_f32(m: u64, e10: i64) -> Option<f32> {
     } else {
         m as f64 / POW10[(-e10) as usize]
     };
-    (r.to_bits() & 0x1fff_ffff != 0x1000_0000).then_some(r as f32)
+    let dropped = r.to_bits() & 0x1fff_ffff;
+    let sure = if m <= 1 << 53 {
+        dropped != 0x1000_0000
+    } else {
+        dropped.abs_diff(0x1000_0000) > MIDPOINT_SLACK && r < TWO_127
+    };
+    sure.then_some(r as f32)
 }
+
+/// Units in the last place of an f64 by which [`clinger_f32`]'s inexact
+/// case must miss an f32 midpoint (its error is below 3).
+const MIDPOINT_SLACK: u64 = 4;
+
+/// `2^127`, below which every f32 rounding of an f64 is finite and normal
+/// for the values [`clinger_f32`] sees.
+const TWO_127: f64 = (1u128 << 127) as f64;
 
 /// Reads one JSON number (RFC 8259: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`)
 /// at `b[*i..]`, advancing `*i` past it, and returns the nearest f32
@@ -1244,7 +1271,7 @@ mod tests {
 
     /// Every way an f32 (or a point near an f32 midpoint) is printed.
     fn printed_f32() -> impl Strategy<Value = String> {
-        (any::<u32>(), 0u8..6, 6usize..19).prop_map(|(bits, how, digits)| {
+        (any::<u32>(), 0u8..7, 6usize..19).prop_map(|(bits, how, digits)| {
             let h = f32::from_bits(bits);
             let h = if h.is_finite() { h } else { 1.5 };
             let mid = (h as f64 + h.next_up() as f64) / 2.0;
@@ -1256,9 +1283,46 @@ mod tests {
                 // Near (or at) the midpoint above h, with 7..=19 digits:
                 // where rounding twice would go wrong.
                 4 => format!("{mid:.digits$e}"),
+                // The f32 printed as an f64 (17 significant digits as a
+                // rule): what JSON clients holding f64s send.
+                5 => format!("{}", h as f64),
                 _ => format!("{mid:.digits$}"),
             }
         })
+    }
+
+    /// Many f32s printed as f64s, and points within a few f64 units of
+    /// the f32 midpoints printed with 17-19 digits (the inexact fast path's
+    /// hardest inputs), parse exactly as `str::parse::<f32>` does.
+    #[test]
+    fn long_decimals_near_midpoints_parse_exactly() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..100_000 {
+            let h = f32::from_bits(next() as u32);
+            if !h.is_finite() {
+                continue;
+            }
+            let mid = (f64::from(h) + f64::from(h.next_up())) / 2.0;
+            let off = (next() % 9) as i64 - 4;
+            let near = f64::from_bits((mid.to_bits() as i64 + off) as u64);
+            let digits = 16 + (next() % 3) as usize;
+            for t in [
+                format!("{}", f64::from(h)),
+                format!("{near:.digits$e}"),
+                format!("{near}"),
+            ] {
+                let mut i = 0;
+                let got = number_f32(t.as_bytes(), &mut i).map(f32::to_bits);
+                assert_eq!(got, Some(t.parse::<f32>().unwrap().to_bits()), "{t}");
+                assert_eq!(i, t.len(), "{t}");
+            }
+        }
     }
 
     proptest! {
