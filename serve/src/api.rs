@@ -608,6 +608,23 @@ const MIDPOINT_SLACK: u64 = 4;
 /// for the values [`clinger_f32`] sees.
 const TWO_127: f64 = (1u128 << 127) as f64;
 
+/// The value of `s` when it is exactly eight ASCII digits (the first one
+/// most significant), else `None`; one 64-bit load and three multiplies
+/// instead of eight dependent steps.
+fn eight_digits(s: &[u8]) -> Option<u64> {
+    let v = u64::from_le_bytes(s.try_into().ok()?);
+    // Every byte is 0x30..=0x39: high nibble 3, and adding 6 keeps it 3.
+    let high = 0xf0f0_f0f0_f0f0_f0f0u64;
+    if (v & high) | ((v.wrapping_add(0x0606_0606_0606_0606) & high) >> 4) != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    // Little-endian: the first digit is the lowest byte. Pairs, then
+    // quads, then the whole: d0·10 + d1, then ·100, then ·10^4.
+    let v = (v & 0x0f0f_0f0f_0f0f_0f0f).wrapping_mul(2561) >> 8;
+    let v = (v & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
+    Some((v & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32)
+}
+
 /// Reads one JSON number (RFC 8259: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`)
 /// at `b[*i..]`, advancing `*i` past it, and returns the nearest f32
 /// (infinite beyond f32's range, like `str::parse::<f32>`). `None`, with
@@ -623,9 +640,9 @@ fn number_f32(b: &[u8], i: &mut usize) -> Option<f32> {
     let mut m = 0u64;
     let mut sig = 0u32;
     let mut e10 = 0i64;
-    let mut digit = |c: u8, m: &mut u64| {
+    let digit = |c: u8, m: &mut u64, sig: &mut u32| {
         if *m != 0 || c != b'0' {
-            sig += 1;
+            *sig += 1;
         }
         *m = m.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
     };
@@ -633,7 +650,7 @@ fn number_f32(b: &[u8], i: &mut usize) -> Option<f32> {
         Some(b'0') => j += 1,
         Some(b'1'..=b'9') => {
             while let Some(&c @ b'0'..=b'9') = b.get(j) {
-                digit(c, &mut m);
+                digit(c, &mut m, &mut sig);
                 j += 1;
             }
         }
@@ -642,8 +659,20 @@ fn number_f32(b: &[u8], i: &mut usize) -> Option<f32> {
     if b.get(j) == Some(&b'.') {
         j += 1;
         let first = j;
+        // Eight digits at a time while there are eight, then one by one.
+        while let Some(v) = b.get(j..j + 8).and_then(eight_digits) {
+            if m != 0 {
+                sig += 8;
+            } else if v != 0 {
+                // Leading zeros of the chunk are not significant.
+                sig += v.ilog10() + 1;
+            }
+            m = m.wrapping_mul(100_000_000).wrapping_add(v);
+            e10 -= 8;
+            j += 8;
+        }
         while let Some(&c @ b'0'..=b'9') = b.get(j) {
-            digit(c, &mut m);
+            digit(c, &mut m, &mut sig);
             e10 -= 1;
             j += 1;
         }
@@ -1289,6 +1318,26 @@ mod tests {
                 _ => format!("{mid:.digits$}"),
             }
         })
+    }
+
+    #[test]
+    fn eight_digits_reads_exactly_eight_ascii_digits() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = x % 100_000_000;
+            let t = format!("{n:08}");
+            assert_eq!(eight_digits(t.as_bytes()), Some(n), "{t}");
+            // One byte replaced by a non-digit (or any byte outside 0-9).
+            let mut bad = t.clone().into_bytes();
+            let k = (x >> 32) as usize % 8;
+            bad[k] = [b'/', b':', b'.', b'e', b' ', 0xff, 0x00, b'-'][(x >> 40) as usize % 8];
+            assert_eq!(eight_digits(&bad), None, "{bad:?}");
+        }
+        assert_eq!(eight_digits(b"1234567"), None);
+        assert_eq!(eight_digits(b"123456789"), None);
     }
 
     /// Many f32s printed as f64s, and points within a few f64 units of
