@@ -383,11 +383,12 @@ impl SearchContext {
     /// distance and rescore those canonically.
     ///
     /// Maps with the 4-bit first pass ([`super::fast4`]) rank the groups
-    /// and lists and scan the lists with the fast-scan kernel instead
-    /// (integer sums of the query's u8 table), keep the best `rerank·k`
-    /// records by `(sum, slot)`, score those with the deterministic f32
-    /// kernel, and score canonically the best `k` of them plus any tied
-    /// with the `k`-th.
+    /// and lists with the means' table and scan the lists with the
+    /// records' table (integer sums of the query's u8 tables), keep the
+    /// best `rerank·k` records by `(sum, slot)`, cut those to the best
+    /// [`MID_KEEP`]`·k` by 8-bit code distance, score the rest with the
+    /// deterministic f32 kernel, and score canonically the best `k` of
+    /// them plus any tied with the `k`-th.
     ///
     /// Every decision derives from exact integer code dots or sums and
     /// fixed-order f32 arithmetic, ties broken by list index, slot and
