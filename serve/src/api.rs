@@ -1320,13 +1320,19 @@ mod tests {
         })
     }
 
+    /// One xorshift64 step (deterministic test inputs).
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
     #[test]
     fn eight_digits_reads_exactly_eight_ascii_digits() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..20_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             let n = x % 100_000_000;
             let t = format!("{n:08}");
             assert_eq!(eight_digits(t.as_bytes()), Some(n), "{t}");
@@ -1346,12 +1352,7 @@ mod tests {
     #[test]
     fn long_decimals_near_midpoints_parse_exactly() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = || xorshift(&mut x);
         for _ in 0..100_000 {
             let h = f32::from_bits(next() as u32);
             if !h.is_finite() {
