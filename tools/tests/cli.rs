@@ -17,7 +17,8 @@ fn run(args: &[&str]) -> Output {
     prox().args(args).output().expect("run prox")
 }
 
-fn ok(args: &[&str]) -> String {
+/// Runs a command that must succeed.
+fn succeeds(args: &[&str]) -> Output {
     let o = run(args);
     assert!(
         o.status.success(),
@@ -25,19 +26,17 @@ fn ok(args: &[&str]) -> String {
         o.status.code(),
         String::from_utf8_lossy(&o.stderr)
     );
-    String::from_utf8(o.stdout).expect("utf-8 stdout")
+    o
+}
+
+/// Runs a command that must succeed; returns stdout.
+fn ok(args: &[&str]) -> String {
+    String::from_utf8(succeeds(args).stdout).expect("utf-8 stdout")
 }
 
 /// Runs a command that must succeed; returns stderr.
 fn ok_err(args: &[&str]) -> String {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "prox {args:?} failed ({:?}):\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    String::from_utf8_lossy(&succeeds(args).stderr).into_owned()
 }
 
 /// Runs a command that must fail with `code`; returns stderr.

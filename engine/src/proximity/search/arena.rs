@@ -124,7 +124,9 @@ impl Arena {
         let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
 
         let mut codes = vec![0i8; n * dims];
-        super::huge::advise(&mut codes);
+        // Exact search reads survivors' codes at random offsets: huge pages
+        // (advised before the first write) spare most of the TLB misses.
+        prox_kernels::prefetch::advise_huge_pages(&codes, false);
         let mut norms = vec![0i32; n];
         let mut err = vec![0.0f64; n];
         // Split the outputs at page boundaries so each page fills its own

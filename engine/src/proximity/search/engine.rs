@@ -451,7 +451,7 @@ impl SearchContext {
                 };
                 // One table when the records share the means' quantizer.
                 (lut(&f.scan, &mut self.table, &mut self.lut)
-                    && (f.shared || lut(&f.rank, &mut self.table, &mut self.rlut)))
+                    && (f.shared() || lut(&f.rank, &mut self.table, &mut self.rlut)))
                 .then_some(f)
             }
             None => None,
@@ -1066,7 +1066,7 @@ fn rank_lut<'a>(
     fast: Option<&Fast4>,
 ) -> Option<&'a Lut> {
     match fast {
-        Some(f) if f.shared => lut.as_ref(),
+        Some(f) if f.shared() => lut.as_ref(),
         _ => rlut.as_ref(),
     }
 }

@@ -57,7 +57,7 @@ pub(crate) const ITERATIONS: u16 = 10;
 pub(crate) const MIN_RECORDS: usize = 1_024;
 
 /// One 4-bit quantizer: `m` subspaces of 16 centroids.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(crate) struct Book {
     /// Subspaces.
     pub(crate) m: usize,
@@ -106,9 +106,6 @@ pub(crate) struct Fast4 {
     pub(crate) scan: Book,
     /// The quantizer of the list and group means.
     pub(crate) rank: Book,
-    /// Whether `scan` and `rank` are the same quantizer (below
-    /// [`WIDE_DIMS`]): one query table serves both.
-    pub(crate) shared: bool,
     /// First block of each list, then the number of blocks.
     pub(crate) block_start: Vec<u32>,
     /// Packed codes.
@@ -230,7 +227,6 @@ impl Fast4 {
         let mut group_blocks = Vec::new();
         fastscan::pack(&group_codes, rank.m, &mut group_blocks).ok()?;
         Some(Fast4 {
-            shared: scan == rank,
             scan,
             rank,
             block_start,
@@ -239,6 +235,12 @@ impl Fast4 {
             cent_blocks,
             group_blocks,
         })
+    }
+
+    /// Whether the records share the means' quantizer (below
+    /// [`WIDE_DIMS`]): one query table then serves both.
+    pub(crate) fn shared(&self) -> bool {
+        self.scan.m == self.rank.m
     }
 
     /// Heap bytes of the codes and codebooks.

@@ -46,7 +46,6 @@ mod engine;
 mod fast4;
 mod filter;
 mod frames;
-mod huge;
 mod lists;
 mod node;
 mod quant;

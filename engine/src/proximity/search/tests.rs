@@ -460,7 +460,7 @@ fn fast4_layout_and_determinism(s: u64, dims: usize) {
     // Wide vectors get a coarser records' quantizer (fast4::WIDE_DIMS).
     assert_eq!(m, if dims >= 256 { dims / 4 } else { dims / 2 });
     assert_eq!(f.rank.m, dims / 2);
-    assert_eq!(f.shared, dims < 256);
+    assert_eq!(f.shared(), dims < 256);
     let bb = fastscan::block_bytes(m);
     let rb = fastscan::block_bytes(f.rank.m);
     let nl = lists.start.len() - 1;
