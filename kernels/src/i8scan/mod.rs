@@ -23,6 +23,7 @@
 //! eight rows per pass for [`screen`], whose dots are reduced together and
 //! compared in one vector). Portable and NEON use the scalar model.
 
+pub mod grouped;
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]

@@ -39,3 +39,34 @@ pub(crate) fn screen(
         }
     }
 }
+
+/// Code `d` of row `i` in the grouped layout (`w` bytes per row, a
+/// multiple of 4; see [`super::grouped`]).
+#[inline]
+pub(crate) fn grouped_at(groups: &[i8], w: usize, i: usize, d: usize) -> i8 {
+    groups[(i / 8) * 8 * w + (d / 4) * 32 + (i % 8) * 4 + d % 4]
+}
+
+/// [`screen`] over the grouped layout: rows `0..bias.len()`.
+pub(crate) fn screen_grouped(
+    q: &[i8],
+    groups: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    let w = q.len();
+    for (i, &b) in bias.iter().enumerate() {
+        let dot: i32 = q
+            .iter()
+            .enumerate()
+            .map(|(d, &a)| i32::from(a) * i32::from(grouped_at(groups, w, i, d)))
+            .sum();
+        let v = b - 2 * dot;
+        if v <= limit {
+            out.push(i as u32);
+            vals.push(v);
+        }
+    }
+}

@@ -203,3 +203,146 @@ pub(crate) unsafe fn screen(
         }
     }
 }
+
+/// Appends the passing lanes of one group (`v`, lanes `valid` only).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn emit(
+    v: __m256i,
+    lim: __m256i,
+    valid: u32,
+    base: usize,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    let fail = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, lim)));
+    let mut pass = !fail as u32 & valid;
+    if pass != 0 {
+        let mut vs = [0i32; 8];
+        // SAFETY: `vs` holds 8 i32.
+        unsafe { _mm256_storeu_si256(vs.as_mut_ptr().cast(), v) };
+        while pass != 0 {
+            let r = pass.trailing_zeros() as usize;
+            out.push((base + r) as u32);
+            vals.push(vs[r]);
+            pass &= pass - 1;
+        }
+    }
+}
+
+/// The biases of group `g` (lanes past `bias.len()` read as 0; the caller
+/// masks them) and the mask of its valid lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn group_bias(bias: &[i32], g: usize) -> (__m256i, u32) {
+    let n = bias.len();
+    if 8 * g + 8 <= n {
+        // SAFETY: 8g + 8 <= bias.len().
+        (
+            unsafe { _mm256_loadu_si256(bias.as_ptr().add(8 * g).cast()) },
+            0xff,
+        )
+    } else {
+        let mut t = [0i32; 8];
+        let k = n - 8 * g;
+        t[..k].copy_from_slice(&bias[8 * g..]);
+        // SAFETY: `t` holds 8 i32.
+        (
+            unsafe { _mm256_loadu_si256(t.as_ptr().cast()) },
+            (1u32 << k) - 1,
+        )
+    }
+}
+
+/// [`super::grouped::screen`], AVX2: per 4 components of 8 rows (one
+/// 32-byte load), the query's 4 bytes broadcast to every lane; `|row|`
+/// times the query with the row's signs through `vpmaddubsw` and
+/// `vpmaddwd` as in [`step`], so each lane accumulates its own row's dot
+/// and no horizontal reduction is needed.
+///
+/// # Safety
+/// The CPU must support AVX2; `q.len()` is a multiple of 4 and `groups`
+/// holds `bias.len().div_ceil(8)` groups of `8·q.len()` bytes.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn screen_grouped(
+    q: &[i8],
+    groups: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    let w = q.len();
+    let chunks = w / 4;
+    let ng = bias.len().div_ceil(8);
+    debug_assert!(w.is_multiple_of(4) && groups.len() == ng * 8 * w);
+    let ones = _mm256_set1_epi16(1);
+    let lim = _mm256_set1_epi32(limit);
+    let (pq, pg) = (q.as_ptr(), groups.as_ptr());
+    for g in 0..ng {
+        let mut acc = _mm256_setzero_si256();
+        for c in 0..chunks {
+            // SAFETY: 4c + 4 <= w = q.len(); group g's chunk c is the 32
+            // bytes at g·8w + 32c < ng·8w = groups.len().
+            let (qb, x) = unsafe {
+                (
+                    _mm256_set1_epi32(pq.add(4 * c).cast::<i32>().read_unaligned()),
+                    _mm256_loadu_si256(pg.add(g * 8 * w + 32 * c).cast()),
+                )
+            };
+            let p = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(qb, x));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+        }
+        let (b, valid) = group_bias(bias, g);
+        let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>(acc));
+        // SAFETY: same target features.
+        unsafe { emit(v, lim, valid, 8 * g, out, vals) };
+    }
+}
+
+/// [`screen_grouped`] with AVX-512 VNNI on 256-bit registers: each row
+/// byte biased to unsigned (`x ^ 0x80 = x + 128`), `vpdpbusd` adds four
+/// `u8·i8` products per lane exactly, and `128·Σq` is taken off once.
+///
+/// # Safety
+/// The CPU must support AVX2, AVX-512 VNNI and AVX-512 VL; as
+/// [`screen_grouped`] otherwise.
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+pub(crate) unsafe fn screen_grouped_vnni(
+    q: &[i8],
+    groups: &[i8],
+    bias: &[i32],
+    limit: i32,
+    out: &mut Vec<u32>,
+    vals: &mut Vec<i32>,
+) {
+    let w = q.len();
+    let chunks = w / 4;
+    let ng = bias.len().div_ceil(8);
+    debug_assert!(w.is_multiple_of(4) && groups.len() == ng * 8 * w);
+    // Exact: |Σq| <= 128·w, and 128·128·w fits i32 for w <= SCREEN_MAX_DIMS.
+    let shift: i32 = 128 * q.iter().map(|&x| i32::from(x)).sum::<i32>();
+    let flip = _mm256_set1_epi8(i8::MIN);
+    let lim = _mm256_set1_epi32(limit);
+    let (pq, pg) = (q.as_ptr(), groups.as_ptr());
+    for g in 0..ng {
+        let mut acc = _mm256_set1_epi32(-shift);
+        for c in 0..chunks {
+            // SAFETY: as in `screen_grouped`.
+            let (qb, x) = unsafe {
+                (
+                    _mm256_set1_epi32(pq.add(4 * c).cast::<i32>().read_unaligned()),
+                    _mm256_loadu_si256(pg.add(g * 8 * w + 32 * c).cast()),
+                )
+            };
+            acc = _mm256_dpbusd_epi32(acc, _mm256_xor_si256(x, flip), qb);
+        }
+        let (b, valid) = group_bias(bias, g);
+        let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>(acc));
+        // SAFETY: same target features.
+        unsafe { emit(v, lim, valid, 8 * g, out, vals) };
+    }
+}

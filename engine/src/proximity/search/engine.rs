@@ -869,7 +869,7 @@ impl SearchContext {
                 };
                 let base = range.start;
                 stats.distance_evals += range.len() as u64;
-                fr.screen(range, &fq, limit, &mut self.pass, &mut self.dots);
+                fr.screen(f, range, &fq, limit, &mut self.pass, &mut self.dots);
                 if fr.two_stage() {
                     // The screen limit already holds the block's bound;
                     // the second stage computes each survivor's own.

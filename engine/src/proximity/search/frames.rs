@@ -62,6 +62,10 @@
 //!   block then holds for every member in it (the members of a block have
 //!   nearly the same interval, so it is close to each one's own), and a
 //!   block whose gap alone exceeds the k-th score is skipped unread.
+//!   The members' first-stage codes are kept in groups of eight,
+//!   interleaved four bytes at a time ([`prox_kernels::i8scan::grouped`]):
+//!   one SIMD register then accumulates eight members' dots at once, with
+//!   no horizontal sum per member.
 //! * **Second stage**: a first-stage survivor's own full-width bound (all
 //!   `m` codes, its full-width interval and `e_x`, stored as f32 rounded
 //!   outwards, one row per member) replaces the block's; the query's other
@@ -91,6 +95,7 @@
 
 use super::arena::{limit_int, Arena};
 use super::quant::{down, quantize_uniform, up, EPS};
+use prox_kernels::i8scan::grouped::{self, GROUP};
 use rayon::prelude::*;
 
 /// Records per frame the clustering aims at.
@@ -140,6 +145,8 @@ struct Frame {
     tail1: [f64; 2],
     /// First block (`blocks[block..]`, one per [`BLOCK`] members).
     block: u32,
+    /// First group of the first-stage codes in [`Frames::grouped`].
+    group: u32,
 }
 
 /// One block of a frame's members (see [`BLOCK`]), first-stage values.
@@ -159,7 +166,8 @@ struct Block {
 struct Members {
     /// Arena record.
     rec: Vec<u32>,
-    /// First-stage codes, `s` each.
+    /// First-stage codes, `s` each (build time only: the search reads
+    /// [`Frames::grouped`], made from them frame by frame).
     codes: Vec<i8>,
     /// Their `Σŷ̂²`.
     norms: Vec<i32>,
@@ -308,6 +316,10 @@ pub(crate) struct Frames {
     frame_box: Vec<f32>,
     members: Members,
     blocks: Vec<Block>,
+    /// First-stage codes in the grouped layout
+    /// ([`prox_kernels::i8scan::grouped`]), each frame's members from a
+    /// group boundary.
+    grouped: Vec<i8>,
     /// The plain arena's code norm and residual of every member, copied in
     /// member order (the survivors' recheck reads them without a random
     /// access into the arena).
@@ -335,6 +347,8 @@ pub(crate) struct FrameQuery {
     /// The current frame's query codes (`m`), `Σq̂²` and `e_q` over all
     /// of them and over the first stage's.
     codes: Vec<i8>,
+    /// The first-stage codes padded to the grouped layout's width.
+    qw: Vec<i8>,
     qn: i64,
     eq: f64,
     qn1: i64,
@@ -767,6 +781,7 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
         erot: 0.0,
         tail1: [f64::INFINITY, 0.0],
         block: 0,
+        group: 0,
     };
     let mut part = Part {
         frame,
@@ -856,6 +871,7 @@ impl Frames {
             frame_box: Vec::new(),
             members: Members::default(),
             blocks: Vec::new(),
+            grouped: Vec::new(),
             plain: Vec::new(),
         };
         for part in parts {
@@ -864,6 +880,10 @@ impl Frames {
             p.frame.start = base;
             p.frame.end = base + p.members.rec.len() as u32;
             p.frame.block = out.blocks.len() as u32;
+            p.frame.group = (out.grouped.len() / (GROUP * grouped::width(out.s))) as u32;
+            grouped::push_rows(&p.members.codes, out.s, &mut out.grouped);
+            // The search reads the grouped copy only.
+            p.members.codes = Vec::new();
             out.blocks.extend_from_slice(&p.blocks);
             out.frames.push(p.frame);
             out.centre.extend_from_slice(&p.centre);
@@ -899,7 +919,7 @@ impl Frames {
             + 4 * (self.centre.len() + self.frame_box.len())
             + 2 * (self.basis1.len() + self.basis2.len())
             + std::mem::size_of::<Block>() * self.blocks.len()
-            + self.members.codes.len()
+            + self.grouped.len()
             + self.members.second.len()
             + 4 * (self.members.rec.len() + self.members.norms.len())
             + std::mem::size_of::<(i32, f64)>() * self.plain.len()
@@ -970,6 +990,9 @@ impl Frames {
         let (qn1, e1) = quantize_uniform(&fq.yd, fr.scale, &mut fq.codes[..s]);
         fq.qn1 = qn1;
         fq.eq1 = up(e1 + fq.erot[f]);
+        fq.qw.clear();
+        fq.qw.extend_from_slice(&fq.codes[..s]);
+        fq.qw.resize(grouped::width(s), 0);
     }
 
     /// Projects the query onto frame `f`'s other `m − s` axes and codes all
@@ -1048,11 +1071,13 @@ impl Frames {
             .map(move |(j, s)| (fr.block as usize + j, s..(s + BLOCK).min(end)))
     }
 
-    /// Screens members `r` (fused kernel): `idx`/`vals` get the offsets
+    /// Screens members `r` of frame `f` (whole blocks from a block start;
+    /// fused kernel over the grouped codes): `idx`/`vals` get the offsets
     /// from `r.start` and `Σx̂² − 2·q̂·x̂` of every member with code
     /// distance at most `limit`.
     pub(crate) fn screen(
         &self,
+        f: usize,
         r: std::ops::Range<usize>,
         fq: &FrameQuery,
         limit: i64,
@@ -1065,10 +1090,15 @@ impl Frames {
         let lim = limit
             .saturating_sub(fq.qn1)
             .clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
-        prox_kernels::i8scan::screen(
-            &fq.codes[..s],
-            &self.members.codes[r.start * s..r.end * s],
-            &self.members.norms[r.clone()],
+        let fr = &self.frames[f];
+        debug_assert!((r.start - fr.start as usize).is_multiple_of(GROUP));
+        let w = grouped::width(s);
+        let g = fr.group as usize + (r.start - fr.start as usize) / GROUP;
+        let at = g * GROUP * w;
+        prox_kernels::i8scan::grouped::screen(
+            &fq.qw,
+            &self.grouped[at..at + grouped::bytes(s, r.len())],
+            &self.members.norms[r],
             lim,
             idx,
             vals,
@@ -1208,6 +1238,7 @@ mod tests {
             erot: 0.0,
             tail1: [0.0; 2],
             block: 0,
+            group: 0,
         };
         let v = [3.0f32, 4.0, 1.0, 2.0];
         let mut y = [0.0f32; 2];
