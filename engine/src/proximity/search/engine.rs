@@ -134,6 +134,8 @@ pub struct SearchContext {
     /// Exact L2 with local frames: `(member, lower bound)` of one frame's
     /// screen survivors, and their plain-arena codes gathered.
     fsurv: Vec<(u32, f64, i32)>,
+    /// Exact L2 with local frames: the current frame's block limits.
+    flims: Vec<f64>,
     gather: Vec<i8>,
     /// Exact L2 with the rotated split arena: offsets of one page's
     /// records that passed the fused screen (their values in `dots`).
@@ -863,10 +865,14 @@ impl SearchContext {
             fr.enter(f, &mut fq);
             stats.nodes_visited += 1;
             self.fsurv.clear();
-            for (b, range) in fr.blocks(f) {
-                let Some(limit) = fr.limit(f, b, &fq, tau) else {
+            fr.block_limits(f, &fq, tau, &mut self.flims);
+            for j in 0..self.flims.len() {
+                let y = self.flims[j];
+                if y < 0.0 {
                     continue;
-                };
+                }
+                let limit = limit_int(y);
+                let (b, range) = fr.block(f, j);
                 let base = range.start;
                 stats.distance_evals += range.len() as u64;
                 fr.screen(f, range, &fq, limit, &mut self.pass, &mut self.dots);

@@ -93,7 +93,7 @@
 //! same on every machine, ISA and thread count, so the frames, the work
 //! and the hits are too.
 
-use super::arena::{limit_int, Arena};
+use super::arena::Arena;
 use super::quant::{down, quantize_uniform, up, EPS};
 use prox_kernels::i8scan::grouped::{self, GROUP};
 use rayon::prelude::*;
@@ -132,8 +132,11 @@ struct Frame {
     end: u32,
     /// Uniform code scale of the local coordinates.
     scale: f64,
-    /// Upper bound on `1 + ε`.
+    /// Upper bound on `1 / scale`.
+    inv_scale: f64,
+    /// Upper bound on `1 + ε`, and a lower bound on its reciprocal.
     one_eps: f64,
+    inv_one_eps: f64,
     /// Lower bound on `1 − ε` (positive).
     one_eps_lo: f64,
     /// `e_rot(v̂) = up(rot·‖v̂‖ + abs)`.
@@ -349,6 +352,11 @@ pub(crate) struct FrameQuery {
     codes: Vec<i8>,
     /// The first-stage codes padded to the grouped layout's width.
     qw: Vec<i8>,
+    /// Second-stage scratch, one per survivor: code distance, summed
+    /// residual, out-of-basis gap (then the bound).
+    sd: Vec<f64>,
+    se: Vec<f64>,
+    sg: Vec<f64>,
     qn: i64,
     eq: f64,
     qn1: i64,
@@ -774,7 +782,9 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
         start: 0,
         end: k as u32,
         scale,
+        inv_scale: up(1.0 / scale),
         one_eps,
+        inv_one_eps: down(1.0 / one_eps),
         one_eps_lo,
         rot,
         abs,
@@ -1038,37 +1048,40 @@ impl Frames {
         self.plain[i]
     }
 
-    /// The screen limit of block `b` of frame `f` (entered) for `τ ≥ kth /
-    /// (1 − rel)`: a member of the block with code distance `D` above it
-    /// has a bound above `τ` (with the block's out-of-basis hull and
-    /// largest residual; `None`: every member has).
-    pub(crate) fn limit(&self, f: usize, b: usize, fq: &FrameQuery, tau: f64) -> Option<i64> {
-        if !tau.is_finite() {
-            return Some(i64::MAX);
-        }
+    /// The screen limits of every block of frame `f` (entered) for `τ ≥
+    /// kth / (1 − rel)`, as reals (`limit_int` of one is the integer
+    /// limit [`Self::limit`] gives): negative when every member of the
+    /// block has a bound above `τ`. One flat loop (it vectorizes), with
+    /// the division by the scale a product with `up(1 / scale)`.
+    pub(crate) fn block_limits(&self, f: usize, fq: &FrameQuery, tau: f64, out: &mut Vec<f64>) {
         let fr = &self.frames[f];
-        let bl = &self.blocks[b];
-        let g = gap(fq.tail1[f], bl.tail);
-        let rem = tau - down(g * g);
-        if rem < 0.0 {
-            return None;
+        let n = (fr.end - fr.start).div_ceil(BLOCK as u32) as usize;
+        let blocks = &self.blocks[fr.block as usize..fr.block as usize + n];
+        out.clear();
+        if !tau.is_finite() {
+            out.resize(n, f64::INFINITY);
+            return;
         }
-        let a = up(up(up(rem) * fr.one_eps).sqrt());
-        let z = up(up(a + fq.eq1 + bl.err) / fr.scale);
-        Some(limit_int(up(z * z)))
+        let (t, eq, one_eps, inv) = (fq.tail1[f], fq.eq1, fr.one_eps, fr.inv_scale);
+        out.extend(blocks.iter().map(|bl| {
+            let g = gap(t, bl.tail);
+            let rem = tau - down(g * g);
+            let a = up(up(up(rem.max(0.0)) * one_eps).sqrt());
+            let z = up(up(a + eq + bl.err) * inv);
+            if rem < 0.0 {
+                -1.0
+            } else {
+                up(z * z)
+            }
+        }));
     }
 
-    /// The blocks of frame `f`: `(block, member range)`.
-    pub(crate) fn blocks(
-        &self,
-        f: usize,
-    ) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+    /// Block `j` of frame `f`: `(block, member range)`.
+    #[inline]
+    pub(crate) fn block(&self, f: usize, j: usize) -> (usize, std::ops::Range<usize>) {
         let fr = &self.frames[f];
-        let (start, end) = (fr.start as usize, fr.end as usize);
-        (start..end)
-            .step_by(BLOCK)
-            .enumerate()
-            .map(move |(j, s)| (fr.block as usize + j, s..(s + BLOCK).min(end)))
+        let s = fr.start as usize + j * BLOCK;
+        (fr.block as usize + j, s..(s + BLOCK).min(fr.end as usize))
     }
 
     /// Screens members `r` of frame `f` (whole blocks from a block start;
@@ -1152,16 +1165,28 @@ impl Frames {
         for &(i, _, _) in surv.iter().take(AHEAD) {
             prox_kernels::prefetch::prefetch_read(row(i));
         }
+        let (sd, se, sg) = (&mut fq.sd, &mut fq.se, &mut fq.sg);
+        sd.clear();
+        se.clear();
+        sg.clear();
         for j in 0..surv.len() {
             if let Some(&(i, _, _)) = surv.get(j + AHEAD) {
                 prox_kernels::prefetch::prefetch_read(row(i));
             }
-            let (i, lb, v) = surv[j];
+            let (i, _, v) = surv[j];
             let (dot, norm, err, tail) = SecondRow::read(row(i), q);
             let dist = fq.qn + i64::from(v) + i64::from(norm) - 2 * i64::from(dot);
-            let full = bound(fr, dist, up(fq.eq + err), gap(fq.tail[f], tail));
-            // Both are lower bounds on the same distance.
-            surv[j].1 = lb.max(full);
+            sd.push(dist.max(0) as f64);
+            se.push(up(fq.eq + err));
+            sg.push(gap(fq.tail[f], tail));
+        }
+        let (scale, inv) = (fr.scale, fr.inv_one_eps);
+        for ((d, e), g) in sd.iter_mut().zip(se.iter()).zip(sg.iter()) {
+            *d = bound_flat(scale, inv, *d, *e, *g);
+        }
+        // Both are lower bounds on the same distance.
+        for (x, &full) in surv.iter_mut().zip(sd.iter()) {
+            x.1 = x.1.max(full);
         }
         surv.retain(|&(_, lb, _)| lb <= tau);
     }
@@ -1183,6 +1208,15 @@ fn bound(fr: &Frame, dist: i64, e: f64, g: f64) -> f64 {
         }
     };
     down(down(down(la * la) / fr.one_eps) + down(g * g))
+}
+
+/// [`bound`] without branches (it vectorizes): `dist ≥ 0` as f64, the
+/// division by `1 + ε` a product with `inv ≤ 1 / (1 + ε)`; every clamp at
+/// zero is `down`'s own.
+#[inline]
+fn bound_flat(scale: f64, inv: f64, dist: f64, e: f64, g: f64) -> f64 {
+    let la = down(down(scale * down(dist.sqrt())) - e);
+    down(down(down(la * la) * inv) + down(g * g))
 }
 
 #[cfg(test)]
@@ -1231,7 +1265,9 @@ mod tests {
             start: 0,
             end: 0,
             scale: 1.0,
+            inv_scale: 1.0,
             one_eps,
+            inv_one_eps: down(1.0 / one_eps),
             one_eps_lo: down(1.0 - up(one_eps - 1.0)),
             rot: 1e-6,
             abs: 0.0,
@@ -1249,5 +1285,46 @@ mod tests {
         let want = 5.0f64.sqrt();
         assert!(t[0] <= want && want <= t[1], "{t:?}");
         assert!(t[1] - t[0] < 1e-3, "{t:?}");
+    }
+
+    /// The branch-free second-stage bound is the branchy one up to the
+    /// reciprocal's rounding (never above it by more), and zero where that
+    /// one is: at distance 0 and when the residuals cover the distance.
+    #[test]
+    fn flat_bound_matches_the_branchy_one() {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for _ in 0..10_000 {
+            let one_eps = 1.0 + next() * 1e-3;
+            let f = Frame {
+                start: 0,
+                end: 0,
+                scale: 1e-3 + next(),
+                inv_scale: 1.0,
+                one_eps,
+                inv_one_eps: down(1.0 / one_eps),
+                one_eps_lo: 1.0,
+                rot: 0.0,
+                abs: 0.0,
+                erot: 0.0,
+                tail1: [0.0; 2],
+                block: 0,
+                group: 0,
+            };
+            let dist = (next() * 1e6) as i64 - 1_000;
+            let (e, g) = (next() * 50.0, next() * 20.0);
+            let want = bound(&f, dist, e, g);
+            let got = bound_flat(f.scale, f.inv_one_eps, dist.max(0) as f64, e, g);
+            assert!(got <= want && got >= want * (1.0 - 1e-12), "{got} {want}");
+            assert_eq!(
+                bound_flat(f.scale, f.inv_one_eps, 0.0, e, g),
+                bound(&f, 0, e, g)
+            );
+        }
     }
 }
