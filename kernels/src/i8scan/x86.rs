@@ -257,6 +257,41 @@ fn group_bias(bias: &[i32], g: usize) -> (__m256i, u32) {
     }
 }
 
+/// The loop shared by the grouped screens: for each group, `$acc`
+/// starts at `$init` and takes `$step` once per 32-byte chunk (`$qb` the
+/// query's four bytes broadcast, `$x` the chunk), then the group's values
+/// `bias − 2·acc` are compared and emitted. Expands inside the caller's
+/// `#[target_feature]` function, so the step's intrinsics inline there.
+macro_rules! screen_groups {
+    ($q:ident, $groups:ident, $bias:ident, $limit:ident, $out:ident, $vals:ident,
+     $init:expr, |$acc:ident, $qb:ident, $x:ident| $step:expr) => {{
+        let w = $q.len();
+        let chunks = w / 4;
+        let ng = $bias.len().div_ceil(8);
+        debug_assert!(w.is_multiple_of(4) && $groups.len() == ng * 8 * w);
+        let lim = _mm256_set1_epi32($limit);
+        let (pq, pg) = ($q.as_ptr(), $groups.as_ptr());
+        for g in 0..ng {
+            let mut $acc = $init;
+            for c in 0..chunks {
+                // SAFETY: 4c + 4 <= w = q.len(); group g's chunk c is the
+                // 32 bytes at g·8w + 32c < ng·8w = groups.len().
+                let ($qb, $x) = unsafe {
+                    (
+                        _mm256_set1_epi32(pq.add(4 * c).cast::<i32>().read_unaligned()),
+                        _mm256_loadu_si256(pg.add(g * 8 * w + 32 * c).cast()),
+                    )
+                };
+                $acc = $step;
+            }
+            let (b, valid) = group_bias($bias, g);
+            let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>($acc));
+            // SAFETY: same target features as the caller.
+            unsafe { emit(v, lim, valid, 8 * g, $out, $vals) };
+        }
+    }};
+}
+
 /// [`super::grouped::screen`], AVX2: per 4 components of 8 rows (one
 /// 32-byte load), the query's 4 bytes broadcast to every lane; `|row|`
 /// times the query with the row's signs through `vpmaddubsw` and
@@ -275,32 +310,20 @@ pub(crate) unsafe fn screen_grouped(
     out: &mut Vec<u32>,
     vals: &mut Vec<i32>,
 ) {
-    let w = q.len();
-    let chunks = w / 4;
-    let ng = bias.len().div_ceil(8);
-    debug_assert!(w.is_multiple_of(4) && groups.len() == ng * 8 * w);
     let ones = _mm256_set1_epi16(1);
-    let lim = _mm256_set1_epi32(limit);
-    let (pq, pg) = (q.as_ptr(), groups.as_ptr());
-    for g in 0..ng {
-        let mut acc = _mm256_setzero_si256();
-        for c in 0..chunks {
-            // SAFETY: 4c + 4 <= w = q.len(); group g's chunk c is the 32
-            // bytes at g·8w + 32c < ng·8w = groups.len().
-            let (qb, x) = unsafe {
-                (
-                    _mm256_set1_epi32(pq.add(4 * c).cast::<i32>().read_unaligned()),
-                    _mm256_loadu_si256(pg.add(g * 8 * w + 32 * c).cast()),
-                )
-            };
+    screen_groups!(
+        q,
+        groups,
+        bias,
+        limit,
+        out,
+        vals,
+        _mm256_setzero_si256(),
+        |acc, qb, x| {
             let p = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(qb, x));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+            _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones))
         }
-        let (b, valid) = group_bias(bias, g);
-        let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>(acc));
-        // SAFETY: same target features.
-        unsafe { emit(v, lim, valid, 8 * g, out, vals) };
-    }
+    );
 }
 
 /// [`screen_grouped`] with AVX-512 VNNI on 256-bit registers: each row
@@ -319,30 +342,17 @@ pub(crate) unsafe fn screen_grouped_vnni(
     out: &mut Vec<u32>,
     vals: &mut Vec<i32>,
 ) {
-    let w = q.len();
-    let chunks = w / 4;
-    let ng = bias.len().div_ceil(8);
-    debug_assert!(w.is_multiple_of(4) && groups.len() == ng * 8 * w);
     // Exact: |Σq| <= 128·w, and 128·128·w fits i32 for w <= SCREEN_MAX_DIMS.
     let shift: i32 = 128 * q.iter().map(|&x| i32::from(x)).sum::<i32>();
     let flip = _mm256_set1_epi8(i8::MIN);
-    let lim = _mm256_set1_epi32(limit);
-    let (pq, pg) = (q.as_ptr(), groups.as_ptr());
-    for g in 0..ng {
-        let mut acc = _mm256_set1_epi32(-shift);
-        for c in 0..chunks {
-            // SAFETY: as in `screen_grouped`.
-            let (qb, x) = unsafe {
-                (
-                    _mm256_set1_epi32(pq.add(4 * c).cast::<i32>().read_unaligned()),
-                    _mm256_loadu_si256(pg.add(g * 8 * w + 32 * c).cast()),
-                )
-            };
-            acc = _mm256_dpbusd_epi32(acc, _mm256_xor_si256(x, flip), qb);
-        }
-        let (b, valid) = group_bias(bias, g);
-        let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>(acc));
-        // SAFETY: same target features.
-        unsafe { emit(v, lim, valid, 8 * g, out, vals) };
-    }
+    screen_groups!(
+        q,
+        groups,
+        bias,
+        limit,
+        out,
+        vals,
+        _mm256_set1_epi32(-shift),
+        |acc, qb, x| _mm256_dpbusd_epi32(acc, _mm256_xor_si256(x, flip), qb)
+    );
 }
