@@ -174,19 +174,8 @@ pub(crate) unsafe fn screen(
         // SAFETY: i + 8 <= n = bias.len().
         let b = unsafe { _mm256_loadu_si256(bias.as_ptr().add(i).cast()) };
         let v = _mm256_sub_epi32(b, _mm256_slli_epi32::<1>(dot));
-        let fail = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, lim)));
-        let mut pass = !fail as u32 & 0xff;
-        if pass != 0 {
-            let mut vs = [0i32; 8];
-            // SAFETY: `vs` holds 8 i32.
-            unsafe { _mm256_storeu_si256(vs.as_mut_ptr().cast(), v) };
-            while pass != 0 {
-                let r = pass.trailing_zeros() as usize;
-                out.push((i + r) as u32);
-                vals.push(vs[r]);
-                pass &= pass - 1;
-            }
-        }
+        // SAFETY: same target features.
+        unsafe { emit(v, lim, 0xff, i, out, vals) };
         i += 8;
     }
     if i < n {
@@ -204,7 +193,8 @@ pub(crate) unsafe fn screen(
     }
 }
 
-/// Appends the passing lanes of one group (`v`, lanes `valid` only).
+/// Appends lane `r` of `v` as row `base + r` for every lane in `valid` at
+/// most `lim` (in lane order): the output step of every screen here.
 ///
 /// # Safety
 /// The CPU must support AVX2.
