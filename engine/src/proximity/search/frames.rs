@@ -132,9 +132,8 @@ struct Frame {
     end: u32,
     /// Uniform code scale of the local coordinates.
     scale: f64,
-    /// Upper bound on `1 / scale`.
-    inv_scale: f64,
-    /// Upper bound on `1 + ε`, and a lower bound on its reciprocal.
+    /// Upper bound on `1 + ε`, and a lower bound on its reciprocal (the
+    /// per-member bounds multiply by it rather than divide).
     one_eps: f64,
     inv_one_eps: f64,
     /// Lower bound on `1 − ε` (positive).
@@ -782,7 +781,6 @@ fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Par
         start: 0,
         end: k as u32,
         scale,
-        inv_scale: up(1.0 / scale),
         one_eps,
         inv_one_eps: down(1.0 / one_eps),
         one_eps_lo,
@@ -1049,8 +1047,8 @@ impl Frames {
     }
 
     /// The screen limits of every block of frame `f` (entered) for `τ ≥
-    /// kth / (1 − rel)`, as reals (`limit_int` of one is the integer
-    /// limit [`Self::limit`] gives): negative when every member of the
+    /// kth / (1 − rel)`, as reals (`limit_int` of one is the block's integer
+    /// screen limit): negative when every member of the
     /// block has a bound above `τ`. One flat loop (it vectorizes), with
     /// the division by the scale a product with `up(1 / scale)`.
     pub(crate) fn block_limits(&self, f: usize, fq: &FrameQuery, tau: f64, out: &mut Vec<f64>) {
@@ -1062,7 +1060,7 @@ impl Frames {
             out.resize(n, f64::INFINITY);
             return;
         }
-        let (t, eq, one_eps, inv) = (fq.tail1[f], fq.eq1, fr.one_eps, fr.inv_scale);
+        let (t, eq, one_eps, inv) = (fq.tail1[f], fq.eq1, fr.one_eps, up(1.0 / fr.scale));
         out.extend(blocks.iter().map(|bl| {
             let g = gap(t, bl.tail);
             let rem = tau - down(g * g);
@@ -1133,8 +1131,9 @@ impl Frames {
         let fr = &self.frames[f];
         let bl = &self.blocks[b];
         bound(
-            fr,
-            fq.qn1 + i64::from(val),
+            fr.scale,
+            fr.inv_one_eps,
+            (fq.qn1 + i64::from(val)).max(0) as f64,
             up(fq.eq1 + bl.err),
             gap(fq.tail1[f], bl.tail),
         )
@@ -1182,7 +1181,7 @@ impl Frames {
         }
         let (scale, inv) = (fr.scale, fr.inv_one_eps);
         for ((d, e), g) in sd.iter_mut().zip(se.iter()).zip(sg.iter()) {
-            *d = bound_flat(scale, inv, *d, *e, *g);
+            *d = bound(scale, inv, *d, *e, *g);
         }
         // Both are lower bounds on the same distance.
         for (x, &full) in surv.iter_mut().zip(sd.iter()) {
@@ -1192,29 +1191,13 @@ impl Frames {
     }
 }
 
-/// Lower bound on `real²` from an integer code distance `dist` (scale
-/// `fr.scale`), the summed residuals `e = e_q + e_x` and out-of-basis gap
-/// `g` (module docs).
+/// Lower bound on `real²` from a code distance `dist ≥ 0` (an integer,
+/// as f64; scale `scale`), the summed residuals `e = e_q + e_x` and the
+/// out-of-basis gap `g` (module docs), with `inv ≤ 1 / (1 + ε)`. Without
+/// branches, so the second stage's loop vectorizes; every clamp at zero
+/// is `down`'s own.
 #[inline]
-fn bound(fr: &Frame, dist: i64, e: f64, g: f64) -> f64 {
-    let la = if dist <= 0 {
-        0.0
-    } else {
-        let s = down(fr.scale * down((dist as f64).sqrt()));
-        if s > e {
-            down(s - e)
-        } else {
-            0.0
-        }
-    };
-    down(down(down(la * la) / fr.one_eps) + down(g * g))
-}
-
-/// [`bound`] without branches (it vectorizes): `dist ≥ 0` as f64, the
-/// division by `1 + ε` a product with `inv ≤ 1 / (1 + ε)`; every clamp at
-/// zero is `down`'s own.
-#[inline]
-fn bound_flat(scale: f64, inv: f64, dist: f64, e: f64, g: f64) -> f64 {
+fn bound(scale: f64, inv: f64, dist: f64, e: f64, g: f64) -> f64 {
     let la = down(down(scale * down(dist.sqrt())) - e);
     down(down(down(la * la) * inv) + down(g * g))
 }
@@ -1265,7 +1248,6 @@ mod tests {
             start: 0,
             end: 0,
             scale: 1.0,
-            inv_scale: 1.0,
             one_eps,
             inv_one_eps: down(1.0 / one_eps),
             one_eps_lo: down(1.0 - up(one_eps - 1.0)),
@@ -1287,11 +1269,25 @@ mod tests {
         assert!(t[1] - t[0] < 1e-3, "{t:?}");
     }
 
-    /// The branch-free second-stage bound is the branchy one up to the
-    /// reciprocal's rounding (never above it by more), and zero where that
-    /// one is: at distance 0 and when the residuals cover the distance.
+    /// The branch-free bound equals the plain formula (branches, a
+    /// division by `1 + ε`) up to the reciprocal's rounding, never above
+    /// it, and is zero where that is: at distance 0 and when the residuals
+    /// cover the distance.
     #[test]
-    fn flat_bound_matches_the_branchy_one() {
+    fn bound_matches_the_plain_formula() {
+        fn plain(scale: f64, one_eps: f64, dist: i64, e: f64, g: f64) -> f64 {
+            let la = if dist <= 0 {
+                0.0
+            } else {
+                let s = down(scale * down((dist as f64).sqrt()));
+                if s > e {
+                    down(s - e)
+                } else {
+                    0.0
+                }
+            };
+            down(down(down(la * la) / one_eps) + down(g * g))
+        }
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = || {
             x ^= x << 13;
@@ -1301,30 +1297,14 @@ mod tests {
         };
         for _ in 0..10_000 {
             let one_eps = 1.0 + next() * 1e-3;
-            let f = Frame {
-                start: 0,
-                end: 0,
-                scale: 1e-3 + next(),
-                inv_scale: 1.0,
-                one_eps,
-                inv_one_eps: down(1.0 / one_eps),
-                one_eps_lo: 1.0,
-                rot: 0.0,
-                abs: 0.0,
-                erot: 0.0,
-                tail1: [0.0; 2],
-                block: 0,
-                group: 0,
-            };
+            let inv = down(1.0 / one_eps);
+            let scale = 1e-3 + next();
             let dist = (next() * 1e6) as i64 - 1_000;
             let (e, g) = (next() * 50.0, next() * 20.0);
-            let want = bound(&f, dist, e, g);
-            let got = bound_flat(f.scale, f.inv_one_eps, dist.max(0) as f64, e, g);
+            let want = plain(scale, one_eps, dist, e, g);
+            let got = bound(scale, inv, dist.max(0) as f64, e, g);
             assert!(got <= want && got >= want * (1.0 - 1e-12), "{got} {want}");
-            assert_eq!(
-                bound_flat(f.scale, f.inv_one_eps, 0.0, e, g),
-                bound(&f, 0, e, g)
-            );
+            assert_eq!(bound(scale, inv, 0.0, e, g), plain(scale, one_eps, 0, e, g));
         }
     }
 }
