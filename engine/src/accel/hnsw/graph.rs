@@ -323,6 +323,9 @@ impl SearchGraph {
         masked: Vec<bool>,
     ) -> SearchGraph {
         let n = keys.len();
+        // Every search probes rows of the arena at random; a loaded sidecar
+        // (unlike a fresh build) has not asked for huge pages yet.
+        vectors.advise_huge_pages();
         let mut key_bytes = Vec::with_capacity(keys.iter().map(|k| k.len()).sum());
         let mut key_offsets = Vec::with_capacity(n + 1);
         key_offsets.push(0);
