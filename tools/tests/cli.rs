@@ -708,34 +708,16 @@ fn probes_set_the_native_leaves_scanned() {
     assert!(f64_of(&all, "recall") >= 0.99, "{all} (seed {})", seed());
 }
 
-#[test]
-fn serve_answers_over_http_like_query() {
+/// Starts `prox serve` on `store` (loopback, an ephemeral port, one
+/// executor thread); returns the child and the address it printed.
+fn spawn_serve(store: &Path) -> (std::process::Child, std::net::SocketAddr) {
     use std::io::{BufRead, BufReader, Read};
     use std::time::Duration;
-    let f = fixture(&[]);
-    let qf = f.data.join("query.fvecs");
-    // The first query row of the fvecs file: dimension, then its floats.
-    let bytes = std::fs::read(&qf).expect("query.fvecs");
-    let dim = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
-    let vector: Vec<f32> = bytes[4..4 + 4 * dim]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let cli = ok(&map_cmd(
-        "query",
-        &f.store,
-        "m",
-        "--queries",
-        &qf,
-        &["--k", "10", "--mode", "exact", "--json"],
-    ));
-    let want = &json_lines(&cli)[0]["results"];
-
     let mut child = prox()
         .args([
             "serve",
             "--store",
-            s(&f.store),
+            s(store),
             "--http",
             "127.0.0.1:0",
             "--io-threads",
@@ -760,6 +742,106 @@ fn serve_answers_over_http_like_query() {
         let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
         panic!("no address from prox serve: {line:?}\n{err}");
     };
+    (child, addr)
+}
+
+#[test]
+fn bench_serve_alternates_rounds_and_reports_ratios() {
+    let f = fixture(&[]);
+    let (q, gt) = (f.data.join("query.fvecs"), f.data.join("gt.ivecs"));
+    let (mut child, addr) = spawn_serve(&f.store);
+    let url = format!("http://{addr}");
+    let base = [
+        "bench",
+        "serve",
+        "--url",
+        &url,
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--gt",
+        s(&gt),
+        "--store",
+        s(&f.store),
+        "--threads",
+        "1",
+        "--concurrency",
+        "1,2",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        v
+    };
+    let out = run(&with(&["--duration", "600ms", "--rounds", "3", "--json"]));
+    let zero = run(&with(&["--duration", "600ms", "--rounds", "0"]));
+    let thin = run(&with(&["--duration", "20ms", "--rounds", "3"]));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(out.status.success(), "{}", text(&out));
+    let err = text(&out);
+    for r in 1..=3 {
+        assert!(err.contains(&format!("round {r}/3:")), "{err}");
+    }
+    assert!(err.contains("recall@10"), "{err}");
+    let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
+    let find = |what: &str, threads: u64| {
+        lines
+            .iter()
+            .find(|l| l["what"] == what && l["threads"] == threads)
+            .unwrap_or_else(|| panic!("no {what} @{threads} in {lines:?}"))
+    };
+    for (what, threads) in [("in-process single", 1), ("http", 1), ("http", 2)] {
+        let r = find(what, threads);
+        assert!(r["queries"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        // Three slices of 200 ms each.
+        let secs = r["secs"].as_f64().unwrap();
+        assert!((0.55..5.0).contains(&secs), "{r}");
+    }
+    for c in [1, 2] {
+        let r = find("http / in-process single", c);
+        let per = r["per_round"].as_array().expect("per_round");
+        assert_eq!(per.len(), 3, "{r}");
+        assert!(per.iter().all(|x| x.as_f64().unwrap() > 0.0), "{r}");
+        let m = r["median"].as_f64().unwrap();
+        let (lo, hi) = per
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .fold((f64::MAX, 0f64), |(a, b), x| (a.min(x), b.max(x)));
+        assert!(lo <= m && m <= hi, "{r}");
+    }
+    assert!(!zero.status.success(), "{}", text(&zero));
+    assert!(text(&zero).contains("--rounds"), "{}", text(&zero));
+    assert!(!thin.status.success(), "{}", text(&thin));
+    assert!(text(&thin).contains("per slice"), "{}", text(&thin));
+}
+
+#[test]
+fn serve_answers_over_http_like_query() {
+    use std::time::Duration;
+    let f = fixture(&[]);
+    let qf = f.data.join("query.fvecs");
+    // The first query row of the fvecs file: dimension, then its floats.
+    let bytes = std::fs::read(&qf).expect("query.fvecs");
+    let dim = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let vector: Vec<f32> = bytes[4..4 + 4 * dim]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let cli = ok(&map_cmd(
+        "query",
+        &f.store,
+        "m",
+        "--queries",
+        &qf,
+        &["--k", "10", "--mode", "exact", "--json"],
+    ));
+    let want = &json_lines(&cli)[0]["results"];
+
+    let (mut child, addr) = spawn_serve(&f.store);
     let body = serde_json::json!({"vector": vector, "k": 10, "mode": "exact", "with_values": true});
     let r = prox_serve::client::Client::new(addr)
         .with_timeout(Duration::from_secs(30))

@@ -32,7 +32,9 @@ Examples:
 For each concurrency level, prints QPS and p50/p95/p99 latency of
 POST /v1/maps/NAME/search; with --store, also in-process single-query and
 batch QPS of the same map and settings at --threads, measured in the same
-run, and the ratio of HTTP to in-process single-query throughput.";
+run, and the ratio of HTTP to in-process single-query throughput. With
+--rounds N the measurements alternate N times (slices of --duration / N)
+and each ratio is also reported per round with its median.";
 
 /// Arguments of `prox bench serve`.
 #[derive(Debug, Clone, Args)]
@@ -73,6 +75,13 @@ pub struct BenchServeArgs {
     /// In-process search threads (compare with the server's --search-threads).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Alternate the rows this many times, each slice `--duration / N`
+    /// long (with `--store`: in-process single, batch, then every HTTP
+    /// level, per round). Totals are over all slices; each HTTP level's
+    /// ratio to in-process single is also given per round, with the
+    /// median, so drift in a shared machine's speed hits both sides alike.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Print one JSON object per measurement on stdout.
     #[arg(long)]
     pub json: bool,
@@ -102,6 +111,7 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 }
 
 /// Latency histogram: 1 µs buckets up to 1 s, then one overflow bucket.
+#[derive(Clone)]
 struct Hist {
     counts: Vec<u64>,
     over: u64,
@@ -180,6 +190,44 @@ fn row(what: &str, threads: usize, h: &Hist, errors: u64, secs: f64) -> Row {
         p50_ms: h.quantile_ms(0.50),
         p95_ms: h.quantile_ms(0.95),
         p99_ms: h.quantile_ms(0.99),
+    }
+}
+
+/// A row's measurements summed over rounds.
+#[derive(Default)]
+struct Tally {
+    hist: Option<Hist>,
+    errors: u64,
+    secs: f64,
+}
+
+impl Tally {
+    fn add(&mut self, h: &Hist, errors: u64, secs: f64) {
+        match &mut self.hist {
+            Some(all) => all.merge(h),
+            None => self.hist = Some(h.clone()),
+        }
+        self.errors += errors;
+        self.secs += secs;
+    }
+
+    fn row(&self, what: &str, threads: usize) -> Row {
+        match &self.hist {
+            Some(h) => row(what, threads, h, self.errors, self.secs),
+            None => row(what, threads, &Hist::new(), self.errors, self.secs),
+        }
+    }
+}
+
+/// The median of `xs` (the mean of the middle two for an even count; NaN
+/// when empty).
+fn median(xs: &[f64]) -> f64 {
+    let mut v: Vec<f64> = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 
@@ -329,6 +377,12 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
     if args.k == 0 || args.threads == 0 {
         bail!("--k and --threads must be at least 1");
     }
+    if !(1..=1000).contains(&args.rounds) {
+        bail!("--rounds must be in 1..=1000");
+    }
+    if args.duration / (args.rounds as u32) < Duration::from_millis(10) {
+        bail!("--duration / --rounds must be at least 10ms per slice");
+    }
     let mode = QueryMode::parse(&args.mode).with_context(|| {
         format!(
             "--mode {:?}: auto, exact, fast, balanced or high",
@@ -415,52 +469,119 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
     }
     crate::progress::note(note);
 
+    let rounds = args.rounds;
+    let slice = args.duration / rounds as u32;
+    let snap = match &args.store {
+        Some(dir) => {
+            let store: Arc<dyn prox_engine::BlockStore> = Arc::new(
+                prox_engine::MmapStore::open_read_only(dir)
+                    .with_context(|| format!("opening {}", dir.display()))?,
+            );
+            let (d, side) = proximity::resolve(&*store, &args.name)?
+                .with_context(|| format!("no map {:?} in {}", args.name, dir.display()))?;
+            Some(Snapshot::load(store, d, side)?)
+        }
+        None => None,
+    };
+    let q = Query {
+        k: args.k,
+        mode,
+        path: PathChoice::Auto,
+        ef: args.ef,
+        filter: None,
+        with_values: false,
+    };
+    let mut single = Tally::default();
+    let mut batch = (0u64, 0f64);
+    let mut http: Vec<Tally> = args.concurrency.iter().map(|_| Tally::default()).collect();
+    // Per round: in-process single QPS, then each level's HTTP QPS.
+    let mut per_round: Vec<(f64, Vec<f64>)> = Vec::with_capacity(rounds);
+    for round in 1..=rounds {
+        // In-process first in each round, while the server is idle.
+        let mut base = f64::NAN;
+        if let Some(snap) = &snap {
+            let (h, e, secs) = inproc_single(snap, &queries, &q, args.threads, slice);
+            base = h.total() as f64 / secs.max(1e-9);
+            single.add(&h, e, secs);
+            let (n, secs) = inproc_batch(snap, &queries, &q, args.threads, slice)?;
+            batch = (batch.0 + n, batch.1 + secs);
+        }
+        let mut levels = Vec::with_capacity(args.concurrency.len());
+        for (&c, tally) in args.concurrency.iter().zip(&mut http) {
+            let (h, e, secs) = http_level(&client, &requests, c, slice);
+            levels.push(h.total() as f64 / secs.max(1e-9));
+            tally.add(&h, e, secs);
+        }
+        if rounds > 1 {
+            let mut line = format!("round {round}/{rounds}:");
+            if snap.is_some() {
+                line.push_str(&format!(" in-process single {base:.0} QPS;"));
+            }
+            for (&c, qps) in args.concurrency.iter().zip(&levels) {
+                line.push_str(&format!(" http @{c} {qps:.0} QPS"));
+                if snap.is_some() {
+                    line.push_str(&format!(" ({:.1}%)", 100.0 * qps / base.max(1e-9)));
+                }
+                line.push(';');
+            }
+            line.pop();
+            crate::progress::note(line);
+        }
+        per_round.push((base, levels));
+    }
+
     let mut rows = Vec::new();
-    // In-process first, while the server is idle.
     let mut inproc_single_qps = None;
-    if let Some(dir) = &args.store {
-        let store: Arc<dyn prox_engine::BlockStore> = Arc::new(
-            prox_engine::MmapStore::open_read_only(dir)
-                .with_context(|| format!("opening {}", dir.display()))?,
-        );
-        let (d, side) = proximity::resolve(&*store, &args.name)?
-            .with_context(|| format!("no map {:?} in {}", args.name, dir.display()))?;
-        let snap = Snapshot::load(store, d, side)?;
-        let q = Query {
-            k: args.k,
-            mode,
-            path: PathChoice::Auto,
-            ef: args.ef,
-            filter: None,
-            with_values: false,
-        };
-        let (h, e, secs) = inproc_single(&snap, &queries, &q, args.threads, args.duration);
-        let r = row("in-process single", args.threads, &h, e, secs);
+    if snap.is_some() {
+        let r = single.row("in-process single", args.threads);
         inproc_single_qps = Some(r.qps);
         report(&mut rows, r, args.json)?;
-        let (n, secs) = inproc_batch(&snap, &queries, &q, args.threads, args.duration)?;
         let r = Row {
             what: "in-process batch".into(),
             threads: args.threads,
-            queries: n,
+            queries: batch.0,
             errors: 0,
-            secs,
-            qps: n as f64 / secs.max(1e-9),
+            secs: batch.1,
+            qps: batch.0 as f64 / batch.1.max(1e-9),
             p50_ms: f64::NAN,
             p95_ms: f64::NAN,
             p99_ms: f64::NAN,
         };
         report(&mut rows, r, args.json)?;
     }
-    for &c in &args.concurrency {
-        let (h, e, secs) = http_level(&client, &requests, c, args.duration);
-        let r = row("http", c, &h, e, secs);
+    for (li, (&c, tally)) in args.concurrency.iter().zip(&http).enumerate() {
+        let r = tally.row("http", c);
         if let Some(base) = inproc_single_qps {
-            crate::progress::note(format!(
+            let ratios: Vec<f64> = per_round
+                .iter()
+                .map(|(b, levels)| levels[li] / b.max(1e-9))
+                .collect();
+            let overall = r.qps / base.max(1e-9);
+            let mut note = format!(
                 "http @{c}: {:.1}% of in-process single-query QPS at {} threads",
-                100.0 * r.qps / base.max(1e-9),
+                100.0 * overall,
                 args.threads
-            ));
+            );
+            if rounds > 1 {
+                let pct: Vec<String> = ratios.iter().map(|x| format!("{:.1}", 100.0 * x)).collect();
+                note.push_str(&format!(
+                    " (per round: {}%; median {:.1}%)",
+                    pct.join(", "),
+                    100.0 * median(&ratios)
+                ));
+            }
+            crate::progress::note(note);
+            if args.json {
+                let j = serde_json::json!({
+                    "what": "http / in-process single",
+                    "threads": c,
+                    "in_process_threads": args.threads,
+                    "ratio": overall,
+                    "per_round": ratios,
+                    "median": median(&ratios),
+                });
+                println!("{j}");
+            }
         }
         report(&mut rows, r, args.json)?;
     }
