@@ -557,6 +557,12 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// `10^-i` rounded to the nearest f64 (each within half a unit).
+const NEG_POW10: [f64; 23] = [
+    1e0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14,
+    1e-15, 1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22,
+];
+
 /// The nearest f32 to `m * 10^e10` when one f64 operation finds it for
 /// certain, else `None`.
 ///
@@ -585,6 +591,17 @@ const POW10: [f64; 23] = [
 fn clinger_f32(m: u64, e10: i64) -> Option<f32> {
     if !(-22..=22).contains(&e10) {
         return None;
+    }
+    if e10 < 0 {
+        // A multiply by the rounded `10^e10` first (no divide): `m`, the
+        // power and the product each round once, so `r = v(1 + ε)` with
+        // `|ε| < 3·2^-53 + 2^-105`, under 3 units in the last place of `r`;
+        // kept, as in the second case below, when `r` misses every midpoint
+        // by more than [`MIDPOINT_SLACK`] units (`r < 10^19`: no range check).
+        let r = m as f64 * NEG_POW10[(-e10) as usize];
+        if (r.to_bits() & 0x1fff_ffff).abs_diff(0x1000_0000) > MIDPOINT_SLACK {
+            return Some(r as f32);
+        }
     }
     let r = if e10 >= 0 {
         m as f64 * POW10[e10 as usize]
@@ -623,6 +640,37 @@ fn eight_digits(s: &[u8]) -> Option<u64> {
     let v = (v & 0x0f0f_0f0f_0f0f_0f0f).wrapping_mul(2561) >> 8;
     let v = (v & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
     Some((v & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32)
+}
+
+/// `10^i` for the digit counts [`short_digits`] returns.
+const POW10_U64: [u64; 8] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+/// The value and count of the ASCII digits that `s` (eight bytes, *not*
+/// all digits) starts with: 0 to 7 of them, the first most significant.
+fn short_digits(s: &[u8]) -> (u64, u32) {
+    let Ok(bytes) = s.try_into() else {
+        return (0, 0);
+    };
+    let v = u64::from_le_bytes(bytes);
+    let t = v ^ 0x3030_3030_3030_3030;
+    // Per byte: the top bit set where the byte is not a digit (the low
+    // seven bits plus 0x76 reach 0x80 from 10 on, without carrying into
+    // the next byte; bytes from 0x80 on keep their own top bit).
+    let not_digit =
+        (((t & 0x7f7f_7f7f_7f7f_7f7f) + 0x7676_7676_7676_7676) | t) & 0x8080_8080_8080_8080;
+    let n = (not_digit.trailing_zeros() / 8).min(7);
+    if n == 0 {
+        return (0, 0);
+    }
+    // The n digits moved to the top bytes, '0's below: eight digits whose
+    // value is that of the n.
+    let w = (v << (8 * (8 - n))) | (0x3030_3030_3030_3030u64 >> (8 * n));
+    let w = (w & 0x0f0f_0f0f_0f0f_0f0f).wrapping_mul(2561) >> 8;
+    let w = (w & 0x00ff_00ff_00ff_00ff).wrapping_mul(6_553_601) >> 16;
+    (
+        (w & 0x0000_ffff_0000_ffff).wrapping_mul(42_949_672_960_001) >> 32,
+        n,
+    )
 }
 
 /// Reads one JSON number (RFC 8259: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`)
@@ -670,6 +718,17 @@ fn number_f32(b: &[u8], i: &mut usize) -> Option<f32> {
             m = m.wrapping_mul(100_000_000).wrapping_add(v);
             e10 -= 8;
             j += 8;
+        }
+        // The last 0-7 digits: with eight bytes left to load, in one step.
+        if let Some((v, n)) = b.get(j..j + 8).map(short_digits) {
+            if m != 0 {
+                sig += n;
+            } else if v != 0 {
+                sig += v.ilog10() + 1;
+            }
+            m = m.wrapping_mul(POW10_U64[n as usize]).wrapping_add(v);
+            e10 -= i64::from(n);
+            j += n as usize;
         }
         while let Some(&c @ b'0'..=b'9') = b.get(j) {
             digit(c, &mut m, &mut sig);
@@ -1349,6 +1408,34 @@ mod tests {
     /// Many f32s printed as f64s, and points within a few f64 units of
     /// the f32 midpoints printed with 17-19 digits (the inexact fast path's
     /// hardest inputs), parse exactly as `str::parse::<f32>` does.
+    #[test]
+    fn short_digits_reads_the_leading_digits_of_eight_bytes() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        // Bytes that end a run of digits: around '0'..='9', JSON
+        // punctuation, and bytes with the top bit set.
+        let stops = [
+            b'/', b':', b'.', b',', b']', b'e', b' ', 0x00, 0x80, 0xb0, 0xb9, 0xff,
+        ];
+        for n in 0..8usize {
+            for &stop in &stops {
+                for _ in 0..200 {
+                    let mut s = [0u8; 8];
+                    for c in s.iter_mut() {
+                        *c = (xorshift(&mut x) % 256) as u8;
+                    }
+                    let mut want = 0u64;
+                    for c in s.iter_mut().take(n) {
+                        *c = b'0' + (xorshift(&mut x) % 10) as u8;
+                        want = want * 10 + u64::from(*c - b'0');
+                    }
+                    s[n] = stop;
+                    assert_eq!(short_digits(&s), (want, n as u32), "{s:?}");
+                }
+            }
+        }
+        assert_eq!(short_digits(b"12"), (0, 0), "fewer than eight bytes");
+    }
+
     #[test]
     fn long_decimals_near_midpoints_parse_exactly() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
