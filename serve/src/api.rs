@@ -1405,9 +1405,6 @@ mod tests {
         assert_eq!(eight_digits(b"123456789"), None);
     }
 
-    /// Many f32s printed as f64s, and points within a few f64 units of
-    /// the f32 midpoints printed with 17-19 digits (the inexact fast path's
-    /// hardest inputs), parse exactly as `str::parse::<f32>` does.
     #[test]
     fn short_digits_reads_the_leading_digits_of_eight_bytes() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -1436,6 +1433,9 @@ mod tests {
         assert_eq!(short_digits(b"12"), (0, 0), "fewer than eight bytes");
     }
 
+    /// Many f32s printed as f64s, and points within a few f64 units of
+    /// the f32 midpoints printed with 17-19 digits (the inexact fast path's
+    /// hardest inputs), parse exactly as `str::parse::<f32>` does.
     #[test]
     fn long_decimals_near_midpoints_parse_exactly() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;

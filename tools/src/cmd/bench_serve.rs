@@ -111,7 +111,6 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
 }
 
 /// Latency histogram: 1 µs buckets up to 1 s, then one overflow bucket.
-#[derive(Clone)]
 struct Hist {
     counts: Vec<u64>,
     over: u64,
@@ -194,28 +193,29 @@ fn row(what: &str, threads: usize, h: &Hist, errors: u64, secs: f64) -> Row {
 }
 
 /// A row's measurements summed over rounds.
-#[derive(Default)]
 struct Tally {
-    hist: Option<Hist>,
+    hist: Hist,
     errors: u64,
     secs: f64,
 }
 
 impl Tally {
-    fn add(&mut self, h: &Hist, errors: u64, secs: f64) {
-        match &mut self.hist {
-            Some(all) => all.merge(h),
-            None => self.hist = Some(h.clone()),
+    fn new() -> Tally {
+        Tally {
+            hist: Hist::new(),
+            errors: 0,
+            secs: 0.0,
         }
+    }
+
+    fn add(&mut self, h: &Hist, errors: u64, secs: f64) {
+        self.hist.merge(h);
         self.errors += errors;
         self.secs += secs;
     }
 
     fn row(&self, what: &str, threads: usize) -> Row {
-        match &self.hist {
-            Some(h) => row(what, threads, h, self.errors, self.secs),
-            None => row(what, threads, &Hist::new(), self.errors, self.secs),
-        }
+        row(what, threads, &self.hist, self.errors, self.secs)
     }
 }
 
@@ -491,9 +491,9 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         filter: None,
         with_values: false,
     };
-    let mut single = Tally::default();
+    let mut single = Tally::new();
     let mut batch = (0u64, 0f64);
-    let mut http: Vec<Tally> = args.concurrency.iter().map(|_| Tally::default()).collect();
+    let mut http: Vec<Tally> = args.concurrency.iter().map(|_| Tally::new()).collect();
     // Per round: in-process single QPS, then each level's HTTP QPS.
     let mut per_round: Vec<(f64, Vec<f64>)> = Vec::with_capacity(rounds);
     for round in 1..=rounds {
