@@ -132,9 +132,10 @@ pub enum Error {
         /// The record at fault, when known.
         key: Option<Vec<u8>>,
     },
-    /// A cosine vector whose unit normalisation has no fixed point within
-    /// 16 rounds (proximity-format.md 11.1).
-    #[error("cosine normalisation did not converge{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
+    /// A cosine vector whose unit normalisation reached neither a fixed
+    /// point nor a cycle within the iteration bound (`math::prepare`; no
+    /// such vector is known: every tested one settles within a few rounds).
+    #[error("cosine normalisation reached neither a fixed point nor a cycle{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
     NoUnitFixedPoint {
         /// The record at fault, when known.
         key: Option<Vec<u8>>,

@@ -97,8 +97,8 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
     for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
         for variant in 0..3 {
             let dims = 8u32;
-            // Grid vectors may have no unit fixed point under cosine
-            // (a typed build error, section 11.1); keep the preparable ones.
+            // A grid vector may be zero, which cosine refuses (a typed
+            // build error, section 11.1); keep the preparable ones.
             let recs: Vec<Rec> = clustered(&mut rng, 400, dims as usize, 6, true)
                 .into_iter()
                 .filter(|r| prepare(metric, dims, &r.1, None).is_ok())
