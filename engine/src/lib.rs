@@ -9,6 +9,8 @@
 //!   `MmapStore`) with named roots and garbage collection.
 //! * `prolly`: ordered maps as prolly trees of `CRAB` v1 nodes, built
 //!   canonically so equal contents give equal roots.
+//! * `numeric`: deterministic kernels, k-means, PQ training and top-k
+//!   selection shared by the search paths.
 //! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
 //!   directory, with best-first search and the HNSW/PQ accelerators.
 //!
@@ -22,6 +24,7 @@ mod error;
 pub mod gc;
 pub mod keys;
 pub mod manifest;
+mod numeric;
 pub mod prolly;
 pub mod proximity;
 pub mod refs;

@@ -18,18 +18,16 @@
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::manifest::RootManifest;
-use crate::prolly::{self, Encoding};
+use crate::prolly;
 use crate::proximity::format::{
     ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
     RootKind,
 };
-
-/// Custom encoding name of a typed-root `RootManifest` config.
-pub const TYPED_ROOT_ENCODING: &str = "typed-content-root-v1";
-/// `CRMF` metadata key naming the map's `HNSW` manifest (32-byte CID).
-pub const META_HNSW: &[u8] = b"prox.hnsw";
-/// `CRMF` metadata key naming the map's `PQPQ` manifest (32-byte CID).
-pub const META_PQ: &[u8] = b"prox.pq";
+// The typed-root conventions live with the `CRMF` codec; re-exported here
+// because walkers and publishers meet them through this module.
+pub use crate::proximity::format::{
+    is_typed_root_config, typed_root_config, META_HNSW, META_PQ, TYPED_ROOT_ENCODING,
+};
 
 /// Magic and layout of a `PLVB` blob reference (wire-format.md "Value and
 /// Blob Envelopes"): `PLVB`, version 1, kind 1, 32-byte CID, u64be length.
@@ -195,29 +193,6 @@ pub fn links(kind: BlockKind, bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
         BlockKind::Blob => {}
     }
     Ok(out)
-}
-
-/// True when `config` is the typed-root `RootManifest` config.
-pub fn is_typed_root_config(config: &prolly::Config) -> bool {
-    config.min_chunk_size == 1
-        && config.max_chunk_size == 1
-        && config.chunking_factor == 1
-        && config.hash_seed == 0
-        && config.encoding == Encoding::Custom(TYPED_ROOT_ENCODING.to_string())
-}
-
-/// The typed-root `RootManifest` config: min 1, max 1, factor 1, seed 0,
-/// custom `typed-content-root-v1`, cache limits `Some(0)`/`Some(0)`.
-pub fn typed_root_config() -> prolly::Config {
-    prolly::Config {
-        min_chunk_size: 1,
-        max_chunk_size: 1,
-        chunking_factor: 1,
-        hash_seed: 0,
-        encoding: Encoding::Custom(TYPED_ROOT_ENCODING.to_string()),
-        node_cache_max_nodes: Some(0),
-        node_cache_max_bytes: Some(0),
-    }
 }
 
 /// The blocks a named root's value (`RootManifest` bytes) points at: a

@@ -24,9 +24,9 @@
 //! (heuristic and reverse-link pruning) uses f32 scores only.
 
 use super::{node_level, select_heuristic, Adjacency, BuildGraph, Hnsw, LayerSearch, Scored};
-use crate::accel::kernel::det_score;
 use crate::accel::params::HnswParams;
 use crate::accel::vectors::Arena;
+use crate::numeric::kernel::det_score;
 use prox_kernels::prefetch::{advise_huge_pages, prefetch_first, prefetch_index, prefetch_read};
 use prox_kernels::Metric;
 use rayon::prelude::*;

@@ -12,9 +12,10 @@ use super::quant::{
 };
 use super::rotated::{RotQuery, Rotated};
 use super::{Completion, Hit, Mode, SearchRequest, SearchResult, SearchStats, Searcher};
-use crate::accel::det_score;
-use crate::accel::pq::{best_with_ties, query_lut, shrink};
 use crate::error::Result;
+use crate::numeric::fastscan::query_lut;
+use crate::numeric::kernel::det_score;
+use crate::numeric::topk::{best_with_ties, shrink};
 use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES};
 use prox_kernels::Metric;
 use std::cmp::Ordering;

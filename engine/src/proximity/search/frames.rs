@@ -95,6 +95,7 @@
 
 use super::arena::Arena;
 use super::quant::{down, quantize_uniform, up, EPS};
+use crate::numeric::kmeans::{self, Empty};
 use prox_kernels::i8scan::grouped::{self, GROUP};
 use rayon::prelude::*;
 
@@ -477,43 +478,6 @@ fn one_plus_eps(at: &[f32], d: usize, m: usize) -> f64 {
     up(1.0 + up(sum.sqrt()))
 }
 
-/// Lloyd k-means of `rows` (accessed through `row`) into the centroids
-/// `cent` (`k × d`, initialized by the caller), `rounds` times, each row
-/// assigned by `assign`; f64 sums in row order, an empty cluster keeps its
-/// centroid.
-fn lloyd<'a>(
-    rows: &[usize],
-    row: &(impl Fn(usize) -> &'a [f32] + Sync),
-    cent: &mut [f32],
-    d: usize,
-    rounds: usize,
-    assign: impl Fn(&[f32], &[f32]) -> u32 + Sync,
-) {
-    let k = cent.len() / d;
-    for _ in 0..rounds {
-        let of: Vec<u32> = rows.par_iter().map(|&r| assign(row(r), cent)).collect();
-        let mut sums = vec![0.0f64; k * d];
-        let mut counts = vec![0usize; k];
-        for (&r, &a) in rows.iter().zip(&of) {
-            let a = a as usize;
-            counts[a] += 1;
-            for (s, &x) in sums[a * d..(a + 1) * d].iter_mut().zip(row(r)) {
-                *s += f64::from(x);
-            }
-        }
-        for (j, &c) in counts.iter().enumerate() {
-            if c > 0 {
-                for (o, s) in cent[j * d..(j + 1) * d]
-                    .iter_mut()
-                    .zip(&sums[j * d..(j + 1) * d])
-                {
-                    *o = (s / c as f64) as f32;
-                }
-            }
-        }
-    }
-}
-
 /// The nearest of the centroids `cands` by the deterministic f32 distance
 /// (ties to the first listed, which callers keep ascending).
 fn nearest(x: &[f32], cent: &[f32], d: usize, cands: impl IntoIterator<Item = usize>) -> u32 {
@@ -547,9 +511,15 @@ impl Coarse {
         let mut gc: Vec<f32> = (0..g)
             .flat_map(|j| row(j * k / g).iter().copied())
             .collect();
-        lloyd(&rows, &row, &mut gc, d, LLOYD, |x, c| {
-            nearest(x, c, d, 0..g)
-        });
+        kmeans::lloyd(
+            &rows,
+            &row,
+            &mut gc,
+            d,
+            LLOYD,
+            |x, c| nearest(x, c, d, 0..g),
+            Empty::Keep,
+        );
         let mut members = vec![Vec::new(); g];
         for r in 0..k {
             members[nearest(row(r), &gc, d, 0..g) as usize].push(r);
@@ -596,7 +566,15 @@ fn cluster(arena: &Arena, d: usize, n: usize, nf: usize) -> Vec<u32> {
         .collect();
     for _ in 0..LLOYD {
         let coarse = Coarse::build(&cent, d);
-        lloyd(&rows, &row, &mut cent, d, 1, |x, c| coarse.nearest(x, c, d));
+        kmeans::lloyd(
+            &rows,
+            &row,
+            &mut cent,
+            d,
+            1,
+            |x, c| coarse.nearest(x, c, d),
+            Empty::Keep,
+        );
     }
     let coarse = Coarse::build(&cent, d);
     let parts: Vec<Vec<u32>> = arena
