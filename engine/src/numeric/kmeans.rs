@@ -247,8 +247,8 @@ mod tests {
         assert_eq!(round_div(-254, 2), -127);
     }
 
-    /// Two separated groups of rows, seeded with one centroid inside one
-    /// group: the rounds move each centroid to its group's mean.
+    /// Two separated groups of rows, seeded with one row of each: the
+    /// rounds move each centroid to its group's mean.
     #[test]
     fn lloyd_converges_to_group_means() {
         let rows: Vec<[f32; 2]> = vec![[0.0, 0.0], [0.0, 2.0], [10.0, 0.0], [10.0, 2.0]];
@@ -258,7 +258,7 @@ mod tests {
             let d1 = prox_kernels::det::l2sq(x, &c[2..]);
             u32::from(d1 < d0)
         };
-        let mut cent = vec![0.0, 0.0, 0.0, 2.0];
+        let mut cent = vec![0.0, 0.0, 10.0, 0.0];
         lloyd(&[0, 1, 2, 3], &row, &mut cent, 2, 3, nearest, Empty::Keep);
         assert_eq!(cent, vec![0.0, 1.0, 10.0, 1.0]);
     }
