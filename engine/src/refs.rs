@@ -16,11 +16,12 @@
 //! `prox.hnsw` -> `HNSW` manifest, `prox.pq` -> `PQPQ` manifest.
 
 use crate::cid::Cid;
+use crate::envelope::{ValueRef, VALUE_REF_MAGIC};
 use crate::error::{Error, Result};
 use crate::manifest::RootManifest;
 use crate::prolly;
 use crate::proximity::format::{
-    ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
+    self, ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
     RootKind,
 };
 // The typed-root conventions live with the `CRMF` codec; re-exported here
@@ -28,10 +29,6 @@ use crate::proximity::format::{
 pub use crate::proximity::format::{
     is_typed_root_config, typed_root_config, META_HNSW, META_PQ, TYPED_ROOT_ENCODING,
 };
-
-/// Magic and layout of a `PLVB` blob reference (wire-format.md "Value and
-/// Blob Envelopes"): `PLVB`, version 1, kind 1, 32-byte CID, u64be length.
-const BLOB_REF_LEN: usize = 4 + 1 + 1 + 32 + 8;
 
 /// What a block is, as far as link extraction is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,23 +61,26 @@ pub enum BlockKind {
 pub fn sniff(bytes: &[u8]) -> Option<BlockKind> {
     let magic: &[u8; 4] = bytes.get(..4)?.try_into().ok()?;
     Some(match magic {
-        b"CRAB" => BlockKind::CrabNode,
-        b"PRXI" => BlockKind::Descriptor,
-        b"PRXV" => BlockKind::ExternalVector,
-        b"PQS8" => BlockKind::Quantizer,
-        b"PQPQ" => BlockKind::PqManifest,
-        b"HNSW" => BlockKind::HnswManifest,
-        b"CRMF" => BlockKind::ContentRoot,
+        prolly::MAGIC => BlockKind::CrabNode,
+        format::MAGIC_DESCRIPTOR => BlockKind::Descriptor,
+        format::MAGIC_VECTOR => BlockKind::ExternalVector,
+        format::MAGIC_QUANTIZER => BlockKind::Quantizer,
+        format::MAGIC_PQ => BlockKind::PqManifest,
+        format::MAGIC_HNSW => BlockKind::HnswManifest,
+        format::MAGIC_CONTENT_ROOT => BlockKind::ContentRoot,
         _ => return None,
     })
 }
 
-/// The CID named by a `PLVB` blob reference, if `value` is one.
+/// The CID named by a `PLVB` blob reference, if `value` is a valid one
+/// (anything else is an inline value and links nowhere).
 fn blob_ref(value: &[u8]) -> Option<Cid> {
-    if value.len() == BLOB_REF_LEN && value.starts_with(b"PLVB") && value[4] == 1 && value[5] == 1 {
-        Cid::from_slice(&value[6..38])
-    } else {
-        None
+    if !value.starts_with(VALUE_REF_MAGIC) {
+        return None;
+    }
+    match ValueRef::decode(value) {
+        Ok(ValueRef::Blob { cid, .. }) => Some(cid),
+        _ => None,
     }
 }
 
