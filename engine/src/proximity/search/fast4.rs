@@ -15,11 +15,9 @@
 //!   [`scan_subspaces`]: `⌊d / 4⌋` subspaces for wide vectors, where the
 //!   scan reads `m / 2` bytes per record from memory and is
 //!   bandwidth-bound, so halving `m` halves its cost while the coarser
-//!   codes cost almost no recall (debian-minilm, d = 384); below
-//!   [`WIDE_DIMS`] the records share the means' quantizer, because there
-//!   the coarser codes lost recall that a deeper pool only bought back at
-//!   a higher cost (synth-gmm-200k, d = 128; docs/performance.md,
-//!   session 8).
+//!   codes cost little recall; below [`WIDE_DIMS`] the records share the
+//!   means' quantizer, because there the coarser codes lose recall that a
+//!   deeper pool only buys back at a higher cost.
 //! * **Codebooks**: 16 centroids per subspace (subspace `s` covers the
 //!   components `⌊s·d/m⌋..⌊(s+1)·d/m⌋`), trained by the PQ accelerator's
 //!   canonical trainer (`numeric::pq::train_rows`, proximity-format.md 12.11

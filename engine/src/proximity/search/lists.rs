@@ -33,8 +33,8 @@ use crate::numeric::kmeans::{code_norm, lloyd_codes, mean_codes, CodeClusters};
 use rayon::prelude::*;
 
 /// Target records per list: a leaf of `m` records gets `round(m / 32)`
-/// clusters (at least one). 32 needed fewer code distances than 16 or 64
-/// for recall 0.95 on both benchmark datasets (docs/performance.md).
+/// clusters (at least one): finer lists rank more centroids per query,
+/// coarser ones scan more records per useful one.
 pub(crate) const LIST_TARGET: usize = 32;
 
 /// Most Lloyd iterations per leaf.
