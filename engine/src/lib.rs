@@ -23,7 +23,6 @@ pub mod envelope;
 mod error;
 pub mod gc;
 pub mod keys;
-pub mod manifest;
 mod numeric;
 pub mod prolly;
 pub mod proximity;
@@ -32,4 +31,6 @@ pub mod store;
 
 pub use cid::{Cid, ParseCidError};
 pub use error::{Error, Result};
+/// Root manifests (the value of a named root), part of the prolly layer.
+pub use prolly::manifest;
 pub use store::{BlockStore, MemStore, MmapStore};

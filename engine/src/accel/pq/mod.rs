@@ -7,6 +7,7 @@ mod encode;
 mod ivf;
 mod persist;
 mod search;
+mod traversal;
 
 pub use ivf::{FastScan, IvfParams};
 pub use persist::{load, PqSidecar};
