@@ -9,6 +9,8 @@
 //!   `MmapStore`) with named roots and garbage collection.
 //! * `prolly`: ordered maps as prolly trees of `CRAB` v1 nodes, built
 //!   canonically so equal contents give equal roots.
+//! * `numeric`: deterministic kernels, k-means, PQ training and top-k
+//!   selection shared by the search paths.
 //! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
 //!   directory, with best-first search and the HNSW/PQ accelerators.
 //!
@@ -21,7 +23,7 @@ pub mod envelope;
 mod error;
 pub mod gc;
 pub mod keys;
-pub mod manifest;
+mod numeric;
 pub mod prolly;
 pub mod proximity;
 pub mod refs;
@@ -29,4 +31,6 @@ pub mod store;
 
 pub use cid::{Cid, ParseCidError};
 pub use error::{Error, Result};
+/// Root manifests (the value of a named root), part of the prolly layer.
+pub use prolly::manifest;
 pub use store::{BlockStore, MemStore, MmapStore};

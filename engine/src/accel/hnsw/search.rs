@@ -9,9 +9,9 @@
 use super::filter::{interval_count, Filter, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored, Visited};
-use crate::accel::kernel::fast_score;
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
+use crate::numeric::kernel::fast_score;
 use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
 use std::cmp::Reverse;

@@ -86,9 +86,8 @@ impl Preset {
     /// `(rerank multiplier, lists scanned)`: the search scans the `probes`
     /// sub-lists (k-means clusters of about 32 records inside each logical
     /// leaf) whose centroids are nearest and rescores the best `rerank·k`
-    /// records canonically. Measured recall@10 (docs/performance.md):
-    /// synth-gmm-200k about 0.92, 0.97 and 0.99; debian-minilm (harder:
-    /// neighbours spread over more lists) about 0.84, 0.92 and 0.97.
+    /// records canonically. The recall each preset reaches on the benchmark
+    /// datasets is in docs/performance.md.
     pub(crate) fn params(self) -> (usize, usize) {
         match self {
             Preset::Fast => (4, 48),
@@ -101,9 +100,7 @@ impl Preset {
     /// at least 1 024 records and 2..=513 dimensions): `(candidates kept
     /// per hit, lists scanned)`. The 4-bit sums rank records less
     /// precisely than 8-bit codes, so the pool is deeper, but a list costs
-    /// far less, so more lists are scanned. Measured recall@10
-    /// (docs/performance.md): synth-gmm-200k about 0.94, 0.98 and 0.99+;
-    /// debian-minilm about 0.85, 0.94 and 0.98.
+    /// far less, so more lists are scanned.
     pub(crate) fn fast_params(self) -> (usize, usize) {
         match self {
             Preset::Fast => (10, 96),

@@ -47,10 +47,9 @@ const SWEEPS: usize = 40;
 
 /// Whether exact L2 search uses the rotated split arena.
 ///
-/// Off by default: with the fused screen it is 1.1-1.4x the plain arena on
-/// synth-gmm-1m, but 0.64x (`m = 64`) to about 1x (`m = 96`) on
-/// synth-gmm-200k, where leaves prune, and `warm()` costs 2-3x more
-/// (docs/performance.md, "Session 5: a fused screen kernel").
+/// Off by default: the rotated and local layouts pay off only where
+/// covering balls prune little (distances that concentrate), and they
+/// make `warm()` several times slower; docs/performance.md compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExactRotation {
     /// Exact L2 screens the plain arena's codes.
@@ -61,15 +60,11 @@ pub enum ExactRotation {
     /// `prox_kernels::i8scan::SCREEN_MAX_DIMS`), then the rest for
     /// survivors.
     Split(usize),
-    /// Local frames (`frames.rs`): records clustered into frames of about
+    /// Local frames (`frames/`): records clustered into frames of about
     /// a thousand, each screened by `m` coordinates on its frame's own
     /// principal axes plus its out-of-basis length (clamped like `Split`),
     /// the first 32 of them for every record and the rest for the first
-    /// stage's survivors. On synth-gmm-1m `m = 64` ran 5.3x and 5.8x
-    /// brute force (medians) against 2.3x for the plain arena, with a
-    /// `warm()` of 17-22 s against 7 s; on synth-gmm-200k, where leaves
-    /// prune, 1.8-2.0x against the plain arena's 2.5-3.4x
-    /// (docs/performance.md, "Session 7: exact L2 in two stages").
+    /// stage's survivors.
     Local(usize),
 }
 
