@@ -2,7 +2,7 @@
 //! (10 000 x 64, L2 and inner product): fast HNSW build, HNSW search at
 //! several `ef` (recall@10 printed beside each), PQ training and ADC search.
 //! The full recall-vs-QPS comparison with hnswlib on the shared datasets is
-//! `examples/accel_engine.rs` driven by `peer_bench.py` (docs/performance.md).
+//! `prox bench --path hnsw` beside the peers (docs/performance.md, "HNSW").
 
 // `criterion_group!` emits an undocumented `pub fn`.
 #![allow(missing_docs)]
