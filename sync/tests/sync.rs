@@ -234,10 +234,7 @@ mod support {
 }
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7)
+    prox_testkit::seed(7)
 }
 
 fn config() -> Config {

@@ -4,8 +4,6 @@
 //!
 //! PROX_SEED replays the randomised test.
 
-mod support;
-
 use prox_engine::store::mmap::format::{self, Item, SEGMENT_HEADER_LEN};
 use prox_engine::store::{BlockStore, MmapOptions, MmapStore};
 use prox_engine::{Cid, Error};
@@ -30,7 +28,7 @@ impl Rng {
 }
 
 fn seed() -> u64 {
-    support::seed_or(0xbad_b10c)
+    prox_testkit::seed(0xbad_b10c)
 }
 
 fn opts() -> MmapOptions {

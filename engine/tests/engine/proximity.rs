@@ -6,8 +6,6 @@
 //! Randomness is seeded (xorshift64*); `PROX_SEED` overrides the seed and
 //! every failure message prints it.
 
-mod support;
-
 use prox_engine::proximity::{
     self, Descriptor, InputRecord, NodeKind, ProxNode, ProximityConfig, ProximityMap, Sidecars,
     VectorRef,
@@ -16,7 +14,7 @@ use prox_engine::{BlockStore, Cid, Error, MemStore};
 use prox_kernels::Metric;
 
 fn seed() -> u64 {
-    support::seed_or(0x5eed_1234)
+    prox_testkit::seed(0x5eed_1234)
 }
 
 struct Rng(u64);
