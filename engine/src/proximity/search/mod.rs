@@ -60,7 +60,7 @@ use crate::error::{Error, Result};
 use crate::prolly::Tree;
 use crate::proximity::format::{Descriptor, Record};
 use crate::store::BlockStore;
-use arena::Arena;
+use arena::ScanArena;
 use catalogue::Catalogue;
 use fast4::Fast4;
 use frames::Frames;
@@ -269,7 +269,7 @@ pub struct Searcher<'s> {
     catalogue: OnceLock<Catalogue>,
     /// Every record's uniform-scale code in catalogue order, built on
     /// first use (adaptive and exact L2 search scan it).
-    arena: OnceLock<Arena>,
+    arena: OnceLock<ScanArena>,
     /// The adaptive search's sub-lists (k-means inside each logical leaf),
     /// built from the arena on first use.
     lists: OnceLock<Lists>,
@@ -404,11 +404,11 @@ impl<'s> Searcher<'s> {
 
     /// The scan arena, built (loading every leaf page, in parallel) on
     /// first use. A racing duplicate build is discarded.
-    fn arena(&self) -> Result<&Arena> {
+    fn arena(&self) -> Result<&ScanArena> {
         if let Some(a) = self.arena.get() {
             return Ok(a);
         }
-        let a = Arena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
+        let a = ScanArena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
         let _ = self.arena.set(a);
         Ok(self.arena.get().expect("OnceLock was just set"))
     }
@@ -458,7 +458,7 @@ impl<'s> Searcher<'s> {
     /// record and the `8·d²`-byte rotation, or with local frames `m + 48`
     /// bytes per record and `4·d·(m + 1)` bytes per frame.
     pub fn arena_bytes(&self) -> usize {
-        self.arena.get().map_or(0, Arena::heap_bytes)
+        self.arena.get().map_or(0, ScanArena::heap_bytes)
             + self
                 .rotated
                 .get()

@@ -33,7 +33,7 @@
 //! order (Rust never contracts or reassociates them), so the arena is the
 //! same on every machine, ISA and thread count, like the plain arena.
 
-use super::arena::{l2_prune_limit, limit_int, Arena};
+use super::arena::{l2_prune_limit, limit_int, ScanArena};
 use super::quant::{down, quantize_uniform, up, EPS};
 use rayon::prelude::*;
 
@@ -279,7 +279,7 @@ impl Rotated {
     /// Builds the rotation from a deterministic sample of the arena's
     /// records and codes every record. `None` when the rotation is not
     /// finite (cannot happen for finite f32 data, kept as a guard).
-    pub(crate) fn build(arena: &Arena, dims: usize, m: usize) -> Option<Rotated> {
+    pub(crate) fn build(arena: &ScanArena, dims: usize, m: usize) -> Option<Rotated> {
         let d = dims;
         let m = m.clamp(1, d.max(1));
         let n = *arena.page_start.last().unwrap_or(&0);
