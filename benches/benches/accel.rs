@@ -8,7 +8,7 @@
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
+use prox_engine::accel::hnsw::{HnswSearchContext, IdHit, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
 use prox_engine::accel::{Hnsw, HnswParams, PqParams};
 use prox_kernels::{canonical, Metric};
@@ -68,8 +68,8 @@ fn hnsw(c: &mut Criterion) {
             .unwrap()
             .search_graph();
         for ef in [16, 32, 64, 128] {
-            let mut ctx = SearchContext::new();
-            let mut hits: Vec<Hit> = Vec::new();
+            let mut ctx = HnswSearchContext::new();
+            let mut hits: Vec<IdHit> = Vec::new();
             let got: Vec<Vec<u32>> = qs
                 .iter()
                 .map(|q| {

@@ -26,7 +26,7 @@ pub mod pq;
 mod source;
 mod vectors;
 
-pub use hnsw::{Filter, Hit, Hnsw, SearchGraph};
+pub use hnsw::{Filter, Hnsw, IdHit, SearchGraph};
 pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;

@@ -18,7 +18,7 @@
 //! sidecar is missing is an error. The plan depends only on the request and
 //! which sidecars exist, so equal requests always take the same path.
 
-use super::hnsw::{Filter, Hit, SearchContext, SearchGraph, SearchOptions};
+use super::hnsw::{Filter, HnswSearchContext, IdHit, SearchGraph, SearchOptions};
 use super::pq::{Pq, PqOptions, PqSearchContext};
 use crate::error::{Error, Result};
 
@@ -199,7 +199,7 @@ pub struct Accelerators {
 /// Per-thread buffers for [`Accelerators::run`].
 #[derive(Debug, Default, Clone)]
 pub struct AccelContext {
-    hnsw: SearchContext,
+    hnsw: HnswSearchContext,
     pq: PqSearchContext,
 }
 
@@ -231,7 +231,7 @@ impl Accelerators {
         k: usize,
         filter: Option<&Filter>,
     ) -> Result<Outcome> {
-        let mut hits: Vec<Hit> = Vec::new();
+        let mut hits: Vec<IdHit> = Vec::new();
         let keyed: Vec<(Vec<u8>, f64)> = match plan.path {
             Path::Native => {
                 return Err(Error::InvalidArgument(

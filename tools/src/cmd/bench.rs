@@ -11,7 +11,7 @@ use crate::{io, out::Stdout, plot, progress, results};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::accel::Path;
-use prox_engine::proximity::search::ExactRotation;
+use prox_engine::proximity::search::ExactLayout;
 use std::path::PathBuf;
 
 /// Examples for `prox bench --help`.
@@ -95,7 +95,7 @@ pub struct MapBenchArgs {
     /// Exact L2 layout of the native path's exact rows (as `prox query
     /// --exact-layout`: off, localM, splitM).
     #[arg(long, default_value = "off")]
-    pub exact_layout: ExactRotation,
+    pub exact_layout: ExactLayout,
 }
 
 /// Sub-benchmarks of `prox bench`.
@@ -413,7 +413,7 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
     let map = OpenMap::open_published(store.as_ref(), published, load);
     sp.finish_and_clear();
     let mut map = map.with_context(|| format!("map {name:?}"))?;
-    map.searcher = map.searcher.exact_rotation(args.exact_layout);
+    map.searcher = map.searcher.exact_layout(args.exact_layout);
     if queries.dim != map.dims() {
         bail!(
             "{}: queries have {} dimensions, map {name:?} has {}",

@@ -6,7 +6,7 @@ use crate::map::{self, Answer, ModeChoice, OpenMap, PathChoice, QueryContext, Qu
 use crate::{out::Stdout, progress};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use prox_engine::proximity::search::ExactRotation;
+use prox_engine::proximity::search::ExactLayout;
 use prox_engine::proximity::ProximityMap;
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -74,7 +74,7 @@ pub struct QueryArgs {
     /// clustered L2 maps) or `splitM` (one global rotation). Built before
     /// the queries are timed.
     #[arg(long, default_value = "off")]
-    pub exact_layout: ExactRotation,
+    pub exact_layout: ExactLayout,
 }
 
 impl QueryArgs {
@@ -137,7 +137,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     let queries = io::read_matrix(&args.queries)?;
     let store = args.store.open_read_only()?;
     let mut map = OpenMap::open(store.as_ref(), &args.name, args.path)?;
-    map.searcher = map.searcher.exact_rotation(args.exact_layout);
+    map.searcher = map.searcher.exact_layout(args.exact_layout);
     // Whatever the native path builds at load (nodes, the adaptive
     // codebooks, an exact layout) is built here, so the reported QPS is
     // query time only; skipped when every query goes to a sidecar.

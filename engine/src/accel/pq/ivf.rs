@@ -41,7 +41,7 @@ use prox_kernels::{canonical, prefetch, sq8, Metric};
 use rayon::prelude::*;
 
 use super::Pq;
-use crate::accel::hnsw::Hit;
+use crate::accel::hnsw::IdHit;
 use crate::accel::vectors::Arena;
 use crate::numeric::fastscan::query_lut;
 use crate::numeric::kernel::{det_l2sq, det_score};
@@ -382,7 +382,7 @@ impl Pq {
         ctx: &mut IvfContext,
         q: &[f32],
         opts: &IvfQuery<'_>,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) -> bool {
         let (k, eligible) = (opts.k, &opts.eligible);
         let want = k.min(opts.count);
@@ -457,7 +457,7 @@ impl Pq {
             return true;
         }
         let keep = best_with_ties(&mut ctx.rescored, k);
-        out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| Hit {
+        out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| IdHit {
             id,
             score: canonical::score(self.metric, q, self.vectors.row(id as usize)),
         }));

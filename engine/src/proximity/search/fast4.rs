@@ -38,7 +38,7 @@
 //! descriptor), computed with bit-exact kernels, so the codes are the same
 //! on every machine, ISA and thread count. Nothing is persisted.
 
-use super::arena::Arena;
+use super::arena::ScanArena;
 use super::lists::Lists;
 use crate::numeric::pq::{train_rows, Shape};
 use prox_kernels::pq::fastscan::{self, TableKind, CODES, MAX_SUBSPACES};
@@ -143,7 +143,7 @@ pub(crate) fn scan_subspaces(dims: usize) -> usize {
 impl Fast4 {
     /// Trains the codebooks and packs every list; `None` when the pass does
     /// not apply to this map (see [`rank_subspaces`] and [`MIN_RECORDS`]).
-    pub(crate) fn build(arena: &Arena, lists: &Lists, dims: usize) -> Option<Fast4> {
+    pub(crate) fn build(arena: &ScanArena, lists: &Lists, dims: usize) -> Option<Fast4> {
         let rank_m = rank_subspaces(dims)?;
         let n = lists.norms.len();
         if n < MIN_RECORDS {

@@ -28,7 +28,7 @@
 //!
 //! Nothing here is persisted: CIDs and the exact search do not change.
 
-use super::arena::Arena;
+use super::arena::ScanArena;
 use crate::numeric::kmeans::{code_norm, lloyd_codes, mean_codes, CodeClusters};
 use rayon::prelude::*;
 
@@ -89,7 +89,7 @@ fn cluster_leaf(codes: &[i8], norms: &[i32], d: usize) -> CodeClusters {
 
 impl Lists {
     /// Clusters every arena group (in parallel) and lays the lists out.
-    pub(crate) fn build(arena: &Arena, dims: usize) -> Lists {
+    pub(crate) fn build(arena: &ScanArena, dims: usize) -> Lists {
         let d = dims;
         let groups = arena.group_page.len().saturating_sub(1);
         let leaves: Vec<CodeClusters> = (0..groups)

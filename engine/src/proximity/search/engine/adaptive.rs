@@ -8,7 +8,7 @@ use super::{
 use crate::numeric::fastscan::query_lut;
 use crate::numeric::kernel::det_score;
 use crate::numeric::topk::{best_with_ties, shrink};
-use crate::proximity::search::arena::Arena;
+use crate::proximity::search::arena::ScanArena;
 use crate::proximity::search::catalogue::Catalogue;
 use crate::proximity::search::fast4::{Book, Fast4};
 use crate::proximity::search::lists::Lists;
@@ -43,7 +43,7 @@ impl CodeDist {
 /// the query's code distance.
 #[derive(Clone, Copy)]
 struct Coded<'a> {
-    arena: &'a Arena,
+    arena: &'a ScanArena,
     lists: &'a Lists,
     fast: Option<&'a Fast4>,
     cd: CodeDist,
@@ -62,7 +62,7 @@ struct Scan {
 }
 
 /// Orders 8-bit candidates `(distance, page, entry)` by distance, then key.
-fn by_dist(arena: &Arena, a: &(i64, u32, u32), b: &(i64, u32, u32)) -> std::cmp::Ordering {
+fn by_dist(arena: &ScanArena, a: &(i64, u32, u32), b: &(i64, u32, u32)) -> std::cmp::Ordering {
     a.0.cmp(&b.0).then_with(|| {
         let ka = arena.pages[a.1 as usize].key(a.2 as usize);
         let kb = arena.pages[b.1 as usize].key(b.2 as usize);
@@ -193,7 +193,7 @@ impl SearchContext {
 
     /// The query's [`CodeDist`]: for L2 its codes with the arena's uniform
     /// scale in `self.ucodes`, otherwise a copy of its own-scale codes.
-    fn code_dist(&mut self, arena: &Arena, q: &Query<'_>) -> CodeDist {
+    fn code_dist(&mut self, arena: &ScanArena, q: &Query<'_>) -> CodeDist {
         let l2 = q.metric == Metric::L2;
         let qn = if l2 {
             self.quantize_uniform(arena, q.v).0

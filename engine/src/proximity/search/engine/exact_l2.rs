@@ -4,7 +4,7 @@ use super::{
     insert_sorted, up, visit_page, Cand, Compiled, Query, Result, SearchContext, SearchResult,
     SearchStats, Searcher,
 };
-use crate::proximity::search::arena::{l2_prune_limit, limit_int, Arena};
+use crate::proximity::search::arena::{l2_prune_limit, limit_int, ScanArena};
 use crate::proximity::search::frames::Frames;
 use crate::proximity::search::rotated::Rotated;
 use crate::proximity::search::Completion;
@@ -68,7 +68,7 @@ impl SearchContext {
     /// scored canonically into `self.best`.
     fn exact_l2_plain(
         &mut self,
-        arena: &Arena,
+        arena: &ScanArena,
         q: &Query<'_>,
         k: usize,
         filter: &Compiled<'_>,
@@ -124,7 +124,7 @@ impl SearchContext {
     /// ([`Rotated::beats`]), then scored canonically into `self.best`.
     fn exact_l2_rotated(
         &mut self,
-        arena: &Arena,
+        arena: &ScanArena,
         rot: &Rotated,
         q: &Query<'_>,
         k: usize,
@@ -184,7 +184,7 @@ impl SearchContext {
     /// canonically into `self.best`.
     fn exact_l2_frames(
         &mut self,
-        arena: &Arena,
+        arena: &ScanArena,
         fr: &Frames,
         q: &Query<'_>,
         k: usize,

@@ -11,7 +11,7 @@ mod adaptive;
 mod best_first;
 mod exact_l2;
 
-use super::arena::Arena;
+use super::arena::ScanArena;
 use super::catalogue::Catalogue;
 use super::filter::Compiled;
 use super::frames::FrameQuery;
@@ -337,7 +337,7 @@ impl SearchContext {
     /// page and its records in `stats`.
     fn scan_page(
         &mut self,
-        arena: &Arena,
+        arena: &ScanArena,
         p: usize,
         d: usize,
         stats: &mut SearchStats,
@@ -350,7 +350,7 @@ impl SearchContext {
 
     /// Quantizes the query with the arena's uniform scale into `self.ucodes`;
     /// returns `(Σ q̂², bound on ‖q − s·q̂‖)`.
-    fn quantize_uniform(&mut self, arena: &Arena, v: &[f32]) -> (i64, f64) {
+    fn quantize_uniform(&mut self, arena: &ScanArena, v: &[f32]) -> (i64, f64) {
         self.ucodes.resize(v.len(), 0);
         quantize_uniform(v, arena.scale, &mut self.ucodes)
     }
@@ -358,7 +358,7 @@ impl SearchContext {
 
 /// Arena page `p`'s record range `a..b`, counted in `stats` as one node
 /// visited and `b − a` distance evaluations.
-fn visit_page(arena: &Arena, p: usize, stats: &mut SearchStats) -> (usize, usize) {
+fn visit_page(arena: &ScanArena, p: usize, stats: &mut SearchStats) -> (usize, usize) {
     let (a, b) = (arena.page_start[p], arena.page_start[p + 1]);
     stats.nodes_visited += 1;
     stats.distance_evals += (b - a) as u64;

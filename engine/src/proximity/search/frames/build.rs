@@ -6,7 +6,7 @@ use super::cluster::cluster;
 use super::layout::{entry, project, to_fixed};
 use super::pca::principal;
 use super::{Block, Frame, Frames, Members, Residual, SecondRow, COV, FRAME, S1, SUB, U};
-use crate::proximity::search::arena::Arena;
+use crate::proximity::search::arena::ScanArena;
 use crate::proximity::search::quant::{down, quantize_uniform, up};
 use prox_kernels::i8scan::grouped::{self, GROUP};
 use rayon::prelude::*;
@@ -36,7 +36,7 @@ fn bounding_box<'a>(rows: impl Iterator<Item = &'a [f32]>, m: usize, out: &mut V
 }
 
 /// Builds one frame from its members (arena records, ascending).
-fn build_frame(arena: &Arena, d: usize, m: usize, members: &[u32]) -> Option<Part> {
+fn build_frame(arena: &ScanArena, d: usize, m: usize, members: &[u32]) -> Option<Part> {
     let k = members.len();
     // Centre: the f64 mean rounded to f32.
     let mut mean = vec![0.0f64; d];
@@ -168,7 +168,7 @@ impl Frames {
     /// its frame. `None` when a frame cannot be built with usable bounds
     /// (non-finite centred data, a degenerate basis); exact L2 then uses
     /// the plain arena.
-    pub(crate) fn build(arena: &Arena, dims: usize, m: usize) -> Option<Frames> {
+    pub(crate) fn build(arena: &ScanArena, dims: usize, m: usize) -> Option<Frames> {
         let d = dims;
         let m = m.clamp(1, d.max(1));
         let n = *arena.page_start.last().unwrap_or(&0);

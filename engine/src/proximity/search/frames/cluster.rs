@@ -4,7 +4,7 @@
 
 use super::{LLOYD, TRAIN};
 use crate::numeric::kmeans::{self, Empty};
-use crate::proximity::search::arena::Arena;
+use crate::proximity::search::arena::ScanArena;
 use rayon::prelude::*;
 
 /// The nearest of the centroids `cands` by the deterministic f32 distance
@@ -86,7 +86,7 @@ impl Coarse {
 /// Frames of the arena's records: `nf` centroids from a strided sample
 /// refined by [`LLOYD`] rounds, then every record's nearest centroid, both
 /// through a [`Coarse`] index rebuilt from the current centroids.
-pub(super) fn cluster(arena: &Arena, d: usize, n: usize, nf: usize) -> Vec<u32> {
+pub(super) fn cluster(arena: &ScanArena, d: usize, n: usize, nf: usize) -> Vec<u32> {
     let ns = n.min(TRAIN * nf).max(nf);
     let rows: Vec<usize> = (0..ns).map(|i| i * n / ns).collect();
     let row = |r: usize| arena.record(r, d);
