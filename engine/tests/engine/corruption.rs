@@ -232,9 +232,11 @@ fn damaged_roots_file_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed() ^ 4);
     fill(dir.path(), 3, &mut rng);
-    flip(&dir.path().join("ROOTS"), 6, 0x10);
+    // One root change so far: generation 1, in slot ROOTS.1, with no
+    // older copy to fall back to.
+    flip(&dir.path().join("ROOTS.1"), 6, 0x10);
     match MmapStore::open_with(dir.path(), opts()) {
-        Err(Error::StoreDamaged { path, .. }) => assert!(path.ends_with("ROOTS")),
+        Err(Error::StoreDamaged { path, .. }) => assert!(path.ends_with("ROOTS.1")),
         other => panic!("expected StoreDamaged, got {other:?}"),
     }
 }
