@@ -14,8 +14,6 @@
 //!
 //! PROX_SEED replays a run; PROX_FAULT_RUNS changes the number of runs.
 
-mod support;
-
 use prox_engine::gc;
 use prox_engine::manifest::RootManifest;
 use prox_engine::prolly::{self, Config, Tree};
@@ -27,10 +25,10 @@ use prox_engine::{Cid, Error};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use support::SplitMix;
+use prox_testkit::SplitMix64 as SplitMix;
 
 fn seed() -> u64 {
-    support::seed_or(0x4a2d_0023)
+    prox_testkit::seed(0x4a2d_0023)
 }
 
 fn small() -> MmapOptions {
@@ -108,7 +106,7 @@ fn total_bytes(dir: &Path) -> u64 {
 #[test]
 fn gc_refuses_to_sweep_below_a_flipped_record_header() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = SplitMix(seed());
+    let mut rng = SplitMix::new(seed());
     let cfg = Config::default();
     let (root, dead) = {
         let s = MmapStore::open_with(dir.path(), small()).unwrap();
@@ -151,7 +149,7 @@ fn gc_refuses_to_sweep_below_a_flipped_record_header() {
         let other = tempfile::tempdir().unwrap();
         let o = MmapStore::open_with(other.path(), small()).unwrap();
         let entries: Vec<(Vec<u8>, Vec<u8>)> = {
-            let mut rng = SplitMix(seed());
+            let mut rng = SplitMix::new(seed());
             (0..2000u32)
                 .map(|i| (i.to_be_bytes().to_vec(), bytes(&mut rng, 60)))
                 .collect()
@@ -205,7 +203,7 @@ fn nothing_of_a_failed_batch_is_reported_present() {
     let dir = tempfile::tempdir().unwrap();
     let plan = FaultPlan::new(dir.path()).unwrap();
     let s = MmapStore::open_with(dir.path(), with_faults(&plan)).unwrap();
-    let mut rng = SplitMix(seed() ^ 1);
+    let mut rng = SplitMix::new(seed() ^ 1);
     // Enough data for several segment roll-overs: the third data write fails.
     let blocks: Vec<Vec<u8>> = (0..40).map(|_| bytes(&mut rng, 2000)).collect();
     let refs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
@@ -316,7 +314,7 @@ struct Model {
 /// One seeded run: random operations with one injected fault, a crash
 /// (sometimes with power loss), reopen and check.
 fn fault_run(run_seed: u64) {
-    let mut rng = SplitMix(run_seed);
+    let mut rng = SplitMix::new(run_seed);
     let dir = tempfile::tempdir().unwrap();
     let plan = FaultPlan::new(dir.path()).unwrap();
     let kinds = [
