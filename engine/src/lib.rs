@@ -20,6 +20,7 @@ pub mod codec;
 pub mod envelope;
 mod error;
 pub mod gc;
+pub mod index;
 pub mod keys;
 pub mod manifest;
 pub mod prolly;
@@ -29,4 +30,5 @@ pub mod store;
 
 pub use cid::{Cid, ParseCidError};
 pub use error::{Error, Result};
+pub use index::Index;
 pub use store::{BlockStore, MemStore, MmapStore};

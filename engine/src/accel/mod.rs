@@ -34,4 +34,4 @@ pub use pq::Pq;
 // The native adaptive search rescores its 4-bit candidates with the same
 // deterministic f32 kernel.
 pub(crate) use kernel::det_score;
-pub use source::{build_sidecars, map_records, Records, Sidecars};
+pub use source::{build_sidecars, map_records, Records};

@@ -51,8 +51,8 @@ mod node;
 mod quant;
 mod rotated;
 
+pub use crate::keys::Filter;
 pub use engine::SearchContext;
-pub use filter::Filter;
 pub use rotated::ExactRotation;
 
 use crate::cid::Cid;
