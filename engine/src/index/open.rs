@@ -117,6 +117,9 @@ impl Index {
             }
             if let Some(p) = sidecars.pq {
                 let pq = accel::pq::load(store, p, Some(descriptor), metric, dims, &records)?;
+                // The IVF fast-scan tables (4-bit sidecars), built now
+                // rather than by the first query.
+                pq.fast_scan();
                 accel.pq = Some(pq);
             }
         }
