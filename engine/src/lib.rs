@@ -11,6 +11,9 @@
 //!   canonically so equal contents give equal roots.
 //! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
 //!   directory, with best-first search and the HNSW/PQ accelerators.
+//! * [`index`]: [`Index`], one map opened for queries with its sidecars;
+//!   the one entry point every front end calls (one `Request`, one
+//!   `Response`, one rule for which search runs).
 //!
 //! Blocking code only: no async runtime, no networking.
 

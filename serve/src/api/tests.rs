@@ -40,6 +40,29 @@ fn parses_a_full_request() {
 }
 
 #[test]
+fn parses_budget_rerank_nprobe_and_vectors() {
+    let body = br#"{"vector":[1,2],"budget":500,"rerank":4,"nprobe":12,"path":"native",
+        "with_vectors":true,"ef":null}"#;
+    let (_, q) = search_request(body, 2, L).unwrap();
+    assert_eq!(
+        (
+            q.budget,
+            q.rerank,
+            q.nprobe,
+            q.ef,
+            q.with_vectors,
+            q.with_values
+        ),
+        (Some(500), Some(4), Some(12), None, true, false)
+    );
+    let f = |b: &[u8]| field_of(search_request(b, 2, L));
+    assert_eq!(f(br#"{"vector":[1,2],"budget":0}"#), "budget");
+    assert_eq!(f(br#"{"vector":[1,2],"rerank":-1}"#), "rerank");
+    assert_eq!(f(br#"{"vector":[1,2],"nprobe":"8"}"#), "nprobe");
+    assert_eq!(f(br#"{"vector":[1,2],"with_vectors":1}"#), "with_vectors");
+}
+
+#[test]
 fn names_the_field_at_fault() {
     let f = |b: &[u8]| field_of(search_request(b, 2, L));
     assert_eq!(f(b"{"), "body");
