@@ -2,16 +2,17 @@
 //! (10 000 x 64, L2 and inner product): fast HNSW build, HNSW search at
 //! several `ef` (recall@10 printed beside each), PQ training and ADC search.
 //! The full recall-vs-QPS comparison with hnswlib on the shared datasets is
-//! `examples/accel_engine.rs` driven by `peer_bench.py` (docs/performance.md).
+//! `prox bench --path hnsw` beside the peers (docs/performance.md, "HNSW").
 
 // `criterion_group!` emits an undocumented `pub fn`.
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use prox_engine::accel::hnsw::{Hit, SearchContext, SearchOptions};
+use prox_engine::accel::hnsw::{HnswSearchContext, IdHit, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
 use prox_engine::accel::{Hnsw, HnswParams, PqParams};
 use prox_kernels::{canonical, Metric};
+use prox_testkit::SplitMix64;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -19,14 +20,9 @@ const N: usize = 10_000;
 const DIMS: usize = 64;
 
 fn data(seed: u64, n: usize) -> Vec<(Vec<u8>, Vec<f32>)> {
-    let mut s = seed;
-    let mut next = move || {
-        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-    };
+    // Uniform in [-0.5, 0.5).
+    let mut rng = SplitMix64::new(seed);
+    let mut next = move || rng.unit() * 0.5;
     let centres: Vec<Vec<f32>> = (0..50)
         .map(|_| (0..DIMS).map(|_| next() * 8.0).collect())
         .collect();
@@ -72,8 +68,8 @@ fn hnsw(c: &mut Criterion) {
             .unwrap()
             .search_graph();
         for ef in [16, 32, 64, 128] {
-            let mut ctx = SearchContext::new();
-            let mut hits: Vec<Hit> = Vec::new();
+            let mut ctx = HnswSearchContext::new();
+            let mut hits: Vec<IdHit> = Vec::new();
             let got: Vec<Vec<u32>> = qs
                 .iter()
                 .map(|q| {

@@ -14,21 +14,17 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use prox_engine::proximity::math::promotion_level;
 use prox_engine::proximity::{InputRecord, Mutation, ProximityConfig, ProximityMap};
 use prox_engine::MemStore;
+use prox_testkit::SplitMix64;
 use std::hint::black_box;
 use std::time::Duration;
 
 const N: usize = 20_000;
 const DIMS: usize = 32;
 
+/// Uniform draws in [-0.5, 0.5) from `seed`.
 fn rng(seed: u64) -> impl FnMut() -> f32 {
-    let mut s = seed;
-    move || {
-        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-    }
+    let mut rng = SplitMix64::new(seed);
+    move || rng.unit() * 0.5
 }
 
 fn data() -> Vec<InputRecord> {

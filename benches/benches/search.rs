@@ -12,6 +12,7 @@ use prox_engine::proximity::search::{Mode, Preset, SearchContext, SearchRequest}
 use prox_engine::proximity::{InputRecord, ProximityConfig, ProximityMap};
 use prox_engine::MemStore;
 use prox_kernels::{canonical, Metric};
+use prox_testkit::SplitMix64;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -19,15 +20,10 @@ const N: usize = 10_000;
 const DIMS: usize = 64;
 const K: usize = 10;
 
+/// Uniform draws in [-0.5, 0.5) from `seed`.
 fn rng(seed: u64) -> impl FnMut() -> f32 {
-    let mut s = seed;
-    move || {
-        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-    }
+    let mut rng = SplitMix64::new(seed);
+    move || rng.unit() * 0.5
 }
 
 fn data() -> (Vec<InputRecord>, Vec<f32>) {

@@ -28,7 +28,7 @@
 mod harness;
 use harness::{read_flat, read_vecs, report_memory, report_search, to_row};
 
-use prox_engine::accel::hnsw::{Hit, SearchContext, SearchGraph, SearchOptions};
+use prox_engine::accel::hnsw::{HnswSearchContext, IdHit, SearchGraph, SearchOptions};
 use prox_engine::accel::pq::{Pq, PqSearchContext};
 use prox_engine::accel::{Hnsw, HnswParams, PqParams};
 use prox_kernels::Metric;
@@ -156,7 +156,7 @@ fn main() {
                 Index::P(pq) => queries
                     .par_iter()
                     .map_init(
-                        || (PqSearchContext::new(), Vec::<Hit>::new()),
+                        || (PqSearchContext::new(), Vec::<IdHit>::new()),
                         |(pc, hits), q| {
                             pq.search(pc, q, k, Some(v), None, hits).unwrap();
                             to_row(hits, k)
@@ -170,7 +170,7 @@ fn main() {
         // Per-query latency: one more pass, one query at a time on this
         // thread; percentiles go to stderr (the harness reads stdout only).
         if let Index::H(g) = &index {
-            let mut ctx = SearchContext::new();
+            let mut ctx = HnswSearchContext::new();
             let mut hits = Vec::new();
             let mut lat: Vec<f64> = queries
                 .iter()

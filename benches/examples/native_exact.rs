@@ -16,7 +16,7 @@
 //!   [--rotation off|M|localM[,...]] [--reps R]
 //! ```
 //!
-//! `--rotation` picks the exact-L2 layout (`ExactRotation`: the plain
+//! `--rotation` picks the exact-L2 layout (`ExactLayout`: the plain
 //! arena, the default, the rotated split arena screening `M`
 //! components, or local frames of width `M` with `localM`); a
 //! comma-separated list compares several layouts in one process. With
@@ -24,7 +24,7 @@
 //! times and the medians are reported (`speedup` is the median of the
 //! per-rep ratios), one JSON line per layout.
 
-use prox_engine::proximity::search::{ExactRotation, Mode, Preset, SearchContext, SearchRequest};
+use prox_engine::proximity::search::{ExactLayout, Mode, Preset, SearchContext, SearchRequest};
 use prox_engine::proximity::{resolve, ProximityMap};
 use prox_engine::store::MmapStore;
 use std::time::Instant;
@@ -81,17 +81,17 @@ fn main() {
         "high" => Mode::Adaptive(Preset::HighRecall),
         m => panic!("unknown mode {m}"),
     };
-    let rotations: Vec<(String, ExactRotation)> = arg(&args, "--rotation")
+    let rotations: Vec<(String, ExactLayout)> = arg(&args, "--rotation")
         .unwrap_or_else(|| "off".into())
         .split(',')
         .map(|m| {
-            let r: ExactRotation = m.parse().expect("--rotation off|M|localM");
+            let r: ExactLayout = m.parse().expect("--rotation off|M|localM");
             (m.to_string(), r)
         })
         .collect();
     let mut layouts = Vec::new();
     for (name, rotation) in &rotations {
-        let searcher = map.searcher().expect("searcher").exact_rotation(*rotation);
+        let searcher = map.searcher().expect("searcher").exact_layout(*rotation);
         let t = Instant::now();
         let nodes = searcher.warm().expect("warm");
         let warm_s = t.elapsed().as_secs_f64();

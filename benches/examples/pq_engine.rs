@@ -15,7 +15,7 @@
 mod harness;
 use harness::{read_vecs, report_search};
 
-use prox_engine::accel::hnsw::Hit;
+use prox_engine::accel::hnsw::IdHit;
 use prox_engine::accel::pq::{IvfParams, Pq, PqOptions, PqSearchContext};
 use prox_engine::accel::PqParams;
 use prox_kernels::Metric;
@@ -102,7 +102,7 @@ fn main() {
                 queries
                     .par_iter()
                     .map_init(
-                        || (PqSearchContext::new(), Vec::<Hit>::new()),
+                        || (PqSearchContext::new(), Vec::<IdHit>::new()),
                         |(ctx, hits), q| {
                             pq.search_with(ctx, q, &opts, None, hits).unwrap();
                             let mut row: Vec<i32> = hits.iter().map(|h| h.id as i32).collect();

@@ -86,6 +86,25 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    /// A collection found blocks reachable from a root or pin that are
+    /// absent from the store. Nothing was removed: everything below them is
+    /// unknown, so nothing can be proven dead. Fetch or put them again (or
+    /// drop the roots that need them) before collecting.
+    #[error("{} reachable blocks are missing (first: {}); garbage collection refused, nothing removed", missing.len(), missing.first().map(|c| c.to_string()).unwrap_or_default())]
+    MissingReachable {
+        /// The missing CIDs, sorted.
+        missing: Vec<Cid>,
+    },
+    /// An earlier write or fsync of this store failed; every write is
+    /// refused until the store is reopened (recovery at open then finds what
+    /// actually reached the disk).
+    #[error("store {path} refuses writes after an I/O error ({reason}); reopen it")]
+    Poisoned {
+        /// Store directory.
+        path: PathBuf,
+        /// The first failure.
+        reason: String,
+    },
     /// A named root's name is not acceptable.
     #[error("invalid root name {name:?}: {reason}")]
     InvalidRootName {
@@ -132,9 +151,10 @@ pub enum Error {
         /// The record at fault, when known.
         key: Option<Vec<u8>>,
     },
-    /// A cosine vector whose unit normalisation has no fixed point within
-    /// 16 rounds (proximity-format.md 11.1).
-    #[error("cosine normalisation did not converge{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
+    /// A cosine vector whose unit normalisation reached neither a fixed
+    /// point nor a cycle within the iteration bound (`math::prepare`; no
+    /// such vector is known: every tested one settles within a few rounds).
+    #[error("cosine normalisation reached neither a fixed point nor a cycle{}", key.as_ref().map(|k| format!(" (key {})", hex::encode(k))).unwrap_or_default())]
     NoUnitFixedPoint {
         /// The record at fault, when known.
         key: Option<Vec<u8>>,

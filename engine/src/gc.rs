@@ -11,9 +11,11 @@
 //! * A reachable block that cannot be read or decoded aborts the
 //!   collection with that error before anything is removed (its links are
 //!   unknown, so nothing below it can be proven dead).
-//! * A reachable block that is absent is counted in
-//!   [`GcReport::missing`] and skipped (nothing below it is stored by way of
-//!   it; a partially replicated tree is kept as far as it exists).
+//! * A reachable block that is absent also aborts the collection, with
+//!   [`Error::MissingReachable`] naming it: it may be a block whose record
+//!   was damaged on disk, and the blocks below it are still needed once it
+//!   is fetched again. A dry run reports the missing blocks in
+//!   [`GcReport::missing_cids`] instead of failing.
 //! * Pins ([`Pins`]) keep exactly the pinned blocks. The pin registry is
 //!   frozen from the pin snapshot to the end of `retain`, so a writer that
 //!   pins a block before putting it can never lose it to a concurrent
@@ -22,7 +24,7 @@
 //!   collector must pin until they publish.
 
 use crate::cid::Cid;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::{BlockStore, Pins, RetainStats};
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -44,6 +46,9 @@ pub struct GcReport {
     pub reachable: u64,
     /// Reachable CIDs absent from the store.
     pub missing: u64,
+    /// Those CIDs, sorted. A collection (not a dry run) with any of them
+    /// fails with [`Error::MissingReachable`] before removing anything.
+    pub missing_cids: Vec<Cid>,
     /// What `retain` did, or would do in a dry run.
     pub retained: RetainStats,
     /// True when nothing was removed because this was a dry run.
@@ -112,11 +117,24 @@ pub fn collect<K: Copy + Eq + Hash>(
     }
     let pinned = pins.snapshot();
     let marked = mark(store, start, links)?;
+    let mut missing_cids: Vec<Cid> = marked.missing.iter().copied().collect();
+    missing_cids.sort_unstable();
+    if !dry_run && !missing_cids.is_empty() {
+        tracing::warn!(
+            missing = missing_cids.len(),
+            first = %missing_cids[0],
+            "reachable blocks are missing; collection refused"
+        );
+        return Err(Error::MissingReachable {
+            missing: missing_cids,
+        });
+    }
     let mut report = GcReport {
         roots: roots.len() as u64,
         pinned: pinned.len() as u64 + extra.len() as u64,
         reachable: marked.live.len() as u64,
-        missing: marked.missing.len() as u64,
+        missing: missing_cids.len() as u64,
+        missing_cids,
         dry_run,
         ..GcReport::default()
     };
@@ -205,9 +223,18 @@ mod tests {
         assert_eq!(dry.retained.removed_bytes, 4);
         assert!(s.has(&dead).unwrap(), "dry run removes nothing");
 
+        assert_eq!(dry.missing_cids, vec![absent]);
+        // A missing reachable block stops the real run before any removal.
+        match collect(&s, &pins, &[(extra, ())], &toy_root, &toy_links, false) {
+            Err(Error::MissingReachable { missing }) => assert_eq!(missing, vec![absent]),
+            other => panic!("expected MissingReachable, got {other:?}"),
+        }
+        assert!(s.has(&dead).unwrap(), "a refused run removes nothing");
+        s.put(b"not stored").unwrap();
+
         let r = collect(&s, &pins, &[(extra, ())], &toy_root, &toy_links, false).unwrap();
         assert_eq!(r.roots, 1);
-        assert_eq!(r.missing, 1);
+        assert_eq!(r.missing, 0);
         assert_eq!(r.reachable, 5); // top, inner, leaf, absent, extra
         assert_eq!(r.retained.removed_blocks, 1);
         for c in [leaf, inner, top, pinned, extra] {

@@ -9,6 +9,8 @@
 //!   `MmapStore`) with named roots and garbage collection.
 //! * `prolly`: ordered maps as prolly trees of `CRAB` v1 nodes, built
 //!   canonically so equal contents give equal roots.
+//! * `numeric`: deterministic kernels, k-means, PQ training and top-k
+//!   selection shared by the search paths.
 //! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
 //!   directory, with best-first search and the HNSW/PQ accelerators.
 //! * [`index`]: [`Index`], one map opened for queries with its sidecars;
@@ -25,7 +27,7 @@ mod error;
 pub mod gc;
 pub mod index;
 pub mod keys;
-pub mod manifest;
+mod numeric;
 pub mod prolly;
 pub mod proximity;
 pub mod refs;
@@ -34,4 +36,6 @@ pub mod store;
 pub use cid::{Cid, ParseCidError};
 pub use error::{Error, Result};
 pub use index::Index;
+/// Root manifests (the value of a named root), part of the prolly layer.
+pub use prolly::manifest;
 pub use store::{BlockStore, MemStore, MmapStore};

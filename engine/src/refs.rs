@@ -16,24 +16,19 @@
 //! `prox.hnsw` -> `HNSW` manifest, `prox.pq` -> `PQPQ` manifest.
 
 use crate::cid::Cid;
+use crate::envelope::{ValueRef, VALUE_REF_MAGIC};
 use crate::error::{Error, Result};
 use crate::manifest::RootManifest;
-use crate::prolly::{self, Encoding};
+use crate::prolly;
 use crate::proximity::format::{
-    ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
+    self, ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
     RootKind,
 };
-
-/// Custom encoding name of a typed-root `RootManifest` config.
-pub const TYPED_ROOT_ENCODING: &str = "typed-content-root-v1";
-/// `CRMF` metadata key naming the map's `HNSW` manifest (32-byte CID).
-pub const META_HNSW: &[u8] = b"prox.hnsw";
-/// `CRMF` metadata key naming the map's `PQPQ` manifest (32-byte CID).
-pub const META_PQ: &[u8] = b"prox.pq";
-
-/// Magic and layout of a `PLVB` blob reference (wire-format.md "Value and
-/// Blob Envelopes"): `PLVB`, version 1, kind 1, 32-byte CID, u64be length.
-const BLOB_REF_LEN: usize = 4 + 1 + 1 + 32 + 8;
+// The typed-root conventions live with the `CRMF` codec; re-exported here
+// because walkers and publishers meet them through this module.
+pub use crate::proximity::format::{
+    is_typed_root_config, typed_root_config, META_HNSW, META_PQ, TYPED_ROOT_ENCODING,
+};
 
 /// What a block is, as far as link extraction is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,23 +61,26 @@ pub enum BlockKind {
 pub fn sniff(bytes: &[u8]) -> Option<BlockKind> {
     let magic: &[u8; 4] = bytes.get(..4)?.try_into().ok()?;
     Some(match magic {
-        b"CRAB" => BlockKind::CrabNode,
-        b"PRXI" => BlockKind::Descriptor,
-        b"PRXV" => BlockKind::ExternalVector,
-        b"PQS8" => BlockKind::Quantizer,
-        b"PQPQ" => BlockKind::PqManifest,
-        b"HNSW" => BlockKind::HnswManifest,
-        b"CRMF" => BlockKind::ContentRoot,
+        prolly::MAGIC => BlockKind::CrabNode,
+        format::MAGIC_DESCRIPTOR => BlockKind::Descriptor,
+        format::MAGIC_VECTOR => BlockKind::ExternalVector,
+        format::MAGIC_QUANTIZER => BlockKind::Quantizer,
+        format::MAGIC_PQ => BlockKind::PqManifest,
+        format::MAGIC_HNSW => BlockKind::HnswManifest,
+        format::MAGIC_CONTENT_ROOT => BlockKind::ContentRoot,
         _ => return None,
     })
 }
 
-/// The CID named by a `PLVB` blob reference, if `value` is one.
+/// The CID named by a `PLVB` blob reference, if `value` is a valid one
+/// (anything else is an inline value and links nowhere).
 fn blob_ref(value: &[u8]) -> Option<Cid> {
-    if value.len() == BLOB_REF_LEN && value.starts_with(b"PLVB") && value[4] == 1 && value[5] == 1 {
-        Cid::from_slice(&value[6..38])
-    } else {
-        None
+    if !value.starts_with(VALUE_REF_MAGIC) {
+        return None;
+    }
+    match ValueRef::decode(value) {
+        Ok(ValueRef::Blob { cid, .. }) => Some(cid),
+        _ => None,
     }
 }
 
@@ -195,29 +193,6 @@ pub fn links(kind: BlockKind, bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
         BlockKind::Blob => {}
     }
     Ok(out)
-}
-
-/// True when `config` is the typed-root `RootManifest` config.
-pub fn is_typed_root_config(config: &prolly::Config) -> bool {
-    config.min_chunk_size == 1
-        && config.max_chunk_size == 1
-        && config.chunking_factor == 1
-        && config.hash_seed == 0
-        && config.encoding == Encoding::Custom(TYPED_ROOT_ENCODING.to_string())
-}
-
-/// The typed-root `RootManifest` config: min 1, max 1, factor 1, seed 0,
-/// custom `typed-content-root-v1`, cache limits `Some(0)`/`Some(0)`.
-pub fn typed_root_config() -> prolly::Config {
-    prolly::Config {
-        min_chunk_size: 1,
-        max_chunk_size: 1,
-        chunking_factor: 1,
-        hash_seed: 0,
-        encoding: Encoding::Custom(TYPED_ROOT_ENCODING.to_string()),
-        node_cache_max_nodes: Some(0),
-        node_cache_max_bytes: Some(0),
-    }
 }
 
 /// The blocks a named root's value (`RootManifest` bytes) points at: a

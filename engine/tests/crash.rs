@@ -217,10 +217,7 @@ fn check_store(root: &Path, seed: u64, round: usize) -> usize {
 }
 
 fn crash_sigkill_never_loses_committed_blocks() {
-    let seed: u64 = std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xc0ffee);
+    let seed = prox_testkit::seed(0xc0ffee);
     let rounds: usize = std::env::var("PROX_CRASH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -33,8 +33,6 @@ pub mod pq;
 pub mod prefetch;
 pub mod project;
 pub mod sq8;
-#[cfg(test)]
-mod testing;
 pub mod topk;
 
 pub use error::{Error, Result};

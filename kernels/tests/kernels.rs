@@ -20,13 +20,7 @@ const DIMS: &[usize] = &[
 ];
 
 fn seed() -> u64 {
-    match std::env::var("PROX_SEED") {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("PROX_SEED must be a u64, got {s:?}")),
-        Err(_) => DEFAULT_SEED,
-    }
+    prox_testkit::seed(DEFAULT_SEED)
 }
 
 /// Runs a seeded property; failures name the seed that replays them.

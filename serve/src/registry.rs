@@ -64,7 +64,7 @@ pub enum Source {
     /// store: sync pulls move its roots in place).
     Store(Arc<dyn BlockStore>),
     /// A store directory written by other processes (`prox update`,
-    /// `prox accel build`): reopened read-only whenever its `ROOTS` file
+    /// `prox accel build`): reopened read-only whenever one of its roots files
     /// is replaced.
     Directory(PathBuf),
 }
@@ -184,23 +184,23 @@ impl MapRegistry {
     }
 }
 
-/// Identity of a store directory's `ROOTS` file; it changes whenever the
-/// file is atomically replaced (new inode) or rewritten.
+/// Identity of a store directory's roots files (see
+/// [`MmapStore::roots_paths`](prox_engine::MmapStore::roots_paths)): a hash
+/// of their contents (a few KiB), since slots are rewritten in place, maybe
+/// within one mtime tick and at the same length.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Fingerprint {
-    ino: u64,
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-}
+struct Fingerprint(u64);
 
 fn fingerprint(dir: &std::path::Path) -> Option<Fingerprint> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(dir.join("ROOTS")).ok()?;
-    Some(Fingerprint {
-        ino: m.ino(),
-        len: m.len(),
-        modified: m.modified().ok(),
-    })
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut any = false;
+    for p in prox_engine::MmapStore::roots_paths(dir) {
+        let bytes = std::fs::read(p).ok();
+        any |= bytes.is_some();
+        bytes.hash(&mut h);
+    }
+    any.then(|| Fingerprint(h.finish()))
 }
 
 /// Runs [`MapRegistry::refresh_from_store`] against a [`Source`], reopening

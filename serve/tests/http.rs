@@ -12,6 +12,7 @@ use prox_engine::proximity::{self, ProximityConfig, ProximityMap, Sidecars};
 use prox_engine::{BlockStore, Cid, MemStore};
 use prox_serve::client::{Client, Response};
 use prox_serve::{Config, MapRegistry, Server, ServerHandle, Snapshot, Source};
+use prox_testkit::SplitMix64;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,28 +21,18 @@ use std::time::{Duration, Instant};
 const DIMS: usize = 16;
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5e7e_2026)
+    prox_testkit::seed(0x5e7e_2026)
 }
 
-/// splitmix64 stream.
-struct Rng(u64);
+/// Random vectors of `DIMS` components in [-1, 1).
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    fn new(seed: u64) -> Rng {
+        Rng(SplitMix64::new(seed))
     }
     fn vector(&mut self) -> Vec<f32> {
-        (0..DIMS).map(|_| self.f32()).collect()
+        (0..DIMS).map(|_| self.0.unit()).collect()
     }
 }
 
@@ -49,7 +40,7 @@ impl Rng {
 /// values `v<i>`) and optionally sidecars; returns its descriptor and
 /// sidecars.
 fn build(store: &dyn BlockStore, n: u64, seed: u64, hnsw: bool, pq: bool) -> (Cid, Sidecars) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let records = (0..n)
         .map(|i| {
             (
@@ -185,7 +176,7 @@ fn every_endpoint_answers_like_the_library() {
 
     let map = ProximityMap::load(&*store, d).unwrap();
     let searcher = map.searcher().unwrap();
-    let mut rng = Rng(s ^ 1);
+    let mut rng = Rng::new(s ^ 1);
     for i in 0..5 {
         let q = rng.vector();
         // Exact, with values and each filter kind, against the native search.
@@ -566,7 +557,7 @@ fn concurrent_clients_see_only_current_descriptors_while_swapping() {
             let seen_gen = seen_gen.clone();
             std::thread::spawn(move || {
                 let mut c = Client::new(addr).with_timeout(Duration::from_secs(20));
-                let mut rng = Rng(s ^ (100 + i));
+                let mut rng = Rng::new(s ^ (100 + i));
                 let mut seen = Vec::new();
                 // Bounded: stops after the swaps or 3000 requests.
                 for n in 0..3000 {
@@ -670,7 +661,7 @@ fn full_queue_answers_503_and_deadlines_cancel() {
         },
     );
     let addr = srv.handle().addr();
-    let mut rng = Rng(s ^ 7);
+    let mut rng = Rng::new(s ^ 7);
     let big: Vec<Vec<f32>> = (0..3000).map(|_| rng.vector()).collect();
     let big = Arc::new(json!({"vectors": big, "k": 10, "mode": "exact"}).to_string());
     let one = json!({"vector": rng.vector()}).to_string();
@@ -970,7 +961,7 @@ fn connection_threads_answer_like_the_caller_runtime_and_stop() {
             .iter()
             .all(|w| n.iter().any(|n| n == w))
     });
-    let mut rng = Rng(s ^ 11);
+    let mut rng = Rng::new(s ^ 11);
     let queries: Arc<Vec<Value>> = Arc::new(
         (0..8)
             .map(|_| json!({"vector": rng.vector(), "k": 5}))

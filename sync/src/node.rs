@@ -13,7 +13,7 @@ use crate::protocol::limits::Limits;
 use crate::protocol::messages::{AnnounceOutcome, Request, Response};
 use crate::protocol::BLOCKS_PROTOCOL;
 use crate::server::{Access, ServeCtx};
-use crate::session::{self, Planner, PullReport};
+use crate::session::{self, PullReport, WantPlanner};
 use crate::stores::Stores;
 use futures::StreamExt;
 use libp2p::{identity::Keypair, Multiaddr, PeerId};
@@ -471,7 +471,7 @@ impl<L: Linker> Node<L> {
         let gate = inner.gate.clone();
         let planner = inner
             .gate
-            .run(move || Planner::new(linker, stores, gate, peer, &v))
+            .run(move || WantPlanner::new(linker, stores, gate, peer, &v))
             .await?;
         let planner = if planner.done() {
             planner

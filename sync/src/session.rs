@@ -1,7 +1,7 @@
 //! The pull state machine: fetch the closure of a remote root, verify every
 //! block, stage it, publish descendant-first, then compare-and-swap.
 //!
-//! [`Planner`] is the synchronous core (no I/O besides the block stores): it
+//! [`WantPlanner`] is the synchronous core (no I/O besides the block stores): it
 //! knows which CIDs are wanted, with the kind each parent declared and the
 //! dependent round ("wave") that discovered them. [`run`] drives it over a
 //! `/prox/blocks/1` stream: a reader task turns frames into whole batches
@@ -89,7 +89,7 @@ enum Parent {
 }
 
 /// The synchronous pull core. See the module docs.
-pub(crate) struct Planner<L: Linker> {
+pub(crate) struct WantPlanner<L: Linker> {
     linker: Arc<L>,
     stores: Stores,
     /// The node's store gate: every blocking step runs under a permit.
@@ -129,7 +129,7 @@ enum Placed {
     Staged(Bytes),
 }
 
-impl<L: Linker> Planner<L> {
+impl<L: Linker> WantPlanner<L> {
     /// Starts a pull of the closure of `value` (a named root's bytes).
     /// Subtrees already in `main` are skipped, staged ones walked locally.
     /// Every later step that touches the stores runs under a permit of
@@ -143,7 +143,7 @@ impl<L: Linker> Planner<L> {
     ) -> Result<Self> {
         let roots = linker.root_links(value)?;
         let pins = stores.pins.set();
-        let mut p = Planner {
+        let mut p = WantPlanner {
             linker,
             stores,
             gate,
@@ -697,7 +697,7 @@ pub(crate) enum Stopped<L: Linker> {
     /// stream, which the client sees as an immediate end of file). Every
     /// batch that was in flight is queued again, so the planner can be driven
     /// over a fresh stream with nothing lost or fetched twice.
-    Lost(Box<Planner<L>>, Error),
+    Lost(Box<WantPlanner<L>>, Error),
     /// Any other failure; the pull is over.
     Failed(Error),
 }
@@ -714,11 +714,11 @@ impl<L: Linker> Stopped<L> {
 /// Runs `planner` to completion over `stream`. Returns the planner (with
 /// its report) once the closure is in `main`; see [`Stopped`] for failures.
 pub(crate) async fn drive<L, S>(
-    planner: Planner<L>,
+    planner: WantPlanner<L>,
     stream: S,
     limits: &Limits,
     bulk: Option<(String, Cid)>,
-) -> std::result::Result<Planner<L>, Stopped<L>>
+) -> std::result::Result<WantPlanner<L>, Stopped<L>>
 where
     L: Linker,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -851,15 +851,15 @@ where
 
 /// The planner in `slot`; absent only after a failed blocking step, which
 /// ends the session before this is called again.
-fn planner_mut<L: Linker>(slot: &mut Option<Planner<L>>) -> Result<&mut Planner<L>> {
+fn planner_mut<L: Linker>(slot: &mut Option<WantPlanner<L>>) -> Result<&mut WantPlanner<L>> {
     slot.as_mut()
         .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))
 }
 
 /// Runs `f` on the planner in `slot` on a blocking thread and puts it back.
 async fn step<L: Linker>(
-    slot: &mut Option<Planner<L>>,
-    f: impl FnOnce(&mut Planner<L>) -> Result<()> + Send + 'static,
+    slot: &mut Option<WantPlanner<L>>,
+    f: impl FnOnce(&mut WantPlanner<L>) -> Result<()> + Send + 'static,
 ) -> Result<()> {
     let p = slot
         .take()
@@ -905,9 +905,9 @@ async fn next_group(
 /// aborted, the job (and the rayon work inside it) still runs to its end,
 /// but `Node::shutdown` waits for it before its final commit.
 async fn blocking<L: Linker>(
-    planner: Planner<L>,
-    f: impl FnOnce(&mut Planner<L>) -> Result<()> + Send + 'static,
-) -> Result<Planner<L>> {
+    planner: WantPlanner<L>,
+    f: impl FnOnce(&mut WantPlanner<L>) -> Result<()> + Send + 'static,
+) -> Result<WantPlanner<L>> {
     let gate = planner.gate.clone();
     gate.run(move || {
         let mut p = planner;
@@ -923,7 +923,7 @@ pub(crate) fn seconds_since(start: Instant) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{batch_len, drive, Planner, Stopped};
+    use super::{batch_len, drive, Stopped, WantPlanner};
     use crate::error::Error;
     use crate::links::Linker;
     use crate::protocol::limits::Limits;
@@ -987,10 +987,10 @@ mod tests {
         }
     }
 
-    fn planner(cids: &[Cid]) -> Planner<Flat> {
+    fn planner(cids: &[Cid]) -> WantPlanner<Flat> {
         let stores = Stores::new(Arc::new(MemStore::new()), Arc::new(MemStore::new()));
         let value: Vec<u8> = cids.iter().flat_map(|c| c.0).collect();
-        Planner::new(
+        WantPlanner::new(
             Arc::new(Flat),
             stores,
             crate::gate::Gate::default(),
@@ -1000,7 +1000,7 @@ mod tests {
         .unwrap()
     }
 
-    fn wanted(p: &mut Planner<Flat>) -> Vec<Cid> {
+    fn wanted(p: &mut WantPlanner<Flat>) -> Vec<Cid> {
         let batch = p.next_batch(1024, true).expect("a batch");
         batch.items.iter().map(|w| w.cid).collect()
     }

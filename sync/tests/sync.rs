@@ -234,10 +234,7 @@ mod support {
 }
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7)
+    prox_testkit::seed(7)
 }
 
 fn config() -> Config {
@@ -947,7 +944,7 @@ async fn follower_stopped_mid_pull_resumes_after_restart_with_the_remainder() {
 
 mod proximity {
     use super::*;
-    use prox_engine::accel::hnsw::{SearchContext, SearchOptions};
+    use prox_engine::accel::hnsw::{HnswSearchContext, SearchOptions};
     use prox_engine::accel::{build_sidecars, map_records, HnswParams, SearchGraph};
     use prox_engine::manifest::RootManifest;
     use prox_engine::proximity::search::SearchRequest;
@@ -1108,7 +1105,7 @@ mod proximity {
                 .map(|r| r.1)
                 .collect();
             let opts = SearchOptions { k: 10, ef: 64 };
-            let mut ctx = SearchContext::default();
+            let mut ctx = HnswSearchContext::default();
             let mut hits = |g: &SearchGraph, q: &[f32]| {
                 let mut out = Vec::new();
                 g.search(&mut ctx, q, opts, &mut out).unwrap();

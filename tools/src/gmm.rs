@@ -380,10 +380,7 @@ mod tests {
     use super::*;
 
     fn seed() -> u64 {
-        std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(7)
+        prox_testkit::seed(7)
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! line of `peer_bench.py`'s engine protocol.
 #![allow(dead_code)]
 
-use prox_engine::accel::hnsw::Hit;
+use prox_engine::accel::hnsw::IdHit;
 use std::io::Write;
 
 /// Reads `.fvecs` / `.ivecs` row by row (streaming: the file is never held
@@ -76,7 +76,7 @@ pub(crate) fn write_ivecs(path: &std::path::Path, rows: &[Vec<i32>]) {
     std::fs::write(path, buf).expect("write ids");
 }
 
-pub(crate) fn to_row(hits: &[Hit], k: usize) -> Vec<i32> {
+pub(crate) fn to_row(hits: &[IdHit], k: usize) -> Vec<i32> {
     let mut row: Vec<i32> = hits.iter().map(|h| h.id as i32).collect();
     row.resize(k, -1);
     row

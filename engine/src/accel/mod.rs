@@ -16,22 +16,18 @@
 //!   `k` and the available sidecars.
 //!
 //! Arithmetic: anything persisted comes from canonical math or from the
-//! deterministic lane kernel in `kernel`; query traversal uses the dispatched
+//! deterministic lane kernel in `numeric::kernel`; query traversal uses the dispatched
 //! SIMD kernels of `prox_kernels`, and every reported score is canonical.
 
 pub mod hnsw;
-mod kernel;
 mod params;
 mod planner;
 pub mod pq;
 mod source;
 mod vectors;
 
-pub use hnsw::{Filter, Hit, Hnsw, SearchGraph};
+pub use hnsw::{Filter, Hnsw, IdHit, SearchGraph};
 pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;
-// The native adaptive search rescores its 4-bit candidates with the same
-// deterministic f32 kernel.
-pub(crate) use kernel::det_score;
 pub use source::{build_sidecars, map_records, Records};

@@ -18,7 +18,7 @@
 //! sidecar is missing is an error. The plan depends only on the request and
 //! which sidecars exist, so equal requests always take the same path.
 
-use super::hnsw::{Filter, Hit, SearchContext, SearchGraph, SearchOptions};
+use super::hnsw::{Filter, HnswSearchContext, IdHit, SearchGraph, SearchOptions};
 use super::pq::{Pq, PqOptions, PqSearchContext};
 use crate::error::{Error, Result};
 
@@ -199,11 +199,11 @@ pub struct Accelerators {
 /// Per-thread buffers for [`Accelerators::run`].
 #[derive(Debug, Default, Clone)]
 pub struct AccelContext {
-    hnsw: SearchContext,
+    hnsw: HnswSearchContext,
     pq: PqSearchContext,
     /// Id hits of the last search, reused so a query allocates only its
     /// keyed result.
-    hits: Vec<Hit>,
+    hits: Vec<IdHit>,
 }
 
 /// Result of an accelerated search.

@@ -4,7 +4,7 @@
 use crate::accel::{self, AccelContext, Accelerators};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::proximity::search::{ExactRotation, SearchContext, Searcher};
+use crate::proximity::search::{ExactLayout, SearchContext, Searcher};
 use crate::proximity::{self, ProximityMap, Sidecars};
 use crate::store::BlockStore;
 use prox_kernels::Metric;
@@ -30,7 +30,7 @@ self_cell::self_cell!(
 pub struct Options {
     /// Exact-L2 layout of the native search (results are identical either
     /// way; only the work differs).
-    pub exact_layout: ExactRotation,
+    pub exact_layout: ExactLayout,
     /// Build every native load-time layout while opening ([`Index::warm`]);
     /// when false they are built by the first native search that needs
     /// them.
@@ -40,7 +40,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            exact_layout: ExactRotation::Off,
+            exact_layout: ExactLayout::Off,
             warm: true,
         }
     }
@@ -96,7 +96,7 @@ impl Index {
     ) -> Result<Index> {
         let cell = Cell::try_new(store, |s| -> Result<Loaded<'_>> {
             let map = ProximityMap::load(&**s, descriptor)?;
-            let searcher = map.searcher()?.exact_rotation(options.exact_layout);
+            let searcher = map.searcher()?.exact_layout(options.exact_layout);
             Ok(Loaded { map, searcher })
         })?;
         let store = &**cell.borrow_owner();

@@ -158,16 +158,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// True when `node`'s header carries exactly this config's chunking
-    /// parameters and encoding (the cache knobs are not in headers).
-    pub fn matches_header(&self, node: &super::Node) -> bool {
-        node.min_chunk_size == self.min_chunk_size
-            && node.max_chunk_size == self.max_chunk_size
-            && node.chunking_factor == self.chunking_factor
-            && node.hash_seed == self.hash_seed
-            && node.encoding == self.encoding
-    }
 }
 
 #[cfg(test)]

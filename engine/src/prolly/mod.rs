@@ -9,6 +9,8 @@
 //! * [`Tree`]: an immutable snapshot over a `&dyn BlockStore` with lookups,
 //!   [`Cursor`]s, lazy [`Range`]s, canonical [`Mutation`] batches, [`Diff`]
 //!   and [`TreeStats`].
+//! * [`manifest`]: the `RootManifest` a named root's value holds (also
+//!   `prox_engine::manifest`).
 //!
 //! Every writer in this module is canonical: an edited tree has the same
 //! root as a fresh build of its entries (history independence).
@@ -19,6 +21,7 @@ pub(crate) mod cbor;
 mod config;
 mod diff;
 mod edit;
+pub mod manifest;
 mod node;
 mod stats;
 mod tree;

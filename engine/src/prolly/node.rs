@@ -399,6 +399,18 @@ fn decode_legacy(bytes: &[u8]) -> Result<Node> {
     Ok(node)
 }
 
+impl Config {
+    /// True when `node`'s header carries exactly this config's chunking
+    /// parameters and encoding (the cache knobs are not in headers).
+    pub fn matches_header(&self, node: &Node) -> bool {
+        node.min_chunk_size == self.min_chunk_size
+            && node.max_chunk_size == self.max_chunk_size
+            && node.chunking_factor == self.chunking_factor
+            && node.hash_seed == self.hash_seed
+            && node.encoding == self.encoding
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

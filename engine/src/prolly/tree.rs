@@ -9,10 +9,10 @@
 //! whose level is not exactly one below its parent (which would also let a
 //! malicious store build cycles) is [`Error::InvalidObject`].
 
+use super::manifest::RootManifest;
 use super::{Config, Node};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::manifest::RootManifest;
 use crate::store::BlockStore;
 use std::sync::Arc;
 

@@ -30,7 +30,7 @@ use super::format::{
     entry_len, header_len, Descriptor, DirectoryBlock, ExternalVector, NodeEntry, NodeKind,
     ProxNode, ProximityConfig, Quantizer, Record, VectorRef,
 };
-use super::map::ProximityMap;
+use super::map::{InputRecord, ProximityMap};
 use super::math::{prepare, promotion_level, radius_up};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -39,9 +39,6 @@ use crate::store::BlockStore;
 use prox_kernels::{canonical, Metric};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// A record as given to the builder: key, raw vector, value.
-pub type InputRecord = (Vec<u8>, Vec<f32>, Vec<u8>);
 
 /// Prepared records in key order; index `i` is the `i`-th smallest key.
 pub(crate) struct Records {

@@ -2,7 +2,6 @@
 //! directory, the node/vector/quantizer accessors a search needs, and the
 //! whole-index audit of section 13.
 
-use super::build::InputRecord;
 use super::format::{
     Descriptor, ExternalVector, NodeKind, ProxNode, ProximityConfig, Quantizer, Record, VectorRef,
 };
@@ -15,6 +14,10 @@ use bytes::Bytes;
 use prox_kernels::{canonical, Metric};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
+
+/// A record as given to the builder (and returned by
+/// [`ProximityMap::records`]): key, raw vector, value.
+pub type InputRecord = (Vec<u8>, Vec<f32>, Vec<u8>);
 
 /// An opened proximity map: a descriptor and the store holding its objects.
 ///

@@ -25,12 +25,11 @@ mod mutate;
 mod publish;
 pub mod search;
 
-pub use build::InputRecord;
 pub use format::{
     Codebook, ContentRoot, Descriptor, DirectoryBlock, ExternalVector, HnswConfig, HnswManifest,
     HnswNode, NodeEntry, NodeKind, PqConfig, PqManifest, ProxNode, ProximityConfig, Quantizer,
     Record, RootKind, VectorRef,
 };
-pub use map::{ProximityMap, VerifyReport};
+pub use map::{InputRecord, ProximityMap, VerifyReport};
 pub use mutate::{ApplyStats, Mutation};
 pub use publish::{publish, resolve, Sidecars};

@@ -11,7 +11,7 @@ pub mod mmap;
 mod pins;
 
 pub use mem::MemStore;
-pub use mmap::{MmapOptions, MmapStats, MmapStore};
+pub use mmap::{DamagedRange, MmapOptions, MmapStats, MmapStore};
 pub use pins::{PinFreeze, PinSet, Pins};
 
 use crate::cid::Cid;

@@ -169,8 +169,9 @@ mod tests {
     /// widths and row counts, limits at and beside the values, extremes.
     #[test]
     fn every_tier_equals_the_row_major_screen() {
-        let seed = crate::testing::seed(0x9a0_u64);
-        let mut next = crate::testing::splitmix(seed);
+        let seed = prox_testkit::seed(0x9a0_u64);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || rng.next();
         let mut cases: Vec<(Vec<i8>, Vec<i8>, usize)> = Vec::new();
         for dims in [1usize, 3, 4, 5, 8, 31, 32, 33, 64, 128] {
             for n in [0usize, 1, 7, 8, 9, 16, 17, 64, 65] {

@@ -180,8 +180,9 @@ mod tests {
 
     #[test]
     fn every_isa_equals_scalar_and_sq8() {
-        let seed = crate::testing::seed(0x5ca9_u64);
-        let mut next = crate::testing::splitmix(seed);
+        let seed = prox_testkit::seed(0x5ca9_u64);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || rng.next();
         for dims in [
             0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 384, 385, 768, 1536,
         ] {
@@ -226,8 +227,9 @@ mod tests {
     /// dims and row counts, limits at and beside the values, extreme codes.
     #[test]
     fn screen_every_isa_equals_scalar() {
-        let seed = crate::testing::seed(0x5c7e_u64);
-        let mut next = crate::testing::splitmix(seed);
+        let seed = prox_testkit::seed(0x5c7e_u64);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || rng.next();
         let check = |q: &[i8], rows: &[i8], bias: &[i32], limit: i32, what: &str| {
             let n = bias.len();
             let mut dv = vec![0i32; n];

@@ -69,8 +69,9 @@ mod tests {
 
     #[test]
     fn every_isa_is_bit_identical_to_scalar() {
-        let seed = crate::testing::seed(0x9e0_u64);
-        let mut next = crate::testing::splitmix(seed);
+        let seed = prox_testkit::seed(0x9e0_u64);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || rng.next();
         for d in [0usize, 1, 3, 17, 128, 384] {
             for w in [0usize, 1, 7, 8, 9, 16, 31, 32, 33, 64, 65, 96] {
                 let k: Vec<i16> = (0..d * w).map(|_| next() as i16).collect();

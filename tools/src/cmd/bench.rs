@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::accel::Path;
 use prox_engine::index::{self, PathChoice, QueryMode, Request};
-use prox_engine::proximity::search::ExactRotation;
+use prox_engine::proximity::search::ExactLayout;
 use prox_engine::Index;
 use std::path::PathBuf;
 
@@ -96,7 +96,7 @@ pub struct MapBenchArgs {
     /// Exact L2 layout of the native path's exact rows (as `prox query
     /// --exact-layout`: off, localM, splitM).
     #[arg(long, default_value = "off")]
-    pub exact_layout: ExactRotation,
+    pub exact_layout: ExactLayout,
 }
 
 /// Sub-benchmarks of `prox bench`.

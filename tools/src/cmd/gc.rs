@@ -21,7 +21,10 @@ Examples:
   prox gc --store prox-data --json        machine-readable report
 
 Everything reachable from a named root is kept. A reachable block that is
-damaged or cannot be decoded stops the collection before anything is removed.";
+missing, damaged or cannot be decoded stops the collection before anything is
+removed (exit status 1, naming the block); fetch it again (`prox sync`) or put
+it back, then collect. `--dry-run` lists missing blocks and the damaged byte
+ranges the store found when it opened.";
 
 /// Arguments of `prox gc`.
 #[derive(Debug, Clone, Args)]
@@ -47,6 +50,8 @@ pub fn run(args: &GcArgs) -> Result<()> {
     let report = gc::collect_default(&store, &Pins::new(), args.dry_run)
         .with_context(|| format!("garbage collection of {} failed", args.store))?;
     let after = store.stats();
+    let ranges = store.damaged_ranges();
+    let damaged = store.damaged();
     let mut out = Stdout::new();
     if args.json {
         out.json(&json!({
@@ -55,6 +60,13 @@ pub fn run(args: &GcArgs) -> Result<()> {
             "roots": report.roots,
             "reachable": report.reachable,
             "missing": report.missing,
+            "missing_cids": report.missing_cids.iter().map(|c| c.to_hex()).collect::<Vec<_>>(),
+            "damaged_blocks": damaged.iter().map(|c| c.to_hex()).collect::<Vec<_>>(),
+            "damaged_ranges": ranges.iter().map(|r| json!({
+                "segment": r.segment.display().to_string(),
+                "start": r.start,
+                "end": r.end,
+            })).collect::<Vec<_>>(),
             "kept_blocks": report.retained.kept_blocks,
             "removed_blocks": report.retained.removed_blocks,
             "removed_bytes": report.retained.removed_bytes,
@@ -77,6 +89,20 @@ pub fn run(args: &GcArgs) -> Result<()> {
             report.retained.removed_blocks,
             report.retained.removed_bytes,
         ))?;
+        for cid in &report.missing_cids {
+            out.line(format!("missing reachable block {cid}"))?;
+        }
+        for cid in &damaged {
+            out.line(format!("damaged block {cid}"))?;
+        }
+        for r in &ranges {
+            out.line(format!(
+                "damaged range {}: bytes {}..{}",
+                r.segment.display(),
+                r.start,
+                r.end
+            ))?;
+        }
         if !report.dry_run {
             out.line(format!(
                 "segment files: {} -> {} bytes in {} segments",

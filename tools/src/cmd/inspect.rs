@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use prox_engine::manifest::RootManifest;
 use prox_engine::proximity::format as f;
-use prox_engine::{prolly, BlockStore, Cid};
+use prox_engine::{envelope, prolly, BlockStore, Cid};
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 
@@ -193,10 +193,14 @@ fn prox_config(c: &f::ProximityConfig) -> Value {
 
 /// Decodes `bytes` into (kind name, JSON description).
 pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'static str, Value)> {
-    let magic = bytes.get(..4).unwrap_or(bytes);
-    Ok(match magic {
-        b"CRAB" => ("CRAB node", crab(&prolly::Node::decode(bytes)?)?),
-        b"PRXI" => {
+    // Shorter inputs have no magic (and fall to the last arm).
+    let magic: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|m| m.try_into().ok())
+        .unwrap_or_default();
+    Ok(match &magic {
+        prolly::MAGIC => ("CRAB node", crab(&prolly::Node::decode(bytes)?)?),
+        f::MAGIC_DESCRIPTOR => {
             let d = f::Descriptor::decode(bytes)?;
             (
                 "PRXI descriptor",
@@ -209,7 +213,7 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"PRXN" => {
+        f::MAGIC_NODE => {
             let n = f::ProxNode::decode(bytes, dims()?)?;
             let entries: Vec<Value> = n
                 .entries
@@ -241,21 +245,21 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"PRVR" => {
+        f::MAGIC_RECORD => {
             let r = f::Record::decode(bytes, dims()?)?;
             (
                 "PRVR record",
                 json!({"vector": floats(&r.vector), "value": hex(&r.value)}),
             )
         }
-        b"PRXV" => {
+        f::MAGIC_VECTOR => {
             let v = f::ExternalVector::decode(bytes)?;
             (
                 "PRXV external vector",
                 json!({"dims": v.vector.len(), "norm": v.norm, "vector": floats(&v.vector)}),
             )
         }
-        b"PQS8" => {
+        f::MAGIC_QUANTIZER => {
             let q = f::Quantizer::decode(bytes)?;
             (
                 "PQS8 quantizer",
@@ -266,7 +270,7 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"PQPQ" => {
+        f::MAGIC_PQ => {
             let m = f::PqManifest::decode(bytes)?;
             (
                 "PQPQ manifest",
@@ -284,7 +288,7 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"HNSW" => {
+        f::MAGIC_HNSW => {
             let m = f::HnswManifest::decode(bytes)?;
             (
                 "HNSW manifest",
@@ -301,7 +305,7 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"HNSN" => {
+        f::MAGIC_HNSN => {
             let n = f::HnswNode::decode(bytes)?;
             (
                 "HNSN graph node",
@@ -311,7 +315,7 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"CRMF" => {
+        f::MAGIC_CONTENT_ROOT => {
             let c = f::ContentRoot::decode(bytes)?;
             let meta: Map<String, Value> = c
                 .metadata
@@ -330,8 +334,8 @@ pub fn describe(bytes: &[u8], dims: &dyn Fn() -> Result<u32>) -> Result<(&'stati
                 }),
             )
         }
-        b"PLVV" => ("PLVV versioned value", plvv(bytes)?),
-        b"PLVB" => ("PLVB value reference", plvb(bytes)?),
+        envelope::VERSIONED_MAGIC => ("PLVV versioned value", plvv(bytes)?),
+        envelope::VALUE_REF_MAGIC => ("PLVB value reference", plvb(bytes)?),
         _ => {
             if matches!(bytes.first(), Some(0xa0..=0xbf)) {
                 if let Ok(m) = RootManifest::decode(bytes) {
@@ -427,29 +431,14 @@ fn plvv(b: &[u8]) -> Result<Value> {
 
 /// `PLVB` (prolly-core.md 9.2): inline or blob reference.
 fn plvb(b: &[u8]) -> Result<Value> {
-    if b.len() < 6 || b[4] != 1 {
-        bail!("PLVB header is truncated or has a version other than 1");
-    }
-    match b[5] {
-        0 => {
-            if b.len() < 14 {
-                bail!("PLVB inline envelope shorter than 14 bytes");
-            }
-            let len = be_u64(b, 6);
-            if len != (b.len() - 14) as u64 {
-                bail!("PLVB inline length {len} but {} bytes follow", b.len() - 14);
-            }
-            Ok(json!({"ref_kind": "inline", "len": len, "value": hex(&b[14..])}))
+    Ok(match envelope::ValueRef::decode(b)? {
+        envelope::ValueRef::Inline(v) => {
+            json!({"ref_kind": "inline", "len": v.len() as u64, "value": hex(&v)})
         }
-        1 => {
-            if b.len() != 46 {
-                bail!("PLVB blob reference must be 46 bytes, got {}", b.len());
-            }
-            let c = Cid::from_slice(&b[6..38]).ok_or_else(|| anyhow!("bad CID"))?;
-            Ok(json!({"ref_kind": "blob", "blob": cid(&c), "len": be_u64(b, 38)}))
+        envelope::ValueRef::Blob { cid: c, len } => {
+            json!({"ref_kind": "blob", "blob": cid(&c), "len": len})
         }
-        k => bail!("PLVB kind {k} is not 0 (inline) or 1 (blob)"),
-    }
+    })
 }
 
 /// Renders JSON as indented `key: value` text. Arrays of scalars longer

@@ -12,11 +12,13 @@ pub mod bench_kernels;
 pub mod bench_serve;
 pub mod bench_sync;
 pub mod build;
+pub mod completions;
 pub mod daemon;
 pub mod datagen;
 pub mod demo;
 pub mod gc;
 pub mod inspect;
+pub mod man;
 pub mod query;
 pub mod roots;
 pub mod serve;
@@ -114,6 +116,12 @@ pub enum Command {
     /// Pull, push, status and peers, through a running daemon or one-shot.
     #[command(after_help = sync::EXAMPLES)]
     Sync(sync::SyncArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    #[command(after_help = completions::EXAMPLES)]
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page (roff), or write every page into a directory.
+    #[command(after_help = man::EXAMPLES)]
+    Man(man::ManArgs),
 }
 
 /// Subcommand groups for the top-level help, by task.
@@ -122,6 +130,7 @@ const GROUPS: &[(&str, &[&str])] = &[
     ("Benchmark", &["demo", "bench", "datagen"]),
     ("Storage", &["inspect", "verify", "tree", "roots", "gc"]),
     ("Network", &["daemon", "serve", "sync"]),
+    ("Setup", &["completions", "man"]),
 ];
 
 /// The clap command with the top-level subcommand list grouped by task.
@@ -213,6 +222,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Verify(a) => verify::run(a),
         Command::Tree(a) => tree::run(a.clone()),
         Command::Roots(a) => roots::run(a.clone()),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 

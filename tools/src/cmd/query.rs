@@ -7,7 +7,7 @@ use crate::{map, out::Stdout, progress};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use prox_engine::index::{self, PathChoice, QueryMode, Request, Response, Scratch};
-use prox_engine::proximity::search::ExactRotation;
+use prox_engine::proximity::search::ExactLayout;
 use prox_engine::{BlockStore, Index};
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -92,7 +92,7 @@ pub struct QueryArgs {
     /// clustered L2 maps) or `splitM` (one global rotation). Built before
     /// the queries are timed.
     #[arg(long, default_value = "off")]
-    pub exact_layout: ExactRotation,
+    pub exact_layout: ExactLayout,
 }
 
 impl QueryArgs {

@@ -1,4 +1,5 @@
-//! `prox roots list|set|cas`: named roots, stored as `RootManifest` bytes.
+//! `prox roots list|set|cas|recover`: named roots, stored as `RootManifest`
+//! bytes.
 //!
 //! `set` and `cas` take a root CID (or `none` for the empty tree); the
 //! manifest's config is read from the root node's header, so a manifest
@@ -12,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::manifest::RootManifest;
 use prox_engine::prolly::{Config, Node};
+use prox_engine::store::mmap::SlotState;
 use prox_engine::{BlockStore, Cid};
 use serde_json::json;
 
@@ -20,7 +22,8 @@ pub const EXAMPLES: &str = "\
 Examples:
   prox roots list --store prox-data
   prox roots set --store prox-data docs 0002fa4d...a653
-  prox roots cas --store prox-data docs --expected 0002fa4d...a653 --new none";
+  prox roots cas --store prox-data docs --expected 0002fa4d...a653 --new none
+  prox roots recover --store prox-data";
 
 /// Arguments of `prox roots`.
 #[derive(Debug, Clone, Args)]
@@ -65,6 +68,17 @@ pub enum RootsCommand {
         /// New root CID, or `none` to remove the name.
         #[arg(long)]
         new: String,
+    },
+    /// Report the state of both copies of the named roots; when one is
+    /// damaged (the store fell back to the previous commit), rewrite both
+    /// from the copy in use.
+    Recover {
+        /// The store.
+        #[command(flatten)]
+        store: StoreArg,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -228,6 +242,73 @@ pub fn run(args: RootsArgs) -> Result<()> {
                 new.map(|c| c.to_hex()).unwrap_or_else(|| "none".into())
             ))?;
         }
+        RootsCommand::Recover { store, json } => recover(&store, json, &mut out)?,
     }
     out.flush()
+}
+
+/// `prox roots recover`: reports each roots file and rewrites both slots
+/// when a copy is damaged.
+fn recover(store: &StoreArg, as_json: bool, out: &mut Stdout) -> Result<()> {
+    if !store.store.is_dir() {
+        bail!("{store} does not exist");
+    }
+    let s = store.open()?;
+    let report = s.roots_report().clone();
+    let damaged = report
+        .files
+        .iter()
+        .any(|(_, st)| matches!(st, SlotState::Damaged { .. }));
+    if damaged {
+        s.rewrite_roots()
+            .context("rewriting the named roots failed")?;
+    }
+    let describe = |st: &SlotState| match st {
+        SlotState::Missing => ("missing".to_string(), None, None),
+        SlotState::Valid { generation, roots } => {
+            ("valid".to_string(), Some(*generation), Some(*roots))
+        }
+        SlotState::Damaged { reason } => (format!("damaged: {reason}"), None, None),
+    };
+    if as_json {
+        let files: Vec<_> = report
+            .files
+            .iter()
+            .map(|(p, st)| {
+                let (state, generation, roots) = describe(st);
+                json!({"file": p.display().to_string(), "state": state,
+                       "generation": generation, "roots": roots})
+            })
+            .collect();
+        out.json(&json!({
+            "generation": report.generation,
+            "fell_back": report.fell_back,
+            "files": files,
+            "rewritten": damaged,
+            "roots": s.roots()?.len(),
+        }))?;
+    } else {
+        for (p, st) in &report.files {
+            let (state, generation, _) = describe(st);
+            match generation {
+                Some(g) => out.line(format_args!("{}: {state} (generation {g})", p.display()))?,
+                None => out.line(format_args!("{}: {state}", p.display()))?,
+            }
+        }
+        out.line(format_args!(
+            "in use: generation {}{}",
+            report.generation,
+            if report.fell_back {
+                " (fell back: the last root change before the damage may be lost)"
+            } else {
+                ""
+            }
+        ))?;
+        out.line(if damaged {
+            "rewrote both copies from the one in use"
+        } else {
+            "nothing to repair"
+        })?;
+    }
+    Ok(())
 }

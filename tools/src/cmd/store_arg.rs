@@ -28,11 +28,15 @@ impl StoreArg {
 
     /// Opens an existing store read-only.
     pub fn open_read_only(&self) -> Result<Box<dyn BlockStore>> {
+        Ok(Box::new(self.open_read_only_mmap()?))
+    }
+
+    /// [`open_read_only`](Self::open_read_only) keeping the concrete type
+    /// (for its damage reports).
+    pub fn open_read_only_mmap(&self) -> Result<MmapStore> {
         if !self.store.is_dir() {
             anyhow::bail!("{self} does not exist");
         }
-        let s = MmapStore::open_read_only(&self.store)
-            .with_context(|| format!("cannot open {self}"))?;
-        Ok(Box::new(s))
+        MmapStore::open_read_only(&self.store).with_context(|| format!("cannot open {self}"))
     }
 }

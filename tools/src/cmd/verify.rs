@@ -20,7 +20,8 @@ Checks every object reachable from the map: each block against its CID, the
 directory tree, every PRXN node, external vector and quantizer against the
 invariants of the format (proximity-format.md section 13), and loads the HNSW
 and PQ sidecars with their own checks. Exit status 1 and the CID of the first
-broken object on failure.";
+broken object on failure. Damaged byte ranges and damaged blocks the store
+found anywhere (also outside this map) are listed as warnings.";
 
 /// Arguments of `prox verify`.
 #[derive(Debug, Clone, Args)]
@@ -37,7 +38,17 @@ pub struct VerifyArgs {
 
 /// Runs `prox verify`.
 pub fn run(args: &VerifyArgs) -> Result<()> {
-    let store = super::query::open_shared(&args.store)?;
+    let store = args.store.open_read_only_mmap()?;
+    let ranges = store.damaged_ranges();
+    for r in &ranges {
+        tracing::warn!(
+            "store damage: {} bytes {}..{} hold no readable record",
+            r.segment.display(),
+            r.start,
+            r.end
+        );
+    }
+    let store: std::sync::Arc<dyn prox_engine::BlockStore> = std::sync::Arc::new(store);
     let t = Instant::now();
     let p = map::resolve(store.as_ref(), &args.name)?;
     let sp = progress::spinner(&format!("verifying {}", args.name));
@@ -76,6 +87,11 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             "nodes": report.nodes,
             "external_vectors": report.external_vectors,
             "quantizers": report.quantizers,
+            "damaged_ranges": ranges.iter().map(|r| serde_json::json!({
+                "segment": r.segment.display().to_string(),
+                "start": r.start,
+                "end": r.end,
+            })).collect::<Vec<_>>(),
             "seconds": secs,
         }))?;
     } else {
@@ -91,6 +107,12 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             if p.pq.is_some() { ", PQ sidecar" } else { "" },
             secs
         ))?;
+        if !ranges.is_empty() {
+            out.line(format_args!(
+                "warning: the store has {} damaged byte ranges (see the log, or --json)",
+                ranges.len()
+            ))?;
+        }
     }
     out.flush()
 }

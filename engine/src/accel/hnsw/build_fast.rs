@@ -9,7 +9,7 @@
 //! target list and each target list is recomputed from the frozen list plus
 //! its new sources in id order (parallel, read-only); (C) results are written
 //! sequentially. All scores come from the deterministic kernel
-//! (`kernel::det_score`) and every ordering is by `(score, id)`, so no step
+//! (`numeric::kernel::det_score`) and every ordering is by `(score, id)`, so no step
 //! depends on scheduling or ISA. Batch members do not see each other; batches
 //! stay below ~3% of the graph so this costs no measurable quality.
 //!
@@ -24,9 +24,9 @@
 //! (heuristic and reverse-link pruning) uses f32 scores only.
 
 use super::{node_level, select_heuristic, Adjacency, BuildGraph, Hnsw, LayerSearch, Scored};
-use crate::accel::kernel::det_score;
 use crate::accel::params::HnswParams;
 use crate::accel::vectors::Arena;
+use crate::numeric::kernel::det_score;
 use prox_kernels::prefetch::{advise_huge_pages, prefetch_first, prefetch_index, prefetch_read};
 use prox_kernels::Metric;
 use rayon::prelude::*;

@@ -3,16 +3,16 @@
 //! Traversal ranks with the fast SIMD kernels (`kernel::fast_score`); the
 //! best candidates are then rescored with the canonical f64 math and ordered
 //! by `(score, key)`, so reported scores are exact and reproducible. A
-//! [`SearchContext`] owns every buffer a query needs (visited set, heaps,
+//! [`HnswSearchContext`] owns every buffer a query needs (visited set, heaps,
 //! candidate and id lists), so steady-state queries allocate nothing.
 
 use super::filter::{interval_count, resolve, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored, Visited};
-use crate::accel::kernel::fast_score;
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
 use crate::keys::Filter;
+use crate::numeric::kernel::fast_score;
 use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
 use std::cmp::Reverse;
@@ -20,7 +20,7 @@ use std::collections::BinaryHeap;
 
 /// A search result: node id in the graph (key order) and canonical score.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Hit {
+pub struct IdHit {
     /// Node id; the key is [`SearchGraph::key`].
     pub id: u32,
     /// Canonical score (spec 11.2), lower is better.
@@ -49,7 +49,7 @@ pub struct SearchStats {
 
 /// Reusable per-thread query state.
 #[derive(Debug, Default, Clone)]
-pub struct SearchContext {
+pub struct HnswSearchContext {
     l0: L0State,
     cands: Vec<Scored>,
     set_ids: Vec<u32>,
@@ -86,7 +86,7 @@ impl L0State {
     }
 }
 
-impl SearchContext {
+impl HnswSearchContext {
     /// A fresh context (buffers grow on first use and are then reused).
     pub fn new() -> Self {
         Self::default()
@@ -96,8 +96,8 @@ impl SearchContext {
 thread_local! {
     /// One reusable context per thread for [`SearchGraph::search_batch`]
     /// (its buffers stay sized for the largest graph searched on the thread).
-    static BATCH_CONTEXT: std::cell::RefCell<SearchContext> =
-        std::cell::RefCell::new(SearchContext::new());
+    static BATCH_CONTEXT: std::cell::RefCell<HnswSearchContext> =
+        std::cell::RefCell::new(HnswSearchContext::new());
 }
 
 /// Eligible sets at most this large (or at most 1/16 of the graph) are
@@ -109,24 +109,24 @@ impl SearchGraph {
     /// to `out` ascending by `(score, key)`.
     pub fn search(
         &self,
-        ctx: &mut SearchContext,
+        ctx: &mut HnswSearchContext,
         query: &[f32],
         opts: SearchOptions,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) -> Result<SearchStats> {
         self.search_filtered(ctx, query, opts, None, out)
     }
 
     /// Searches every query of `queries` (unfiltered) in parallel on the
     /// current rayon pool; `result[i]` answers `queries[i]`. Each pool
-    /// thread reuses one thread-local [`SearchContext`] across queries and
+    /// thread reuses one thread-local [`HnswSearchContext`] across queries and
     /// batches (no per-batch or per-split setup; no two threads share a
     /// buffer), and work is split in runs of at least 4 queries.
     pub fn search_batch<Q: AsRef<[f32]> + Sync>(
         &self,
         queries: &[Q],
         opts: SearchOptions,
-    ) -> Result<Vec<Vec<Hit>>> {
+    ) -> Result<Vec<Vec<IdHit>>> {
         use rayon::prelude::*;
         queries
             .par_iter()
@@ -147,11 +147,11 @@ impl SearchGraph {
     /// still yields too few, the eligible set is scanned.
     pub fn search_filtered(
         &self,
-        ctx: &mut SearchContext,
+        ctx: &mut HnswSearchContext,
         query: &[f32],
         opts: SearchOptions,
         filter: Option<&Filter>,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) -> Result<SearchStats> {
         check_vector(query, self.dims(), None)?;
         out.clear();
@@ -216,12 +216,12 @@ impl SearchGraph {
     /// canonical rerank.
     fn traverse<E: Fn(u32) -> bool>(
         &self,
-        ctx: &mut SearchContext,
+        ctx: &mut HnswSearchContext,
         q: &[f32],
         k: usize,
         ef: usize,
         eligible: &E,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) {
         let Some(entry) = self.entry else {
             return;
@@ -292,7 +292,7 @@ impl SearchGraph {
     /// search; leaves the eligible candidates in `ctx.cands`, ascending.
     fn walk<S, E, P>(
         &self,
-        ctx: &mut SearchContext,
+        ctx: &mut HnswSearchContext,
         entry: u32,
         ef: usize,
         score: &mut S,
@@ -378,11 +378,11 @@ impl SearchGraph {
     /// canonically.
     fn scan(
         &self,
-        ctx: &mut SearchContext,
+        ctx: &mut HnswSearchContext,
         q: &[f32],
         k: usize,
         resolved: Resolved,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) {
         let metric = self.metric;
         ctx.cands.clear();
@@ -417,10 +417,10 @@ impl SearchGraph {
 
     /// Rescores the first `depth` candidates canonically and keeps the best
     /// `k` by `(score, key)` (ids are in key order).
-    fn rerank(&self, q: &[f32], cands: &[Scored], k: usize, depth: usize, out: &mut Vec<Hit>) {
+    fn rerank(&self, q: &[f32], cands: &[Scored], k: usize, depth: usize, out: &mut Vec<IdHit>) {
         out.clear();
         let take = cands.len().min(depth.max(k));
-        out.extend(cands[..take].iter().map(|c| Hit {
+        out.extend(cands[..take].iter().map(|c| IdHit {
             id: c.id,
             score: canonical::score(self.metric, q, self.vectors.row(c.id as usize)),
         }));
@@ -610,7 +610,7 @@ mod tests {
             let mut found = 0usize;
             for graph in [&g, &sq] {
                 let batch = graph.search_batch(&queries, opts).unwrap();
-                let mut ctx = SearchContext::new();
+                let mut ctx = HnswSearchContext::new();
                 let mut out = Vec::new();
                 for (q, b) in queries.iter().zip(&batch) {
                     graph.search(&mut ctx, q, opts, &mut out).unwrap();

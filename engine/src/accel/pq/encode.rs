@@ -1,10 +1,10 @@
 //! Encoding vectors with trained codebooks (canonical nearest centroid per
 //! subspace, ties to the lowest index), and incremental growth.
 
-use super::train::nearest;
 use super::Pq;
 use crate::accel::vectors::check_vector;
 use crate::error::{Error, Result};
+use crate::numeric::pq::{nearest, quality};
 
 impl Pq {
     /// The code of a prepared vector: per subspace, the canonical nearest
@@ -100,8 +100,14 @@ impl Pq {
 
     /// Recomputes the quality statistics over the current records.
     fn refresh_quality(&mut self) {
-        let (mse, max_se) =
-            super::train::quality(&self.vectors, &self.layout, &self.books, &self.codes);
+        let vectors = &self.vectors;
+        let (mse, max_se) = quality(
+            vectors.len(),
+            &|i| vectors.row(i),
+            &self.layout,
+            &self.books,
+            &self.codes,
+        );
         self.mse = mse;
         self.max_se = max_se;
     }

@@ -36,14 +36,17 @@
 //!   filtered searches never under-fill.
 
 use prox_kernels::pq::coarse;
-use prox_kernels::pq::fastscan::{self, Lut, TableKind, BLOCK, CODES, MAX_SUBSPACES};
+use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES, MAX_SUBSPACES};
 use prox_kernels::{canonical, prefetch, sq8, Metric};
 use rayon::prelude::*;
 
 use super::Pq;
-use crate::accel::hnsw::Hit;
-use crate::accel::kernel::{det_l2sq, det_score};
+use crate::accel::hnsw::IdHit;
 use crate::accel::vectors::Arena;
+use crate::numeric::fastscan::query_lut;
+use crate::numeric::kernel::{det_l2sq, det_score};
+use crate::numeric::kmeans::{self, Empty};
+use crate::numeric::topk::{best_with_ties, rescored_cmp, shrink};
 
 /// Load-time parameters of the coarse partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,65 +130,26 @@ fn nearest(v: &[f32], centroids: &[f32], dims: usize) -> u32 {
     best.1
 }
 
-/// Seeded Lloyd k-means over `sample` rows of `vectors`; returns
-/// `nlist × dims` centroids.
+/// Seeded Lloyd k-means over `sample` rows of `vectors` (the first `nlist`
+/// seed the centroids; sums in ascending record order; empty lists split
+/// the largest one); returns `nlist × dims` centroids.
 fn kmeans(vectors: &Arena, sample: &[u32], nlist: usize, iterations: usize) -> Vec<f32> {
     let dims = vectors.dims();
     let mut centroids: Vec<f32> = sample[..nlist]
         .iter()
         .flat_map(|&i| vectors.row(i as usize).iter().copied())
         .collect();
-    // Train in ascending record order (the sums' order).
-    let mut rows = sample.to_vec();
+    let mut rows: Vec<usize> = sample.iter().map(|&i| i as usize).collect();
     rows.sort_unstable();
-    for _ in 0..iterations {
-        let assign: Vec<u32> = rows
-            .par_iter()
-            .map(|&i| nearest(vectors.row(i as usize), &centroids, dims))
-            .collect();
-        let mut sums = vec![0f64; nlist * dims];
-        let mut counts = vec![0usize; nlist];
-        for (&i, &a) in rows.iter().zip(&assign) {
-            let a = a as usize;
-            counts[a] += 1;
-            for (s, &x) in sums[a * dims..(a + 1) * dims]
-                .iter_mut()
-                .zip(vectors.row(i as usize))
-            {
-                *s += f64::from(x);
-            }
-        }
-        for l in 0..nlist {
-            if counts[l] > 0 {
-                let n = counts[l] as f64;
-                for (c, s) in centroids[l * dims..(l + 1) * dims]
-                    .iter_mut()
-                    .zip(&sums[l * dims..(l + 1) * dims])
-                {
-                    *c = (s / n) as f32;
-                }
-            }
-        }
-        // Empty lists split the largest one (first largest on ties): both
-        // move apart by a relative 1/1024 with alternating signs.
-        for l in 0..nlist {
-            if counts[l] > 0 {
-                continue;
-            }
-            let big = (0..nlist).fold(0, |b, j| if counts[j] > counts[b] { j } else { b });
-            if counts[big] < 2 {
-                break;
-            }
-            for d in 0..dims {
-                let x = centroids[big * dims + d];
-                let e = x / 1024.0 * if d % 2 == 0 { 1.0 } else { -1.0 };
-                centroids[l * dims + d] = x + e;
-                centroids[big * dims + d] = x - e;
-            }
-            counts[l] = counts[big] / 2;
-            counts[big] -= counts[l];
-        }
-    }
+    kmeans::lloyd(
+        &rows,
+        &|r| vectors.row(r),
+        &mut centroids,
+        dims,
+        iterations,
+        |v, c| nearest(v, c, dims),
+        Empty::SplitLargest,
+    );
     centroids
 }
 
@@ -407,80 +371,6 @@ pub(super) struct IvfQuery<'a> {
     pub(super) count: usize,
 }
 
-/// Orders `(sum, id)` candidates (ties to the lower id).
-#[inline]
-fn cand_cmp(a: &(u16, u32), b: &(u16, u32)) -> std::cmp::Ordering {
-    a.cmp(b)
-}
-
-fn rescored_cmp(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
-    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
-}
-
-/// The query's u8 fast-scan table for 4-bit codebooks `books_t`
-/// (`fastscan::transpose_books`, `k` centroids, `m` subspaces): the f32
-/// `m × 16` table into `table` (squared L2 partials for L2, negated dot
-/// partials for cosine and inner product; the same operations per entry on
-/// every ISA), quantised into `lut` (allocated once, then reused). `None`
-/// when the table has NaN partials (overflowing vectors).
-pub(crate) fn query_lut<'l>(
-    metric: Metric,
-    q: &[f32],
-    m: usize,
-    books_t: &[f32],
-    k: usize,
-    table: &mut Vec<f32>,
-    lut: &'l mut Option<Lut>,
-) -> Option<&'l Lut> {
-    let kind = match metric {
-        Metric::L2 => TableKind::L2,
-        Metric::Cosine | Metric::InnerProduct => TableKind::NegDot,
-    };
-    table.resize(CODES * m, 0.0);
-    fastscan::table(kind, q, m, books_t, k, table);
-    let ok = match lut.as_mut() {
-        Some(l) => l.requantize(m, table, 0.0).is_ok(),
-        None => match Lut::quantize(m, table, 0.0) {
-            Ok(l) => {
-                *lut = Some(l);
-                true
-            }
-            Err(_) => false,
-        },
-    };
-    lut.as_ref().filter(|_| ok)
-}
-
-/// Moves the best `k` of `rescored` by `(score, id)` to its front, followed
-/// by every other entry tied with the `k`-th score, and returns how many
-/// that is (all of them when there are at most `k`). Callers score those
-/// canonically: the canonical top `k` is among them whenever the f32
-/// ranking agrees with the canonical one up to ties.
-pub(crate) fn best_with_ties(rescored: &mut [(f32, u32)], k: usize) -> usize {
-    let mut keep = rescored.len();
-    if k > 0 && k < keep {
-        rescored.select_nth_unstable_by(k - 1, rescored_cmp);
-        let kth = rescored[k - 1].0;
-        keep = k;
-        for i in k..rescored.len() {
-            if rescored[i].0 == kth {
-                rescored.swap(keep, i);
-                keep += 1;
-            }
-        }
-    }
-    keep
-}
-
-/// Keeps the `depth` smallest candidates; returns the new admission bound.
-pub(crate) fn shrink(cands: &mut Vec<(u16, u32)>, depth: usize) -> u16 {
-    if cands.len() > depth {
-        cands.select_nth_unstable_by(depth - 1, cand_cmp);
-        cands.truncate(depth);
-    }
-    cands.iter().map(|c| c.0).max().unwrap_or(u16::MAX)
-}
-
 impl Pq {
     /// The IVF fast-scan search (see the module docs) into `out` (empty on
     /// entry). Returns `false`, with `out` untouched, only if the query
@@ -492,7 +382,7 @@ impl Pq {
         ctx: &mut IvfContext,
         q: &[f32],
         opts: &IvfQuery<'_>,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) -> bool {
         let (k, eligible) = (opts.k, &opts.eligible);
         let want = k.min(opts.count);
@@ -567,7 +457,7 @@ impl Pq {
             return true;
         }
         let keep = best_with_ties(&mut ctx.rescored, k);
-        out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| Hit {
+        out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| IdHit {
             id,
             score: canonical::score(self.metric, q, self.vectors.row(id as usize)),
         }));

@@ -7,21 +7,18 @@ mod encode;
 mod ivf;
 mod persist;
 mod search;
-mod train;
+mod traversal;
 
 pub use ivf::{FastScan, IvfParams};
-// Shared with the native adaptive search's load-time 4-bit codes
-// (`proximity::search::fast4`): one trainer, one query table, one pool.
-pub(crate) use ivf::{best_with_ties, query_lut, shrink};
 pub use persist::{load, PqSidecar};
 pub use search::{PqOptions, PqSearchContext};
-pub(crate) use train::train_rows;
 
 use std::sync::{Arc, OnceLock};
 
 use crate::accel::params::PqParams;
 use crate::accel::vectors::{check_records, Arena};
 use crate::error::Result;
+use crate::numeric::pq::{self as train, Shape};
 use prox_kernels::Metric;
 
 /// A trained product quantizer with the codes of every record and the full
@@ -70,7 +67,14 @@ impl Pq {
     ) -> Result<Pq> {
         check_records(records, dims)?;
         let vectors = Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice()));
-        let t = train::train(&vectors, params)?;
+        params.validate(dims)?;
+        let shape = Shape {
+            m: params.subquantizers as usize,
+            k: usize::from(params.centroids),
+            iterations: usize::from(params.iterations),
+            seed: params.seed,
+        };
+        let t = train::train(records.len(), dims, |i| vectors.row(i), &shape)?;
         let codebooks = kernel_codebooks(
             dims,
             params.subquantizers as usize,

@@ -1,13 +1,13 @@
 //! Persistence: `CRAB` code tree (key -> `subquantizers` code bytes, pinned
 //! sidecar tree config) then the `PQPQ` manifest (12.11 step 6).
 
-use super::train::layout;
 use super::Pq;
 use crate::accel::hnsw::{read_tree, sidecar_tree_config};
 use crate::accel::params::PqParams;
 use crate::accel::vectors::{check_records, Arena};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
+use crate::numeric::pq::layout;
 use crate::prolly;
 use crate::proximity::{Codebook, PqConfig, PqManifest};
 use crate::store::BlockStore;

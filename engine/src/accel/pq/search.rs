@@ -12,7 +12,7 @@
 
 use super::ivf::{Eligible, FastScan, IvfContext, IvfParams, IvfQuery};
 use super::Pq;
-use crate::accel::hnsw::{Hit, Scored};
+use crate::accel::hnsw::{IdHit, Scored};
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
 use crate::keys::Filter;
@@ -85,7 +85,7 @@ impl Pq {
         k: usize,
         rerank: Option<usize>,
         filter: Option<&Filter>,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) -> Result<()> {
         let opts = PqOptions {
             k,
@@ -104,7 +104,7 @@ impl Pq {
         query: &[f32],
         opts: &PqOptions,
         filter: Option<&Filter>,
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) -> Result<()> {
         check_vector(query, self.dims(), None)?;
         out.clear();
@@ -190,7 +190,7 @@ impl Pq {
         depth: usize,
         listed: bool,
         interval: (usize, usize),
-        out: &mut Vec<Hit>,
+        out: &mut Vec<IdHit>,
     ) {
         let table = AdcTable::for_metric(self.metric, query, &self.codebooks);
         let m = self.layout.len();
@@ -223,7 +223,7 @@ impl Pq {
                 lo = hi;
             }
         }
-        out.extend(heap.drain().map(|c| Hit {
+        out.extend(heap.drain().map(|c| IdHit {
             id: c.id,
             score: canonical::score(self.metric, query, self.vectors.row(c.id as usize)),
         }));

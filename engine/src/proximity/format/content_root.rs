@@ -4,6 +4,7 @@ use super::{check_key, read_key, MAGIC_CONTENT_ROOT};
 use crate::cid::Cid;
 use crate::codec::{put_blob, put_uv, Reader};
 use crate::error::{Error, Result};
+use crate::prolly::{self, Encoding};
 use std::collections::BTreeMap;
 
 const OBJ: &str = "CRMF";
@@ -12,6 +13,36 @@ const OBJ: &str = "CRMF";
 pub const CONTENT_ROOT_VERSION: u8 = 1;
 /// Maximum number of metadata pairs.
 pub const MAX_METADATA: u64 = 1_000_000;
+
+/// Custom encoding name of a typed-root `RootManifest` config.
+pub const TYPED_ROOT_ENCODING: &str = "typed-content-root-v1";
+/// `CRMF` metadata key naming the map's `HNSW` manifest (32-byte CID).
+pub const META_HNSW: &[u8] = b"prox.hnsw";
+/// `CRMF` metadata key naming the map's `PQPQ` manifest (32-byte CID).
+pub const META_PQ: &[u8] = b"prox.pq";
+
+/// True when `config` is the typed-root `RootManifest` config.
+pub fn is_typed_root_config(config: &prolly::Config) -> bool {
+    config.min_chunk_size == 1
+        && config.max_chunk_size == 1
+        && config.chunking_factor == 1
+        && config.hash_seed == 0
+        && config.encoding == Encoding::Custom(TYPED_ROOT_ENCODING.to_string())
+}
+
+/// The typed-root `RootManifest` config: min 1, max 1, factor 1, seed 0,
+/// custom `typed-content-root-v1`, cache limits `Some(0)`/`Some(0)`.
+pub fn typed_root_config() -> prolly::Config {
+    prolly::Config {
+        min_chunk_size: 1,
+        max_chunk_size: 1,
+        chunking_factor: 1,
+        hash_seed: 0,
+        encoding: Encoding::Custom(TYPED_ROOT_ENCODING.to_string()),
+        node_cache_max_nodes: Some(0),
+        node_cache_max_bytes: Some(0),
+    }
+}
 
 /// The kind of object a content root points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

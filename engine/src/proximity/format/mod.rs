@@ -23,7 +23,10 @@ mod vector;
 #[cfg(test)]
 mod tests;
 
-pub use content_root::{ContentRoot, RootKind, CONTENT_ROOT_VERSION, MAX_METADATA};
+pub use content_root::{
+    is_typed_root_config, typed_root_config, ContentRoot, RootKind, CONTENT_ROOT_VERSION,
+    MAX_METADATA, META_HNSW, META_PQ, TYPED_ROOT_ENCODING,
+};
 pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
 pub(crate) use node::{entry_len, header_len};

@@ -40,7 +40,7 @@ use std::sync::Arc;
 /// `group_page` is non-decreasing with `groups + 1` elements from 0 to
 /// `pages.len()`, and every page is a leafy node.
 #[derive(Debug)]
-pub(crate) struct Arena {
+pub(crate) struct ScanArena {
     /// The uniform scale `s > 0`.
     pub(crate) scale: f64,
     /// `n·dims` codes, record-major.
@@ -71,7 +71,7 @@ fn pages_of(node: &Arc<Node>, loader: &Loader<'_>, out: &mut Vec<Arc<Node>>) -> 
     Ok(())
 }
 
-impl Arena {
+impl ScanArena {
     /// Loads every leaf page (in parallel) and quantizes every record.
     /// Groups follow `cat` (the root alone when `cat` is empty).
     pub(crate) fn build(
@@ -79,7 +79,7 @@ impl Arena {
         cat: &Catalogue,
         loader: &Loader<'_>,
         dims: usize,
-    ) -> Result<Arena> {
+    ) -> Result<ScanArena> {
         let tops: Vec<Arc<Node>> = if cat.len() == 0 {
             vec![root.clone()]
         } else {
@@ -152,7 +152,7 @@ impl Arena {
             }
         });
         let err_max = err.iter().fold(0.0f64, |m, &x| m.max(x));
-        Ok(Arena {
+        Ok(ScanArena {
             scale,
             codes,
             norms,

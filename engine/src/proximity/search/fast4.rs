@@ -15,14 +15,12 @@
 //!   [`scan_subspaces`]: `⌊d / 4⌋` subspaces for wide vectors, where the
 //!   scan reads `m / 2` bytes per record from memory and is
 //!   bandwidth-bound, so halving `m` halves its cost while the coarser
-//!   codes cost almost no recall (debian-minilm, d = 384); below
-//!   [`WIDE_DIMS`] the records share the means' quantizer, because there
-//!   the coarser codes lost recall that a deeper pool only bought back at
-//!   a higher cost (synth-gmm-200k, d = 128; docs/performance.md,
-//!   session 8).
+//!   codes cost little recall; below [`WIDE_DIMS`] the records share the
+//!   means' quantizer, because there the coarser codes lose recall that a
+//!   deeper pool only buys back at a higher cost.
 //! * **Codebooks**: 16 centroids per subspace (subspace `s` covers the
 //!   components `⌊s·d/m⌋..⌊(s+1)·d/m⌋`), trained by the PQ accelerator's
-//!   canonical trainer (`accel::pq::train_rows`, proximity-format.md 12.11
+//!   canonical trainer (`numeric::pq::train_rows`, proximity-format.md 12.11
 //!   rules: seeded initial centroids, f64 Lloyd sums in record order,
 //!   canonical nearest centroid) on up to [`SAMPLE`] records taken at
 //!   evenly spaced positions of the list order, for [`ITERATIONS`] rounds.
@@ -40,9 +38,9 @@
 //! descriptor), computed with bit-exact kernels, so the codes are the same
 //! on every machine, ISA and thread count. Nothing is persisted.
 
-use super::arena::Arena;
+use super::arena::ScanArena;
 use super::lists::Lists;
-use crate::accel::PqParams;
+use crate::numeric::pq::{train_rows, Shape};
 use prox_kernels::pq::fastscan::{self, TableKind, CODES, MAX_SUBSPACES};
 use rayon::prelude::*;
 
@@ -50,7 +48,7 @@ use rayon::prelude::*;
 pub(crate) const SAMPLE: usize = 16_384;
 
 /// Lloyd rounds of the codebook training.
-pub(crate) const ITERATIONS: u16 = 10;
+pub(crate) const ITERATIONS: usize = 10;
 
 /// Fewest records for which the 4-bit pass is built (smaller maps scan
 /// their 8-bit codes: the pass would not pay for its training).
@@ -72,14 +70,13 @@ impl Book {
         m: usize,
         rows: impl ExactSizeIterator<Item = &'a [f32]>,
     ) -> Option<Book> {
-        let params = PqParams {
-            subquantizers: m as u32,
-            centroids: CODES as u16,
+        let shape = Shape {
+            m,
+            k: CODES,
             iterations: ITERATIONS,
-            rerank: 1,
             seed: 0,
         };
-        let books = crate::accel::pq::train_rows(dims, rows, &params).ok()?;
+        let books = train_rows(dims, rows, &shape).ok()?;
         let books_t = fastscan::transpose_books(dims, m, CODES, &books).ok()?;
         Some(Book { m, books_t })
     }
@@ -146,7 +143,7 @@ pub(crate) fn scan_subspaces(dims: usize) -> usize {
 impl Fast4 {
     /// Trains the codebooks and packs every list; `None` when the pass does
     /// not apply to this map (see [`rank_subspaces`] and [`MIN_RECORDS`]).
-    pub(crate) fn build(arena: &Arena, lists: &Lists, dims: usize) -> Option<Fast4> {
+    pub(crate) fn build(arena: &ScanArena, lists: &Lists, dims: usize) -> Option<Fast4> {
         let rank_m = rank_subspaces(dims)?;
         let n = lists.norms.len();
         if n < MIN_RECORDS {

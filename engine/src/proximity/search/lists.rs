@@ -12,7 +12,7 @@
 //! their centroids, and scans the nearest lists.
 //!
 //! * **Clustering** runs on the scan arena's uniform-scale codes, with
-//!   integer arithmetic only: squared code distances come from
+//!   integer arithmetic only (`numeric::kmeans::lloyd_codes`): squared code distances come from
 //!   [`prox_kernels::i8scan::dots`] (bit-exact on every ISA), ties go to the
 //!   lowest cluster index, centroids are the members' mean codes rounded
 //!   half away from zero, seeds are the records at evenly spaced positions
@@ -28,12 +28,13 @@
 //!
 //! Nothing here is persisted: CIDs and the exact search do not change.
 
-use super::arena::Arena;
+use super::arena::ScanArena;
+use crate::numeric::kmeans::{code_norm, lloyd_codes, mean_codes, CodeClusters};
 use rayon::prelude::*;
 
 /// Target records per list: a leaf of `m` records gets `round(m / 32)`
-/// clusters (at least one). 32 needed fewer code distances than 16 or 64
-/// for recall 0.95 on both benchmark datasets (docs/performance.md).
+/// clusters (at least one): finer lists rank more centroids per query,
+/// coarser ones scan more records per useful one.
 pub(crate) const LIST_TARGET: usize = 32;
 
 /// Most Lloyd iterations per leaf.
@@ -71,129 +72,33 @@ pub(crate) struct Lists {
     pub(crate) entry: Vec<u32>,
 }
 
-/// One leaf's clusters: centroid codes (list-major) and, per non-empty
-/// cluster, its members as record indexes of the leaf (ascending).
-struct LeafLists {
-    cent: Vec<i8>,
-    members: Vec<Vec<u32>>,
-}
-
-/// `round(num / den)`, halves away from zero, for `den > 0`.
-#[inline]
-fn round_div(num: i64, den: i64) -> i64 {
-    if num >= 0 {
-        (2 * num + den) / (2 * den)
-    } else {
-        -((-2 * num + den) / (2 * den))
-    }
-}
-
-fn code_norm(c: &[i8]) -> i64 {
-    c.iter().map(|&v| i64::from(v) * i64::from(v)).sum()
-}
-
 /// Integer k-means of the `m` records `codes` (norms `norms`) into
-/// `round(m / LIST_TARGET)` clusters.
-fn cluster_leaf(codes: &[i8], norms: &[i32], d: usize) -> LeafLists {
+/// `round(m / LIST_TARGET)` clusters (one cluster when that is at most one
+/// or the codes are empty).
+fn cluster_leaf(codes: &[i8], norms: &[i32], d: usize) -> CodeClusters {
     let m = norms.len();
     let c = ((m + LIST_TARGET / 2) / LIST_TARGET).clamp(1, m.max(1));
     if c <= 1 || d == 0 {
-        return LeafLists {
+        return CodeClusters {
             cent: mean_codes(codes, d, &[(0..m as u32).collect()]),
             members: vec![(0..m as u32).collect()],
         };
     }
-    let mut cent = Vec::with_capacity(c * d);
-    for j in 0..c {
-        let r = j * m / c;
-        cent.extend_from_slice(&codes[r * d..(r + 1) * d]);
-    }
-    let mut assign = vec![u32::MAX; m];
-    let mut best = vec![i64::MAX; m];
-    let mut dots = vec![0i32; m];
-    let mut members: Vec<Vec<u32>> = vec![Vec::new(); c];
-    for _ in 0..ITERS {
-        best.fill(i64::MAX);
-        let mut next = vec![0u32; m];
-        for j in 0..c {
-            let cj = &cent[j * d..(j + 1) * d];
-            let cn = code_norm(cj);
-            prox_kernels::i8scan::dots(cj, codes, &mut dots);
-            for i in 0..m {
-                let dist = i64::from(norms[i]) + cn - 2 * i64::from(dots[i]);
-                if dist < best[i] {
-                    best[i] = dist;
-                    next[i] = j as u32;
-                }
-            }
-        }
-        let changed = next != assign;
-        assign = next;
-        members.iter_mut().for_each(Vec::clear);
-        for (i, &j) in assign.iter().enumerate() {
-            members[j as usize].push(i as u32);
-        }
-        // Centroids follow the members (empty clusters keep theirs and are
-        // dropped below).
-        let means = mean_codes(codes, d, &members);
-        for (j, mem) in members.iter().enumerate() {
-            if !mem.is_empty() {
-                cent[j * d..(j + 1) * d].copy_from_slice(&means[j * d..(j + 1) * d]);
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    let mut out = LeafLists {
-        cent: Vec::new(),
-        members: Vec::new(),
-    };
-    for (j, mem) in members.into_iter().enumerate() {
-        if !mem.is_empty() {
-            out.cent.extend_from_slice(&cent[j * d..(j + 1) * d]);
-            out.members.push(mem);
-        }
-    }
-    out
-}
-
-/// The rounded mean code of each member list (zeros for an empty one).
-/// Means of codes in `−127..=127` stay in that range.
-fn mean_codes(codes: &[i8], d: usize, members: &[Vec<u32>]) -> Vec<i8> {
-    let mut out = vec![0i8; members.len() * d];
-    let mut sum = vec![0i64; d];
-    for (j, mem) in members.iter().enumerate() {
-        if mem.is_empty() {
-            continue;
-        }
-        sum.fill(0);
-        for &i in mem {
-            let i = i as usize;
-            for (s, &v) in sum.iter_mut().zip(&codes[i * d..(i + 1) * d]) {
-                *s += i64::from(v);
-            }
-        }
-        let n = mem.len() as i64;
-        for (o, &s) in out[j * d..(j + 1) * d].iter_mut().zip(&sum) {
-            *o = round_div(s, n).clamp(-127, 127) as i8;
-        }
-    }
-    out
+    lloyd_codes(codes, norms, d, c, ITERS)
 }
 
 impl Lists {
     /// Clusters every arena group (in parallel) and lays the lists out.
-    pub(crate) fn build(arena: &Arena, dims: usize) -> Lists {
+    pub(crate) fn build(arena: &ScanArena, dims: usize) -> Lists {
         let d = dims;
         let groups = arena.group_page.len().saturating_sub(1);
-        let leaves: Vec<LeafLists> = (0..groups)
+        let leaves: Vec<CodeClusters> = (0..groups)
             .into_par_iter()
             .map(|g| {
                 let a = arena.page_start[arena.group_page[g]];
                 let b = arena.page_start[arena.group_page[g + 1]];
                 if a == b {
-                    return LeafLists {
+                    return CodeClusters {
                         cent: Vec::new(),
                         members: Vec::new(),
                     };
@@ -279,16 +184,6 @@ impl Lists {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn round_div_halves_away_from_zero() {
-        assert_eq!(round_div(5, 2), 3);
-        assert_eq!(round_div(-5, 2), -3);
-        assert_eq!(round_div(4, 3), 1);
-        assert_eq!(round_div(-4, 3), -1);
-        assert_eq!(round_div(0, 7), 0);
-        assert_eq!(round_div(-254, 2), -127);
-    }
 
     /// Two well separated blobs (the halves of the leaf) inside one leaf end up in different lists,
     /// every record is in exactly one list, and centroids are member means.

@@ -53,14 +53,17 @@ mod rotated;
 
 pub use crate::keys::Filter;
 pub use engine::SearchContext;
-pub use rotated::ExactRotation;
+pub use rotated::ExactLayout;
+// The former name, only until engine/tests/search.rs moves to the new one.
+#[doc(hidden)]
+pub use rotated::ExactLayout as ExactRotation;
 
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::prolly::Tree;
 use crate::proximity::format::{Descriptor, Record};
 use crate::store::BlockStore;
-use arena::Arena;
+use arena::ScanArena;
 use catalogue::Catalogue;
 use fast4::Fast4;
 use frames::Frames;
@@ -86,9 +89,8 @@ impl Preset {
     /// `(rerank multiplier, lists scanned)`: the search scans the `probes`
     /// sub-lists (k-means clusters of about 32 records inside each logical
     /// leaf) whose centroids are nearest and rescores the best `rerank·k`
-    /// records canonically. Measured recall@10 (docs/performance.md):
-    /// synth-gmm-200k about 0.92, 0.97 and 0.99; debian-minilm (harder:
-    /// neighbours spread over more lists) about 0.84, 0.92 and 0.97.
+    /// records canonically. The recall each preset reaches on the benchmark
+    /// datasets is in docs/performance.md.
     pub(crate) fn params(self) -> (usize, usize) {
         match self {
             Preset::Fast => (4, 48),
@@ -101,9 +103,7 @@ impl Preset {
     /// at least 1 024 records and 2..=513 dimensions): `(candidates kept
     /// per hit, lists scanned)`. The 4-bit sums rank records less
     /// precisely than 8-bit codes, so the pool is deeper, but a list costs
-    /// far less, so more lists are scanned. Measured recall@10
-    /// (docs/performance.md): synth-gmm-200k about 0.94, 0.98 and 0.99+;
-    /// debian-minilm about 0.85, 0.94 and 0.98.
+    /// far less, so more lists are scanned.
     pub(crate) fn fast_params(self) -> (usize, usize) {
         match self {
             Preset::Fast => (10, 96),
@@ -272,7 +272,7 @@ pub struct Searcher<'s> {
     catalogue: OnceLock<Catalogue>,
     /// Every record's uniform-scale code in catalogue order, built on
     /// first use (adaptive and exact L2 search scan it).
-    arena: OnceLock<Arena>,
+    arena: OnceLock<ScanArena>,
     /// The adaptive search's sub-lists (k-means inside each logical leaf),
     /// built from the arena on first use.
     lists: OnceLock<Lists>,
@@ -280,7 +280,7 @@ pub struct Searcher<'s> {
     /// not applicable to this map), built from the lists on first use.
     fast4: OnceLock<Option<Fast4>>,
     /// When exact L2 uses the rotated split arena.
-    rotation: ExactRotation,
+    layout: ExactLayout,
     /// The rotated split arena (`None`: not used for this map), built on
     /// first exact L2 use.
     rotated: OnceLock<Option<Rotated>>,
@@ -336,20 +336,27 @@ impl<'s> Searcher<'s> {
             arena: OnceLock::new(),
             lists: OnceLock::new(),
             fast4: OnceLock::new(),
-            rotation: ExactRotation::default(),
+            layout: ExactLayout::default(),
             rotated: OnceLock::new(),
             frames: OnceLock::new(),
         })
     }
 
     /// The same searcher with another exact-L2 layout (default
-    /// [`ExactRotation::Off`]). Results are identical either way; only
+    /// [`ExactLayout::Off`]). Results are identical either way; only
     /// the work differs.
-    pub fn exact_rotation(mut self, rotation: ExactRotation) -> Searcher<'s> {
-        self.rotation = rotation;
+    pub fn exact_layout(mut self, layout: ExactLayout) -> Searcher<'s> {
+        self.layout = layout;
         self.rotated = OnceLock::new();
         self.frames = OnceLock::new();
         self
+    }
+
+    /// The former name of [`Searcher::exact_layout`], only until
+    /// engine/tests/search.rs moves to the new one.
+    #[doc(hidden)]
+    pub fn exact_rotation(self, layout: ExactLayout) -> Searcher<'s> {
+        self.exact_layout(layout)
     }
 
     /// The local frames when the policy uses them for this map (L2 only),
@@ -359,7 +366,7 @@ impl<'s> Searcher<'s> {
             return Ok(f.as_ref());
         }
         let arena = self.arena()?;
-        let f = match self.rotation.local(self.dims()) {
+        let f = match self.layout.local(self.dims()) {
             Some(m) if self.metric() == Metric::L2 => Frames::build(arena, self.dims(), m),
             _ => None,
         };
@@ -380,7 +387,7 @@ impl<'s> Searcher<'s> {
             return Ok(r.as_ref());
         }
         let arena = self.arena()?;
-        let r = match self.rotation.split(self.dims()) {
+        let r = match self.layout.split(self.dims()) {
             Some(m) if self.metric() == Metric::L2 => Rotated::build(arena, self.dims(), m),
             _ => None,
         };
@@ -407,11 +414,11 @@ impl<'s> Searcher<'s> {
 
     /// The scan arena, built (loading every leaf page, in parallel) on
     /// first use. A racing duplicate build is discarded.
-    fn arena(&self) -> Result<&Arena> {
+    fn arena(&self) -> Result<&ScanArena> {
         if let Some(a) = self.arena.get() {
             return Ok(a);
         }
-        let a = Arena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
+        let a = ScanArena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
         let _ = self.arena.set(a);
         Ok(self.arena.get().expect("OnceLock was just set"))
     }
@@ -461,7 +468,7 @@ impl<'s> Searcher<'s> {
     /// record and the `8·d²`-byte rotation, or with local frames `m + 48`
     /// bytes per record and `4·d·(m + 1)` bytes per frame.
     pub fn arena_bytes(&self) -> usize {
-        self.arena.get().map_or(0, Arena::heap_bytes)
+        self.arena.get().map_or(0, ScanArena::heap_bytes)
             + self
                 .rotated
                 .get()
@@ -496,8 +503,8 @@ impl<'s> Searcher<'s> {
 
     /// Loads every node of the hierarchy into the cache (in parallel) and
     /// builds the leaf catalogue, the scan arena and the adaptive
-    /// sub-lists (and, for L2 maps with an [`ExactRotation::Split`] or
-    /// [`ExactRotation::Local`] layout, the rotated split arena or the local
+    /// sub-lists (and, for L2 maps with an [`ExactLayout::Split`] or
+    /// [`ExactLayout::Local`] layout, the rotated split arena or the local
     /// frames), so later searches do no I/O,
     /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {

@@ -33,7 +33,7 @@
 //! order (Rust never contracts or reassociates them), so the arena is the
 //! same on every machine, ISA and thread count, like the plain arena.
 
-use super::arena::{l2_prune_limit, limit_int, Arena};
+use super::arena::{l2_prune_limit, limit_int, ScanArena};
 use super::quant::{down, quantize_uniform, up, EPS};
 use rayon::prelude::*;
 
@@ -45,14 +45,15 @@ const CHUNKS: usize = 64;
 /// Cyclic Jacobi sweeps at most.
 const SWEEPS: usize = 40;
 
-/// Whether exact L2 search uses the rotated split arena.
+/// The layout exact L2 search screens (the CLI's `--exact-layout`:
+/// `off`, `splitM`, `localM`): the plain arena, the rotated split arena or
+/// local frames.
 ///
-/// Off by default: with the fused screen it is 1.1-1.4x the plain arena on
-/// synth-gmm-1m, but 0.64x (`m = 64`) to about 1x (`m = 96`) on
-/// synth-gmm-200k, where leaves prune, and `warm()` costs 2-3x more
-/// (docs/performance.md, "Session 5: a fused screen kernel").
+/// Off by default: the rotated and local layouts pay off only where
+/// covering balls prune little (distances that concentrate), and they
+/// make `warm()` several times slower; docs/performance.md compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ExactRotation {
+pub enum ExactLayout {
     /// Exact L2 screens the plain arena's codes.
     #[default]
     Off,
@@ -61,23 +62,19 @@ pub enum ExactRotation {
     /// `prox_kernels::i8scan::SCREEN_MAX_DIMS`), then the rest for
     /// survivors.
     Split(usize),
-    /// Local frames (`frames.rs`): records clustered into frames of about
+    /// Local frames (`frames/`): records clustered into frames of about
     /// a thousand, each screened by `m` coordinates on its frame's own
     /// principal axes plus its out-of-basis length (clamped like `Split`),
     /// the first 32 of them for every record and the rest for the first
-    /// stage's survivors. On synth-gmm-1m `m = 64` ran 5.3x and 5.8x
-    /// brute force (medians) against 2.3x for the plain arena, with a
-    /// `warm()` of 17-22 s against 7 s; on synth-gmm-200k, where leaves
-    /// prune, 1.8-2.0x against the plain arena's 2.5-3.4x
-    /// (docs/performance.md, "Session 7: exact L2 in two stages").
+    /// stage's survivors.
     Local(usize),
 }
 
-impl std::str::FromStr for ExactRotation {
+impl std::str::FromStr for ExactLayout {
     type Err = String;
 
     /// `off`, `splitM` (or `M`) or `localM`, e.g. `local64`.
-    fn from_str(s: &str) -> Result<ExactRotation, String> {
+    fn from_str(s: &str) -> Result<ExactLayout, String> {
         let width = |t: &str| {
             t.parse::<usize>()
                 .ok()
@@ -85,21 +82,21 @@ impl std::str::FromStr for ExactRotation {
                 .ok_or_else(|| format!("{s:?}: want off, localM or splitM with M >= 1"))
         };
         match s {
-            "off" => Ok(ExactRotation::Off),
-            _ if s.starts_with("local") => width(&s[5..]).map(ExactRotation::Local),
-            _ if s.starts_with("split") => width(&s[5..]).map(ExactRotation::Split),
-            _ => width(s).map(ExactRotation::Split),
+            "off" => Ok(ExactLayout::Off),
+            _ if s.starts_with("local") => width(&s[5..]).map(ExactLayout::Local),
+            _ if s.starts_with("split") => width(&s[5..]).map(ExactLayout::Split),
+            _ => width(s).map(ExactLayout::Split),
         }
     }
 }
 
-impl ExactRotation {
+impl ExactLayout {
     /// The screen width for a map in `dims` dimensions, or `None` when the
     /// plain arena is used.
     pub(crate) fn split(self, dims: usize) -> Option<usize> {
         match self {
-            ExactRotation::Off | ExactRotation::Local(_) => None,
-            ExactRotation::Split(m) => Some(
+            ExactLayout::Off | ExactLayout::Local(_) => None,
+            ExactLayout::Split(m) => Some(
                 m.clamp(1, dims.max(1))
                     .min(prox_kernels::i8scan::SCREEN_MAX_DIMS),
             ),
@@ -107,12 +104,12 @@ impl ExactRotation {
     }
 }
 
-impl ExactRotation {
+impl ExactLayout {
     /// The local-frame width for a map in `dims` dimensions, or `None`
     /// when local frames are not used.
     pub(crate) fn local(self, dims: usize) -> Option<usize> {
         match self {
-            ExactRotation::Local(m) => Some(
+            ExactLayout::Local(m) => Some(
                 m.clamp(1, dims.max(1))
                     .min(prox_kernels::i8scan::SCREEN_MAX_DIMS),
             ),
@@ -284,7 +281,7 @@ impl Rotated {
     /// Builds the rotation from a deterministic sample of the arena's
     /// records and codes every record. `None` when the rotation is not
     /// finite (cannot happen for finite f32 data, kept as a guard).
-    pub(crate) fn build(arena: &Arena, dims: usize, m: usize) -> Option<Rotated> {
+    pub(crate) fn build(arena: &ScanArena, dims: usize, m: usize) -> Option<Rotated> {
         let d = dims;
         let m = m.clamp(1, d.max(1));
         let n = *arena.page_start.last().unwrap_or(&0);
@@ -626,15 +623,15 @@ mod tests {
 
     #[test]
     fn split_policy() {
-        assert_eq!(ExactRotation::default().split(128), None);
-        assert_eq!("off".parse(), Ok(ExactRotation::Off));
-        assert_eq!("local64".parse(), Ok(ExactRotation::Local(64)));
-        assert_eq!("split96".parse(), Ok(ExactRotation::Split(96)));
-        assert_eq!("96".parse(), Ok(ExactRotation::Split(96)));
+        assert_eq!(ExactLayout::default().split(128), None);
+        assert_eq!("off".parse(), Ok(ExactLayout::Off));
+        assert_eq!("local64".parse(), Ok(ExactLayout::Local(64)));
+        assert_eq!("split96".parse(), Ok(ExactLayout::Split(96)));
+        assert_eq!("96".parse(), Ok(ExactLayout::Split(96)));
         for bad in ["", "local", "local0", "localx", "on", "-3"] {
-            assert!(bad.parse::<ExactRotation>().is_err(), "{bad}");
+            assert!(bad.parse::<ExactLayout>().is_err(), "{bad}");
         }
-        assert_eq!(ExactRotation::Split(500).split(3), Some(3));
-        assert_eq!(ExactRotation::Split(0).split(3), Some(1));
+        assert_eq!(ExactLayout::Split(500).split(3), Some(3));
+        assert_eq!(ExactLayout::Split(0).split(3), Some(1));
     }
 }

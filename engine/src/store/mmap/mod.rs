@@ -64,12 +64,23 @@
 //! leaves every live block in at least one complete segment (duplicates are
 //! harmless and disappear at the next collection).
 
+mod compact;
+pub mod faults;
 pub mod format;
+mod io;
 mod roots;
+mod scan;
 mod segment;
+mod writer;
 
-use self::format::{Item, BLOCK_HEADER_LEN, BLOCK_OVERHEAD, SEGMENT_HEADER_LEN};
+pub use self::roots::{RootsReport, SlotState};
+
+use self::faults::Faults;
+use self::format::{BLOCK_HEADER_LEN, BLOCK_OVERHEAD, SEGMENT_HEADER_LEN};
+use self::io::Io;
+use self::scan::{damaged, list_segments};
 use self::segment::{BlockRef, Segment};
+use self::writer::{Active, Writer};
 use super::{validate_root_name, BlockStore, RetainStats, Verified};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -78,7 +89,6 @@ use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -94,6 +104,9 @@ pub struct MmapOptions {
     pub segment_bytes: u64,
     /// Hash every block on every read instead of once per open store.
     pub verify_every_read: bool,
+    /// Routes every file operation that changes the disk through this
+    /// injector (tests only; see [`faults`]).
+    pub faults: Option<Faults>,
 }
 
 impl Default for MmapOptions {
@@ -101,6 +114,7 @@ impl Default for MmapOptions {
         MmapOptions {
             segment_bytes: 256 << 20,
             verify_every_read: false,
+            faults: None,
         }
     }
 }
@@ -116,6 +130,8 @@ pub struct MmapStats {
     pub block_bytes: u64,
     /// Blocks known to be damaged.
     pub damaged: u64,
+    /// Damaged byte ranges found at open (see [`DamagedRange`]).
+    pub damaged_ranges: u64,
     /// Bytes of all segment files (framing, dead and damaged records
     /// included).
     pub file_bytes: u64,
@@ -183,41 +199,24 @@ type Index = HashMap<Cid, Loc, BuildHasherDefault<CidHasher>>;
 struct State {
     index: Index,
     segments: BTreeMap<u32, Arc<Segment>>,
+    /// Damaged byte ranges found by the open scan, per segment id.
+    garbage: BTreeMap<u32, Vec<(u64, u64)>>,
 }
 
-/// A live record to copy during compaction: (cid, segment, record offset,
-/// payload length, verification state).
-type KeepEntry = (Cid, u32, u64, u32, u8);
-
-/// Largest run of records written with one `pwrite`.
-const MAX_BATCH_BYTES: usize = 4 << 20;
-
-/// Records of one `put_many` on their way to the active segment.
-#[derive(Debug, Default)]
-struct Batch {
-    /// Encoded records not yet written.
-    buf: Vec<u8>,
-    /// (cid, offset in `buf`, payload length) of the records in `buf`.
-    pending: Vec<(Cid, u64, u32)>,
-    /// (cid, segment, record offset, payload length) of written records.
-    placed: Vec<(Cid, u32, u64, u32)>,
-}
-
-/// The segment being appended to.
-#[derive(Debug)]
-struct Active {
-    seg: Arc<Segment>,
-    file: File,
-    len: u64,
-}
-
-#[derive(Debug, Default)]
-struct Writer {
-    /// Invariant: when set, the active segment has the highest id.
-    active: Option<Active>,
-    next_id: u32,
-    /// Records were appended to the active segment since its last fsync.
-    dirty: bool,
+/// A byte range of a segment file that holds no readable record, found by
+/// the scan at open: a damaged segment header, a record whose header is
+/// damaged (its block reads as absent), or bytes the scan skipped to
+/// resynchronise. Such a range may hide a block some root needs, which is
+/// why garbage collection refuses to run while a reachable block is
+/// missing. The range disappears when compaction rewrites its segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedRange {
+    /// The segment file.
+    pub segment: PathBuf,
+    /// First damaged byte (file offset).
+    pub start: u64,
+    /// One past the last damaged byte.
+    pub end: u64,
 }
 
 /// The memory-mapped block store. See the [module docs](self).
@@ -230,7 +229,20 @@ pub struct MmapStore {
     _lock: Option<File>,
     state: RwLock<State>,
     writer: Mutex<Writer>,
-    roots: Mutex<roots::Roots>,
+    roots: Mutex<RootsState>,
+    /// How the roots were found at open.
+    roots_report: RootsReport,
+    io: Io,
+    /// Set by the first failed write or fsync: the store then refuses every
+    /// write until it is reopened (what reached the disk is unknown).
+    poison: Mutex<Option<String>>,
+}
+
+/// The named roots in memory and the generation they were stored as.
+#[derive(Debug, Clone, Default)]
+struct RootsState {
+    roots: roots::Roots,
+    generation: u64,
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -245,131 +257,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Fsyncs a directory so renames, creations and unlinks in it are durable.
-pub(super) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
 fn segment_path(dir: &Path, id: u32) -> PathBuf {
     dir.join(format!("{id:08x}.{SEGMENT_EXT}"))
-}
-
-fn list_segments(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(stem) = name.strip_suffix(".seg") else {
-            continue;
-        };
-        if stem.len() != 8 {
-            continue;
-        }
-        if let Ok(id) = u32::from_str_radix(stem, 16) {
-            out.push((id, entry.path()));
-        }
-    }
-    out.sort_unstable_by_key(|(id, _)| *id);
-    Ok(out)
-}
-
-/// A scanned segment: the mapping and the items found in it (offsets
-/// relative to the file start).
-struct Loaded {
-    seg: Arc<Segment>,
-    items: Vec<Item>,
-    /// Writable handle, for the newest segment of a writer.
-    file: Option<File>,
-}
-
-fn damaged(path: &Path, reason: impl Into<String>) -> Error {
-    Error::StoreDamaged {
-        path: path.to_path_buf(),
-        reason: reason.into(),
-    }
-}
-
-/// Maps and scans one segment. `recover` (writer, newest segment): truncate
-/// a torn tail and keep a writable handle.
-fn load_segment(id: u32, path: &Path, opts: &MmapOptions, recover: bool) -> Result<Loaded> {
-    let file = OpenOptions::new().read(true).write(recover).open(path)?;
-    let file_len = file.metadata()?.len();
-    // Only the newest segment of a writer may grow: map it at full size,
-    // the others exactly.
-    let cap = if recover {
-        opts.segment_bytes.max(file_len)
-    } else {
-        file_len
-    };
-    let seg = Segment::map(&file, id, path, cap, file_len)?;
-    let whole = seg
-        .bytes(0, file_len)
-        .ok_or_else(|| damaged(path, "segment larger than the address space"))?;
-    let header_ok = format::parse_segment_header(whole) == Some(u64::from(id));
-    let body = whole.get(SEGMENT_HEADER_LEN..).unwrap_or(&[]);
-    let scan = format::scan(body);
-    let shift = |i: Item| match i {
-        Item::Block {
-            cid,
-            offset,
-            len,
-            intact,
-        } => Item::Block {
-            cid,
-            offset: offset + SEGMENT_HEADER_LEN,
-            len,
-            intact,
-        },
-        Item::Commit { offset } => Item::Commit {
-            offset: offset + SEGMENT_HEADER_LEN,
-        },
-        Item::Garbage { start, end } => Item::Garbage {
-            start: start + SEGMENT_HEADER_LEN,
-            end: end + SEGMENT_HEADER_LEN,
-        },
-    };
-    let items: Vec<Item> = scan.items.into_iter().map(shift).collect();
-    if !header_ok {
-        if recover && items.is_empty() {
-            // A segment created just before a crash: start it afresh.
-            drop(seg);
-            file.set_len(0)?;
-            file.write_all_at(&format::segment_header(u64::from(id)), 0)?;
-            file.sync_all()?;
-            let seg = Segment::map(&file, id, path, cap, SEGMENT_HEADER_LEN as u64)?;
-            return Ok(Loaded {
-                seg: Arc::new(seg),
-                items,
-                file: Some(file),
-            });
-        }
-        tracing::warn!(path = %path.display(), "segment header is damaged; scanning records anyway");
-    }
-    let end = (SEGMENT_HEADER_LEN + scan.end) as u64;
-    if recover && header_ok && end < file_len {
-        tracing::info!(
-            path = %path.display(),
-            torn_bytes = file_len - end,
-            "truncating torn tail"
-        );
-        // Recovery happens before anything else maps this file.
-        drop(seg);
-        file.set_len(end)?;
-        file.sync_all()?;
-        let seg = Segment::map(&file, id, path, cap, end)?;
-        return Ok(Loaded {
-            seg: Arc::new(seg),
-            items,
-            file: Some(file),
-        });
-    }
-    Ok(Loaded {
-        seg: Arc::new(seg),
-        items,
-        file: recover.then_some(file),
-    })
 }
 
 impl MmapStore {
@@ -390,7 +279,8 @@ impl MmapStore {
                 SEGMENT_HEADER_LEN + BLOCK_OVERHEAD
             )));
         }
-        fs::create_dir_all(&dir)?;
+        let io = Io::new(opts.faults.clone());
+        create_store_dir(&io, &dir)?;
         let lock_file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -402,14 +292,10 @@ impl MmapStore {
             Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir }),
             Err(fs::TryLockError::Error(e)) => return Err(e.into()),
         }
-        match fs::remove_file(dir.join(roots::ROOTS_TMP)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e.into()),
-        }
+        io.remove(&dir.join(roots::ROOTS_TMP))?;
         let roots = roots::load(&dir)?;
         let segs = list_segments(&dir)?;
-        let (state, last) = Self::load(&segs, &opts, true)?;
+        let (state, last) = scan::load(&io, &segs, &opts, true)?;
         let mut writer = Writer {
             next_id: segs.last().map_or(Ok(0), |(id, _)| {
                 id.checked_add(1)
@@ -429,7 +315,10 @@ impl MmapStore {
                 }
             }
         }
-        sync_dir(&dir)?;
+        if let Some(a) = &writer.active {
+            writer.synced_len = a.len;
+        }
+        io.sync_dir(&dir)?;
         Ok(MmapStore {
             dir,
             opts,
@@ -437,7 +326,13 @@ impl MmapStore {
             _lock: Some(lock_file),
             state: RwLock::new(state),
             writer: Mutex::new(writer),
-            roots: Mutex::new(roots),
+            roots: Mutex::new(RootsState {
+                roots: roots.roots,
+                generation: roots.report.generation,
+            }),
+            roots_report: roots.report,
+            io,
+            poison: Mutex::new(None),
         })
     }
 
@@ -462,7 +357,7 @@ impl MmapStore {
             attempt += 1;
             let roots = roots::load(&dir)?;
             let segs = list_segments(&dir)?;
-            match Self::load(&segs, &opts, false) {
+            match scan::load(&Io::default(), &segs, &opts, false) {
                 Ok((state, _)) => break (state, roots),
                 Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && attempt < 5 => {}
                 Err(e) => return Err(e),
@@ -475,53 +370,14 @@ impl MmapStore {
             _lock: None,
             state: RwLock::new(state),
             writer: Mutex::new(Writer::default()),
-            roots: Mutex::new(roots),
+            roots: Mutex::new(RootsState {
+                roots: roots.roots,
+                generation: roots.report.generation,
+            }),
+            roots_report: roots.report,
+            io: Io::default(),
+            poison: Mutex::new(None),
         })
-    }
-
-    /// Scans all segments and builds the index. With `recover`, the newest
-    /// segment is repaired and returned with its writable handle.
-    fn load(
-        segs: &[(u32, PathBuf)],
-        opts: &MmapOptions,
-        recover: bool,
-    ) -> Result<(State, Option<Loaded>)> {
-        let (newest, older) = match segs.split_last() {
-            Some((n, o)) if recover => (Some(n), o),
-            _ => (None, segs),
-        };
-        let mut loaded: Vec<Loaded> = older
-            .par_iter()
-            .map(|(id, path)| load_segment(*id, path, opts, false))
-            .collect::<Result<_>>()?;
-        if let Some((id, path)) = newest {
-            loaded.push(load_segment(*id, path, opts, true)?);
-        }
-        let mut state = State::default();
-        for l in &loaded {
-            for item in &l.items {
-                let Item::Block {
-                    cid,
-                    offset,
-                    len,
-                    intact,
-                } = *item
-                else {
-                    continue;
-                };
-                let st = if intact { UNVERIFIED } else { DAMAGED };
-                let loc = Loc::new(l.seg.id, offset as u64, len as u32, st);
-                match state.index.get(&cid) {
-                    Some(old) if !old.damaged() || !intact => {}
-                    _ => {
-                        state.index.insert(cid, loc);
-                    }
-                }
-            }
-            state.segments.insert(l.seg.id, l.seg.clone());
-        }
-        let last = if newest.is_some() { loaded.pop() } else { None };
-        Ok((state, last))
     }
 
     /// The store directory.
@@ -540,6 +396,7 @@ impl MmapStore {
         let mut s = MmapStats {
             segments: st.segments.len() as u64,
             file_bytes: st.segments.values().map(|s| s.written()).sum(),
+            damaged_ranges: st.garbage.values().map(|v| v.len() as u64).sum(),
             ..MmapStats::default()
         };
         for loc in st.index.values() {
@@ -565,6 +422,26 @@ impl MmapStore {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Damaged byte ranges found by the scan at open, in segment order
+    /// (see [`DamagedRange`]); empty for a healthy store. Together with
+    /// [`damaged`](Self::damaged) this is everything the store knows to be
+    /// unreadable.
+    pub fn damaged_ranges(&self) -> Vec<DamagedRange> {
+        let st = read(&self.state);
+        let mut out = Vec::new();
+        for (id, ranges) in &st.garbage {
+            let Some(seg) = st.segments.get(id) else {
+                continue;
+            };
+            out.extend(ranges.iter().map(|&(start, end)| DamagedRange {
+                segment: seg.path.clone(),
+                start,
+                end,
+            }));
+        }
+        out
     }
 
     /// Reads and verifies every block, returning the CIDs that fail (they
@@ -617,6 +494,60 @@ impl MmapStore {
                 path: self.dir.clone(),
             });
         }
+        if let Some(reason) = lock(&self.poison).clone() {
+            return Err(Error::Poisoned {
+                path: self.dir.clone(),
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a failed write or fsync: from now on every write fails with
+    /// [`Error::Poisoned`] until the store is reopened (the PostgreSQL and
+    /// SQLite rule: after a failed fsync the kernel may have dropped the
+    /// dirty pages, so retrying cannot make them durable). Other errors
+    /// pass through unchanged.
+    fn poison_on_io(&self, e: Error) -> Error {
+        if let Error::Io(io) = &e {
+            let mut p = lock(&self.poison);
+            if p.is_none() {
+                tracing::error!(dir = %self.dir.display(), error = %io, "store write failed; refusing writes until reopened");
+                *p = Some(io.to_string());
+            }
+        }
+        e
+    }
+
+    /// The files of a store directory that hold its named roots (the two
+    /// slots and the legacy single file); watching their metadata tells
+    /// when a root changed.
+    pub fn roots_paths(dir: &Path) -> [PathBuf; 3] {
+        [
+            dir.join(roots::SLOT_FILES[0]),
+            dir.join(roots::SLOT_FILES[1]),
+            dir.join(roots::LEGACY_FILE),
+        ]
+    }
+
+    /// How the named roots were loaded at open: each roots file's state and
+    /// whether a damaged copy made the store fall back to the previous
+    /// commit.
+    pub fn roots_report(&self) -> &RootsReport {
+        &self.roots_report
+    }
+
+    /// Writes the current named roots into both slots (two new
+    /// generations), replacing a damaged copy. The report of what was found
+    /// at open stays available from [`roots_report`](Self::roots_report).
+    pub fn rewrite_roots(&self) -> Result<()> {
+        self.check_writable()?;
+        let mut cur = lock(&self.roots);
+        for _ in 0..2 {
+            let g = cur.generation + 1;
+            roots::store(&self.io, &self.dir, &cur.roots, g).map_err(|e| self.poison_on_io(e))?;
+            cur.generation = g;
+        }
         Ok(())
     }
 
@@ -667,284 +598,20 @@ impl MmapStore {
         Ok(Some(bytes))
     }
 
-    /// Creates segment `w.next_id` with room for at least `need` bytes.
-    fn new_segment(&self, w: &mut Writer, need: u64) -> Result<()> {
-        let id = w.next_id;
-        w.next_id = id
-            .checked_add(1)
-            .ok_or_else(|| damaged(&self.dir, "segment ids exhausted"))?;
-        let path = segment_path(&self.dir, id);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        file.write_all_at(&format::segment_header(u64::from(id)), 0)?;
-        file.sync_all()?;
-        sync_dir(&self.dir)?;
-        let len = SEGMENT_HEADER_LEN as u64;
-        let cap = self.opts.segment_bytes.max(len + need);
-        let seg = Arc::new(Segment::map(&file, id, &path, cap, len)?);
-        write(&self.state).segments.insert(id, seg.clone());
-        w.active = Some(Active { seg, file, len });
-        Ok(())
-    }
-
-    /// Appends a commit marker to the active segment and fsyncs it, if
-    /// anything was appended since the last sync.
-    fn sync_active(&self, w: &mut Writer) -> Result<()> {
-        if !w.dirty {
-            return Ok(());
-        }
-        if let Some(a) = w.active.as_mut() {
-            let mut marker = Vec::with_capacity(format::COMMIT_LEN);
-            format::encode_commit(&mut marker);
-            // The marker may run past the mapping's capacity: it is never
-            // read through this mapping, only by the scan of a later open.
-            a.file.write_all_at(&marker, a.len)?;
-            a.len += marker.len() as u64;
-            a.file.sync_data()?;
-        }
-        w.dirty = false;
-        Ok(())
-    }
-
-    /// Writes `buf` (whole records) at the end of the active segment,
-    /// rolling over first if it does not fit. Returns (segment, offset).
-    fn append(&self, w: &mut Writer, buf: &[u8]) -> Result<(u32, u64)> {
-        let need = buf.len() as u64;
-        // Records must lie inside the mapping; commit markers may run past
-        // it (they are only read by the scan at open, through a new mapping).
-        let fits = w
-            .active
-            .as_ref()
-            .is_some_and(|a| a.len + need <= a.seg.capacity());
-        if !fits {
-            self.sync_active(w)?;
-            w.active = None;
-            self.new_segment(w, need)?;
-        }
-        let a = w
-            .active
-            .as_mut()
-            .ok_or_else(|| damaged(&self.dir, "no active segment"))?;
-        let off = a.len;
-        a.file.write_all_at(buf, off)?;
-        a.len += need;
-        a.seg.set_written(a.len);
-        w.dirty = true;
-        Ok((a.seg.id, off))
-    }
-
-    fn write_blocks(&self, blocks: &[(Cid, &[u8])]) -> Result<()> {
-        self.check_writable()?;
-        for (cid, data) in blocks {
-            if data.len() > format::MAX_BLOCK_LEN {
-                return Err(Error::InvalidArgument(format!(
-                    "block {cid} is {} bytes, above the {} byte limit",
-                    data.len(),
-                    format::MAX_BLOCK_LEN
-                )));
-            }
-        }
-        let mut w = lock(&self.writer);
-        // Decide what to write under the writer lock: no other writer can
-        // add these CIDs meanwhile.
-        let mut todo: Vec<(Cid, &[u8])> = Vec::new();
-        {
-            let st = read(&self.state);
-            let mut seen: HashSet<Cid, BuildHasherDefault<CidHasher>> = HashSet::default();
-            for (cid, data) in blocks {
-                let present = st.index.get(cid).is_some_and(|l| !l.damaged());
-                if !present && seen.insert(*cid) {
-                    todo.push((*cid, data));
-                }
-            }
-        }
-        let mut batch = Batch::default();
-        let result = self.write_batch(&mut w, &todo, &mut batch);
-        // Publish every record that reached the file, even after an error.
-        let mut st = write(&self.state);
-        for (cid, seg, off, len) in batch.placed {
-            st.index.insert(cid, Loc::new(seg, off, len, VERIFIED));
-        }
-        result
-    }
-
-    /// Encodes `todo` into batches of whole records and appends them,
-    /// starting a new batch where the active segment would overflow.
-    fn write_batch(&self, w: &mut Writer, todo: &[(Cid, &[u8])], b: &mut Batch) -> Result<()> {
-        for (cid, data) in todo {
-            let rec = (BLOCK_OVERHEAD + data.len()) as u64;
-            let room = w
-                .active
-                .as_ref()
-                .map_or(self.opts.segment_bytes - SEGMENT_HEADER_LEN as u64, |a| {
-                    a.seg.capacity().saturating_sub(a.len)
-                });
-            if !b.buf.is_empty() && b.buf.len() as u64 + rec > room {
-                self.flush_batch(w, b)?;
-            }
-            b.pending
-                .push((*cid, b.buf.len() as u64, data.len() as u32));
-            format::encode_block(&mut b.buf, cid, data);
-            if b.buf.len() >= MAX_BATCH_BYTES {
-                self.flush_batch(w, b)?;
-            }
-        }
-        self.flush_batch(w, b)
-    }
-
-    fn flush_batch(&self, w: &mut Writer, b: &mut Batch) -> Result<()> {
-        if b.buf.is_empty() {
-            return Ok(());
-        }
-        let (seg, off) = self.append(w, &b.buf)?;
-        b.placed.extend(
-            b.pending
-                .drain(..)
-                .map(|(c, rel, len)| (c, seg, off + rel, len)),
-        );
-        b.buf.clear();
-        Ok(())
-    }
-
-    /// Durability point while holding the writer lock.
-    fn commit_locked(&self, w: &mut Writer) -> Result<()> {
-        self.sync_active(w)
-    }
-
     fn update_roots(&self, f: impl FnOnce(&mut roots::Roots) -> bool) -> Result<bool> {
         self.check_writable()?;
         let mut cur = lock(&self.roots);
-        let mut next = cur.clone();
+        let mut next = cur.roots.clone();
         if !f(&mut next) {
             return Ok(false);
         }
-        roots::store(&self.dir, &next)?;
-        *cur = next;
-        Ok(true)
-    }
-
-    fn compact(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
-        self.check_writable()?;
-        let mut w = lock(&self.writer);
-        self.commit_locked(&mut w)?;
-        let mut stats = RetainStats::default();
-        // Plan: which segments hold something to drop.
-        let (victims, keep): (Vec<Arc<Segment>>, Vec<KeepEntry>) = {
-            let st = read(&self.state);
-            let mut kept_bytes: HashMap<u32, u64> = HashMap::new();
-            let mut dirty: HashSet<u32> = HashSet::new();
-            for (cid, loc) in &st.index {
-                if live.contains(cid) {
-                    if loc.damaged() {
-                        return Err(Error::Corrupt {
-                            cid: *cid,
-                            reason: "a live block is damaged; put it again before collecting"
-                                .into(),
-                        });
-                    }
-                    stats.kept_blocks += 1;
-                    *kept_bytes.entry(loc.seg).or_default() += loc.record_len();
-                } else {
-                    stats.removed_blocks += 1;
-                    if !loc.damaged() {
-                        stats.removed_bytes += u64::from(loc.len);
-                    }
-                    dirty.insert(loc.seg);
-                }
-            }
-            // Also rewrite segments that are mostly waste (duplicates left by
-            // an interrupted collection, damaged frames).
-            for seg in st.segments.values() {
-                let body = seg.written().saturating_sub(SEGMENT_HEADER_LEN as u64);
-                let kept = kept_bytes.get(&seg.id).copied().unwrap_or(0);
-                if body > 0 && kept < body / 2 {
-                    dirty.insert(seg.id);
-                }
-            }
-            let victims: Vec<Arc<Segment>> = st
-                .segments
-                .values()
-                .filter(|s| dirty.contains(&s.id))
-                .cloned()
-                .collect();
-            let mut keep: Vec<_> = st
-                .index
-                .iter()
-                .filter(|(c, l)| dirty.contains(&l.seg) && live.contains(*c))
-                .map(|(c, l)| (*c, l.seg, l.off, l.len, l.state.load(Ordering::Acquire)))
-                .collect();
-            keep.sort_unstable_by_key(|&(_, seg, off, _, _)| (seg, off));
-            (victims, keep)
+        let generation = cur.generation + 1;
+        roots::store(&self.io, &self.dir, &next, generation).map_err(|e| self.poison_on_io(e))?;
+        *cur = RootsState {
+            roots: next,
+            generation,
         };
-        if victims.is_empty() {
-            return Ok(stats);
-        }
-        // The writer only ever appends to the newest segment: retire the
-        // active one so compaction output gets higher ids.
-        self.sync_active(&mut w)?;
-        w.active = None;
-        // Copy live records into fresh segments.
-        let mut moved: Vec<(Cid, u32, u64, u32)> = Vec::with_capacity(keep.len());
-        let result = (|| -> Result<()> {
-            let seg_of: HashMap<u32, &Arc<Segment>> = victims.iter().map(|s| (s.id, s)).collect();
-            for &(cid, seg, off, len, state) in &keep {
-                let src = seg_of
-                    .get(&seg)
-                    .and_then(|s| s.bytes(off + BLOCK_HEADER_LEN as u64, u64::from(len)));
-                let Some(data) = src else {
-                    return Err(Error::Corrupt {
-                        cid,
-                        reason: "record extends past the end of its segment".into(),
-                    });
-                };
-                if state != VERIFIED && !cid.matches(data) {
-                    self.mark(&cid, seg, off, DAMAGED);
-                    return Err(Error::Corrupt {
-                        cid,
-                        reason: "content does not hash to the CID".into(),
-                    });
-                }
-                let mut rec = Vec::with_capacity(BLOCK_OVERHEAD + data.len());
-                format::encode_block(&mut rec, &cid, data);
-                let (nseg, noff) = self.append(&mut w, &rec)?;
-                moved.push((cid, nseg, noff, len));
-            }
-            self.sync_active(&mut w)?;
-            sync_dir(&self.dir)
-        })();
-        if let Err(e) = result {
-            // The index still points at the old segments, which are intact.
-            // Output segments hold unindexed duplicates; the next collection
-            // rewrites them as waste.
-            w.active = None;
-            w.dirty = false;
-            return Err(e);
-        }
-        // Everything live is durable in the outputs: switch.
-        {
-            let mut st = write(&self.state);
-            let victim_ids: HashSet<u32> = victims.iter().map(|s| s.id).collect();
-            // Every dead entry lives in a victim segment (that is what made
-            // it a victim), and the writer lock kept new blocks out.
-            st.index.retain(|cid, _| live.contains(cid));
-            for (cid, seg, off, len) in moved {
-                st.index.insert(cid, Loc::new(seg, off, len, VERIFIED));
-            }
-            for id in &victim_ids {
-                st.segments.remove(id);
-            }
-        }
-        // The active segment (last output) keeps taking appends.
-        for seg in &victims {
-            if let Err(e) = fs::remove_file(&seg.path) {
-                tracing::warn!(path = %seg.path.display(), error = %e, "could not remove retired segment");
-            }
-        }
-        sync_dir(&self.dir)?;
-        Ok(stats)
+        Ok(true)
     }
 }
 
@@ -1015,13 +682,14 @@ impl BlockStore for MmapStore {
         if self.read_only {
             return Ok(());
         }
+        self.check_writable()?;
         let mut w = lock(&self.writer);
         self.commit_locked(&mut w)
     }
 
     fn root(&self, name: &str) -> Result<Option<Bytes>> {
         validate_root_name(name)?;
-        Ok(lock(&self.roots).get(name).cloned())
+        Ok(lock(&self.roots).roots.get(name).cloned())
     }
 
     fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
@@ -1052,6 +720,7 @@ impl BlockStore for MmapStore {
 
     fn roots(&self) -> Result<Vec<(String, Bytes)>> {
         Ok(lock(&self.roots)
+            .roots
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
@@ -1060,4 +729,18 @@ impl BlockStore for MmapStore {
     fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
         self.compact(live)
     }
+}
+
+/// Creates the store directory if absent and fsyncs its parent, so the new
+/// directory entry survives a crash.
+fn create_store_dir(io: &Io, dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir)?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    io.sync_dir(parent)
 }

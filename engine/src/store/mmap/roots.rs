@@ -1,42 +1,84 @@
-//! The named-roots file.
+//! The named-roots files.
 //!
-//! `ROOTS` holds every named root, rewritten whole on each change:
+//! Named roots are kept in two slot files, `ROOTS.0` and `ROOTS.1`, each
+//! holding every named root and a generation number:
 //!
 //! ```text
-//! "PXRT" | version 1u8 | count uv | (name blob | value blob) * count | xxh64 u64 LE
+//! "PXRT" | version 2u8 | generation uv | count uv | (name blob | value blob) * count | xxh64 u64 LE
 //! ```
 //!
 //! (`uv` and `blob` are the canonical varint and length-prefixed bytes of
-//! [`crate::codec`]; names sorted, unique.) An update writes `ROOTS.tmp`,
-//! fsyncs it, renames it over `ROOTS` and fsyncs the directory, so a reader
-//! after a crash sees either the old or the new file, never a mix.
+//! [`crate::codec`]; names sorted, unique.) Generation `g` is written in
+//! place into slot `g % 2` and fsynced, so the other slot always holds the
+//! previous commit: a torn or damaged slot falls back to it (the LMDB/redb
+//! meta-page rule) instead of making the store unopenable. The highest valid
+//! generation wins.
+//!
+//! A store written by an older build has one `ROOTS` file (version 1, read
+//! as generation 0). It stays the fallback until generation 2 is written,
+//! then it is removed.
 
-use super::sync_dir;
+use super::io::Io;
 use crate::codec::{put_blob, put_uv, Reader};
 use crate::error::{Error, Result};
 use crate::store::validate_root_name;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use xxhash_rust::xxh64::xxh64;
 
-/// File name of the roots file inside a store directory.
-pub(super) const ROOTS_FILE: &str = "ROOTS";
-/// Temporary name used while rewriting it.
+/// The single roots file of older stores (generation 0).
+pub(super) const LEGACY_FILE: &str = "ROOTS";
+/// Temporary name older builds used while rewriting `ROOTS`.
 pub(super) const ROOTS_TMP: &str = "ROOTS.tmp";
+/// The two slot files.
+pub(super) const SLOT_FILES: [&str; 2] = ["ROOTS.0", "ROOTS.1"];
 const MAGIC: &[u8; 4] = b"PXRT";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Upper bound on one root value (RootManifest bytes are far smaller).
 const MAX_VALUE: usize = 16 << 20;
 
 pub(super) type Roots = BTreeMap<String, Bytes>;
 
-pub(super) fn encode(roots: &Roots) -> Vec<u8> {
+/// What one roots file held when the store was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotState {
+    /// The file does not exist.
+    Missing,
+    /// A valid copy of the named roots.
+    Valid {
+        /// Its generation.
+        generation: u64,
+        /// Named roots in it.
+        roots: usize,
+    },
+    /// The file exists but does not decode (torn write, bit rot).
+    Damaged {
+        /// Why it was rejected.
+        reason: String,
+    },
+}
+
+/// How the named roots were loaded: each roots file's state and the
+/// generation used (see [`MmapStore::roots_report`](super::MmapStore::roots_report)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootsReport {
+    /// Each roots file found or expected: the two slots, then the legacy
+    /// `ROOTS` file if present.
+    pub files: Vec<(PathBuf, SlotState)>,
+    /// The generation in use (0 for a new store or a legacy file).
+    pub generation: u64,
+    /// True when a newer copy was damaged and an older generation is in
+    /// use: the last change of a named root before the damage may be lost.
+    pub fell_back: bool,
+}
+
+pub(super) fn encode(roots: &Roots, generation: u64) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
+    put_uv(&mut out, generation);
     put_uv(&mut out, roots.len() as u64);
     for (name, value) in roots {
         put_blob(&mut out, name.as_bytes());
@@ -47,7 +89,8 @@ pub(super) fn encode(roots: &Roots) -> Vec<u8> {
     out
 }
 
-pub(super) fn decode(buf: &[u8]) -> Result<Roots> {
+/// Decodes a roots file of version 1 (generation 0) or 2.
+pub(super) fn decode(buf: &[u8]) -> Result<(Roots, u64)> {
     const OBJ: &str = "roots file";
     if buf.len() < 8 {
         return Err(Error::Truncated { object: OBJ });
@@ -61,9 +104,11 @@ pub(super) fn decode(buf: &[u8]) -> Result<Roots> {
     let mut r = Reader::new(body, OBJ);
     r.expect_magic(MAGIC)?;
     let version = r.u8()?;
-    if version != VERSION {
-        return Err(r.invalid(format!("unsupported version {version}")));
-    }
+    let generation = match version {
+        1 => 0,
+        VERSION => r.uv()?,
+        v => return Err(r.invalid(format!("unsupported version {v}"))),
+    };
     let count = r.uv()?;
     let mut roots = Roots::new();
     for _ in 0..count {
@@ -80,31 +125,124 @@ pub(super) fn decode(buf: &[u8]) -> Result<Roots> {
         roots.insert(name, value);
     }
     r.finish()?;
-    Ok(roots)
+    Ok((roots, generation))
 }
 
-/// Reads the roots file of `dir` (empty when absent).
-pub(super) fn load(dir: &Path) -> Result<Roots> {
-    let path = dir.join(ROOTS_FILE);
-    match fs::read(&path) {
-        Ok(buf) => decode(&buf).map_err(|e| Error::StoreDamaged {
-            path,
-            reason: e.to_string(),
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Roots::new()),
-        Err(e) => Err(e.into()),
+/// The named roots of a store and how they were found.
+#[derive(Debug, Clone)]
+pub(super) struct Loaded {
+    pub(super) roots: Roots,
+    pub(super) report: RootsReport,
+}
+
+/// Reads the roots of `dir`: the valid copy with the highest generation
+/// (empty when no roots file exists). Fails only when roots files exist
+/// and none is valid.
+pub(super) fn load(dir: &Path) -> Result<Loaded> {
+    let mut files: Vec<(PathBuf, SlotState)> = Vec::new();
+    let mut best: Option<(u64, Roots)> = None;
+    let mut any = false;
+    let mut newest_seen_damaged = false;
+    let mut names: Vec<&str> = SLOT_FILES.to_vec();
+    if dir.join(LEGACY_FILE).exists() {
+        names.push(LEGACY_FILE);
     }
+    for name in names {
+        let path = dir.join(name);
+        let state = match fs::read(&path) {
+            Ok(buf) => {
+                any = true;
+                match decode(&buf) {
+                    Ok((roots, generation)) => {
+                        let n = roots.len();
+                        if best.as_ref().is_none_or(|(g, _)| generation > *g) {
+                            best = Some((generation, roots));
+                        }
+                        SlotState::Valid {
+                            generation,
+                            roots: n,
+                        }
+                    }
+                    Err(e) => {
+                        newest_seen_damaged = true;
+                        SlotState::Damaged {
+                            reason: e.to_string(),
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => SlotState::Missing,
+            Err(e) => return Err(e.into()),
+        };
+        files.push((path, state));
+    }
+    let Some((generation, roots)) = best else {
+        if any {
+            let reasons: Vec<String> = files
+                .iter()
+                .filter_map(|(p, s)| match s {
+                    SlotState::Damaged { reason } => Some(format!("{}: {reason}", p.display())),
+                    _ => None,
+                })
+                .collect();
+            let first_damaged = files
+                .iter()
+                .find(|(_, s)| matches!(s, SlotState::Damaged { .. }))
+                .map_or_else(|| dir.join(SLOT_FILES[0]), |(p, _)| p.clone());
+            return Err(Error::StoreDamaged {
+                path: first_damaged,
+                reason: format!("no valid copy of the named roots ({})", reasons.join("; ")),
+            });
+        }
+        return Ok(Loaded {
+            roots: Roots::new(),
+            report: RootsReport {
+                files,
+                generation: 0,
+                fell_back: false,
+            },
+        });
+    };
+    // A damaged slot may have held a newer generation than the one used
+    // (it cannot hold anything older than the previous commit).
+    let fell_back = newest_seen_damaged;
+    if fell_back {
+        tracing::warn!(
+            dir = %dir.display(),
+            generation,
+            "a copy of the named roots is damaged; using the other copy (the last root change may be lost; `prox roots recover` rewrites both)"
+        );
+    }
+    Ok(Loaded {
+        roots,
+        report: RootsReport {
+            files,
+            generation,
+            fell_back,
+        },
+    })
 }
 
-/// Durably replaces the roots file of `dir` with `roots`.
-pub(super) fn store(dir: &Path, roots: &Roots) -> Result<()> {
-    let tmp = dir.join(ROOTS_TMP);
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(&encode(roots))?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(&tmp, dir.join(ROOTS_FILE))?;
-    sync_dir(dir)
+/// Durably writes `roots` as `generation` into its slot (in place, then
+/// fsync; the directory too when the slot file is new). From generation 2
+/// on, a legacy `ROOTS` file is older than both slots and is removed.
+pub(super) fn store(io: &Io, dir: &Path, roots: &Roots, generation: u64) -> Result<()> {
+    let path = dir.join(SLOT_FILES[(generation % 2) as usize]);
+    let created = !path.exists();
+    let file = io.open_or_create(&path)?;
+    let buf = encode(roots, generation);
+    io.write_at(&file, &path, &buf, 0)?;
+    io.set_len(&file, &path, buf.len() as u64)?;
+    io.sync(&file, &path)?;
+    let legacy = dir.join(LEGACY_FILE);
+    let drop_legacy = generation >= 2 && legacy.exists();
+    if drop_legacy {
+        io.remove(&legacy)?;
+    }
+    if created || drop_legacy {
+        io.sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -116,8 +254,8 @@ mod tests {
         let mut roots = Roots::new();
         roots.insert("a".into(), Bytes::from_static(b"\x01\x02"));
         roots.insert("main".into(), Bytes::new());
-        let buf = encode(&roots);
-        assert_eq!(decode(&buf).unwrap(), roots);
+        let buf = encode(&roots, 7);
+        assert_eq!(decode(&buf).unwrap(), (roots, 7));
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x10;

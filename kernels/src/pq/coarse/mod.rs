@@ -156,8 +156,9 @@ mod tests {
 
     #[test]
     fn every_isa_equals_scalar_and_sq8() {
-        let seed = crate::testing::seed(0xc0a5e_u64);
-        let mut next = crate::testing::splitmix(seed);
+        let seed = prox_testkit::seed(0xc0a5e_u64);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || rng.next();
         for dims in [1, 2, 3, 7, 16, 31, 128, 384, 385, 768] {
             for n in [0, 1, 7, 8, 9, 31, 32, 33, 70] {
                 let mut code = || ((next() % 255) as i32 - 127) as i8;

@@ -464,7 +464,7 @@ pub fn scan_with(isa: Isa, lut: &Lut, blocks: &[u8], out: &mut [u16]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::splitmix as rng;
+    use prox_testkit::SplitMix64;
 
     #[test]
     fn pack_places_nibbles() {
@@ -587,7 +587,7 @@ mod tests {
     }
 
     fn seed() -> u64 {
-        crate::testing::seed(0x7ab1e)
+        prox_testkit::seed(0x7ab1e)
     }
 
     fn uniform(next: &mut impl FnMut() -> u64) -> f32 {
@@ -617,7 +617,8 @@ mod tests {
     #[test]
     fn table_every_isa_equals_scalar() {
         let s0 = seed();
-        let mut next = rng(s0);
+        let mut rng = SplitMix64::new(s0);
+        let mut next = || rng.next();
         for &(dim, m) in &[
             (1, 1),
             (2, 1),
@@ -684,7 +685,8 @@ mod tests {
     #[test]
     fn quantize_every_isa_equals_scalar() {
         let s0 = seed();
-        let mut next = rng(s0 ^ 0x51);
+        let mut rng = SplitMix64::new(s0 ^ 0x51);
+        let mut next = || rng.next();
         for m in [1, 2, 3, 8, 15, 64, 192, 256] {
             for case in 0..6 {
                 let mut t: Vec<f32> = (0..CODES * m).map(|_| uniform(&mut next) * 50.0).collect();

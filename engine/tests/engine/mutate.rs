@@ -1,8 +1,6 @@
 //! Mutation batches equal fresh builds (proximity-format.md 12.13), keep the
 //! PRXN root on value-only edits, and write few new objects.
 
-mod support;
-
 use bytes::Bytes;
 use prox_engine::proximity::{Mutation, ProximityConfig, ProximityMap};
 use prox_engine::store::{BlockStore, RetainStats};
@@ -11,10 +9,10 @@ use prox_kernels::Metric;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use support::SplitMix as Rng;
+use prox_testkit::SplitMix64 as Rng;
 
 fn seed() -> u64 {
-    support::seed_or(0xBADC0DE)
+    prox_testkit::seed(0xBADC0DE)
 }
 
 /// Counts puts of blocks the store did not hold yet.
@@ -89,7 +87,7 @@ fn small_config(metric: Metric, dims: u32, sq8: bool) -> ProximityConfig {
 #[test]
 fn batches_equal_fresh_builds() {
     let s = seed();
-    let mut rng = Rng(s);
+    let mut rng = Rng::new(s);
     for (metric, sq8) in [
         (Metric::L2, false),
         (Metric::Cosine, true),
@@ -165,7 +163,7 @@ fn batches_equal_fresh_builds() {
 #[test]
 fn value_only_edits_keep_the_hierarchy_and_small_edits_write_little() {
     let s = seed();
-    let mut rng = Rng(s ^ 5);
+    let mut rng = Rng::new(s ^ 5);
     let dims = 8u32;
     let mut cfg = ProximityConfig::new(dims);
     cfg.log_chunk_size = 3;
@@ -300,7 +298,7 @@ fn move_one(
 #[test]
 fn one_record_update_on_a_20k_map_decodes_and_encodes_one_path() {
     let s = seed();
-    let mut rng = Rng(s ^ 0x20_000);
+    let mut rng = Rng::new(s ^ 0x20_000);
     let dims = 16u32;
     let cfg = ProximityConfig::new(dims);
     let recs = clustered(&mut rng, 20_000, dims);
@@ -340,7 +338,7 @@ fn one_record_update_on_a_20k_map_decodes_and_encodes_one_path() {
 #[test]
 fn promoted_record_edits_rebuild_only_their_subtree() {
     let s = seed();
-    let mut rng = Rng(s ^ 0x4b17);
+    let mut rng = Rng::new(s ^ 0x4b17);
     let dims = 8u32;
     let mut cfg = ProximityConfig::new(dims);
     cfg.log_chunk_size = 4;

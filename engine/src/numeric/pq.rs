@@ -20,11 +20,25 @@
 //! the subspace is scanned canonically. Records are assigned in parallel;
 //! sums run per subspace in parallel, each in record order.
 
-use crate::accel::kernel::fast_l2sq;
-use crate::accel::params::PqParams;
-use crate::accel::vectors::Arena;
 use crate::error::{Error, Result};
+use crate::numeric::kernel::fast_l2sq;
+use crate::numeric::kmeans;
 use rayon::prelude::*;
+
+/// What to train: `m` subspaces of `k` centroids, `iterations` Lloyd
+/// rounds, initial centroids seeded by `seed` (the training part of the
+/// spec's `C_pq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// Subspaces (1..=dimensions).
+    pub(crate) m: usize,
+    /// Centroids per subspace (1..=256).
+    pub(crate) k: usize,
+    /// Lloyd rounds (> 0).
+    pub(crate) iterations: usize,
+    /// Seed of the centroid initialisation.
+    pub(crate) seed: u64,
+}
 
 /// Trained codebooks and codes.
 #[derive(Debug, Clone)]
@@ -93,12 +107,18 @@ pub(crate) fn nearest(part: &[f32], book: &[f32], dists: &mut [f32]) -> usize {
 }
 
 /// Assigns every record (parallel); `codes` is `n * m`.
-fn assign(vectors: &Arena, lay: &[(usize, usize)], books: &[Vec<f32>], k: usize, codes: &mut [u8]) {
+fn assign<'a>(
+    row: &(impl Fn(usize) -> &'a [f32] + Sync),
+    lay: &[(usize, usize)],
+    books: &[Vec<f32>],
+    k: usize,
+    codes: &mut [u8],
+) {
     let m = lay.len();
     codes.par_chunks_mut(m).enumerate().for_each_init(
         || vec![0f32; k],
         |dists, (i, code)| {
-            let v = vectors.row(i);
+            let v = row(i);
             for (s, &(a, b)) in lay.iter().enumerate() {
                 code[s] = nearest(&v[a..b], &books[s], dists) as u8;
             }
@@ -106,13 +126,21 @@ fn assign(vectors: &Arena, lay: &[(usize, usize)], books: &[Vec<f32>], k: usize,
     );
 }
 
-/// Trains per 12.11 over all records of `vectors` (key order).
-pub(crate) fn train(vectors: &Arena, params: &PqParams) -> Result<Trained> {
-    let n = vectors.len();
-    let d = vectors.dims();
-    params.validate(d)?;
-    let m = params.subquantizers as usize;
-    let k = usize::from(params.centroids);
+/// Trains per 12.11 over the `n` records `row(0..n)` (key order) of `d`
+/// dimensions.
+pub(crate) fn train<'a>(
+    n: usize,
+    d: usize,
+    row: impl Fn(usize) -> &'a [f32] + Sync,
+    shape: &Shape,
+) -> Result<Trained> {
+    let Shape { m, k, .. } = *shape;
+    if m == 0 || m > d || k == 0 || k > 256 || shape.iterations == 0 {
+        return Err(Error::InvalidConfig(format!(
+            "pq: cannot train {m} subspaces of {k} centroids over {d} dimensions in {} rounds",
+            shape.iterations
+        )));
+    }
     if n == 0 || k > n {
         return Err(Error::InvalidConfig(format!(
             "pq: {k} centroids need at least as many records, have {n}"
@@ -128,7 +156,7 @@ pub(crate) fn train(vectors: &Arena, params: &PqParams) -> Result<Trained> {
             let mut pre = [0u8; 16];
             pre[..8].copy_from_slice(&(s as u64).to_le_bytes());
             pre[8..].copy_from_slice(&(j as u64).to_le_bytes());
-            let start = (xxhash_rust::xxh64::xxh64(&pre, params.seed) % n as u64) as usize;
+            let start = (xxhash_rust::xxh64::xxh64(&pre, shape.seed) % n as u64) as usize;
             // k <= n, so a free index exists within n probes.
             let mut pick = start;
             for off in 0..n {
@@ -138,41 +166,24 @@ pub(crate) fn train(vectors: &Arena, params: &PqParams) -> Result<Trained> {
                 }
             }
             used.push(pick);
-            book.extend_from_slice(&vectors.row(pick)[a..b]);
+            book.extend_from_slice(&row(pick)[a..b]);
         }
         books.push(book);
     }
     // 3: Lloyd rounds.
     let mut codes = vec![0u8; n * m];
-    for _ in 0..params.iterations {
-        assign(vectors, &lay, &books, k, &mut codes);
+    for _ in 0..shape.iterations {
+        assign(&row, &lay, &books, k, &mut codes);
         books.par_iter_mut().enumerate().for_each(|(s, book)| {
             let (a, b) = lay[s];
-            let w = b - a;
-            let mut sums = vec![0f64; k * w];
-            let mut counts = vec![0u64; k];
-            for i in 0..n {
-                let c = usize::from(codes[i * m + s]);
-                counts[c] += 1;
-                let v = &vectors.row(i)[a..b];
-                for (o, &x) in v.iter().enumerate() {
-                    sums[c * w + o] += f64::from(x);
-                }
-            }
-            for c in 0..k {
-                if counts[c] > 0 {
-                    for o in 0..w {
-                        let val = (sums[c * w + o] / counts[c] as f64) as f32;
-                        book[c * w + o] = if val == 0.0 { 0.0 } else { val };
-                    }
-                }
-            }
+            let members = (0..n).map(|i| (usize::from(codes[i * m + s]), &row(i)[a..b]));
+            kmeans::update(members, book, b - a, true);
         });
     }
     // 4: final codes.
-    assign(vectors, &lay, &books, k, &mut codes);
+    assign(&row, &lay, &books, k, &mut codes);
     // 5: quality.
-    let (mse, max_se) = quality(vectors, &lay, &books, &codes);
+    let (mse, max_se) = quality(n, &row, &lay, &books, &codes);
     Ok(Trained {
         books,
         codes,
@@ -186,21 +197,22 @@ pub(crate) fn train(vectors: &Arena, params: &PqParams) -> Result<Trained> {
 pub(crate) fn train_rows<'a>(
     dims: usize,
     rows: impl ExactSizeIterator<Item = &'a [f32]>,
-    params: &PqParams,
+    shape: &Shape,
 ) -> Result<Vec<f32>> {
-    let t = train(&Arena::from_rows(dims, rows), params)?;
+    let rows: Vec<&[f32]> = rows.collect();
+    let t = train(rows.len(), dims, |i| &rows[i][..dims], shape)?;
     Ok(t.books.concat())
 }
 
 /// Reconstruction quality (12.11 step 5): per record one f64 accumulator of
 /// `(v − centroid)²` over all subspaces in order; returns (mean, max).
-pub(crate) fn quality(
-    vectors: &Arena,
+pub(crate) fn quality<'a>(
+    n: usize,
+    row: &(impl Fn(usize) -> &'a [f32] + Sync),
     lay: &[(usize, usize)],
     books: &[Vec<f32>],
     codes: &[u8],
 ) -> (f64, f64) {
-    let n = vectors.len();
     let m = lay.len();
     if n == 0 {
         return (0.0, 0.0);
@@ -208,7 +220,7 @@ pub(crate) fn quality(
     let errs: Vec<f64> = (0..n)
         .into_par_iter()
         .map(|i| {
-            let v = vectors.row(i);
+            let v = row(i);
             let mut err = 0f64;
             for (s, &(a, b)) in lay.iter().enumerate() {
                 let w = b - a;

@@ -4,8 +4,6 @@
 //!
 //! PROX_SEED replays the randomised test.
 
-mod support;
-
 use prox_engine::store::mmap::format::{self, Item, SEGMENT_HEADER_LEN};
 use prox_engine::store::{BlockStore, MmapOptions, MmapStore};
 use prox_engine::{Cid, Error};
@@ -30,7 +28,7 @@ impl Rng {
 }
 
 fn seed() -> u64 {
-    support::seed_or(0xbad_b10c)
+    prox_testkit::seed(0xbad_b10c)
 }
 
 fn opts() -> MmapOptions {
@@ -234,9 +232,11 @@ fn damaged_roots_file_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(seed() ^ 4);
     fill(dir.path(), 3, &mut rng);
-    flip(&dir.path().join("ROOTS"), 6, 0x10);
+    // One root change so far: generation 1, in slot ROOTS.1, with no
+    // older copy to fall back to.
+    flip(&dir.path().join("ROOTS.1"), 6, 0x10);
     match MmapStore::open_with(dir.path(), opts()) {
-        Err(Error::StoreDamaged { path, .. }) => assert!(path.ends_with("ROOTS")),
+        Err(Error::StoreDamaged { path, .. }) => assert!(path.ends_with("ROOTS.1")),
         other => panic!("expected StoreDamaged, got {other:?}"),
     }
 }

@@ -9,33 +9,12 @@ use prox_engine::accel::pq::{self, Pq, PqSearchContext};
 use prox_engine::accel::{BuildKind, Hnsw, HnswParams, Mode, Path, Planner, PqParams, Request};
 use prox_engine::{BlockStore, Cid, Error, MemStore};
 use prox_kernels::{canonical, Metric};
+use prox_testkit::SplitMix64;
 
 type Records = Vec<(Vec<u8>, Vec<f32>)>;
 
 fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_acce1)
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn gauss(&mut self) -> f64 {
-        let (u, v) = (self.unit().max(1e-300), self.unit());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
+    prox_testkit::seed(0x5eed_acce1)
 }
 
 fn prepare(metric: Metric, v: Vec<f32>) -> Vec<f32> {
@@ -48,25 +27,28 @@ fn prepare(metric: Metric, v: Vec<f32>) -> Vec<f32> {
 
 /// Seeded Gaussian mixture: `clusters` centres, spread 1.0 around them.
 fn clustered(n: usize, dims: usize, clusters: usize, seed: u64, metric: Metric) -> Records {
-    let mut r = Rng(seed);
+    let mut r = SplitMix64::new(seed);
     let centres: Vec<Vec<f64>> = (0..clusters)
-        .map(|_| (0..dims).map(|_| r.gauss() * 4.0).collect())
+        .map(|_| (0..dims).map(|_| r.gauss_f64() * 4.0).collect())
         .collect();
     (0..n)
         .map(|i| {
             let c = &centres[(r.next() % clusters as u64) as usize];
-            let v: Vec<f32> = c.iter().map(|&x| (x + r.gauss()) as f32).collect();
+            let v: Vec<f32> = c.iter().map(|&x| (x + r.gauss_f64()) as f32).collect();
             ((i as u32).to_be_bytes().to_vec(), prepare(metric, v))
         })
         .collect()
 }
 
 fn queries(n: usize, seed: u64, metric: Metric, data: &Records) -> Vec<Vec<f32>> {
-    let mut r = Rng(seed ^ 0xabcdef);
+    let mut r = SplitMix64::new(seed ^ 0xabcdef);
     (0..n)
         .map(|_| {
             let base = &data[(r.next() % data.len() as u64) as usize].1;
-            let v: Vec<f32> = base.iter().map(|&x| x + (r.gauss() * 0.5) as f32).collect();
+            let v: Vec<f32> = base
+                .iter()
+                .map(|&x| x + (r.gauss_f64() * 0.5) as f32)
+                .collect();
             prepare(metric, v)
         })
         .collect()

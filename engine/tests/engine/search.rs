@@ -2,8 +2,6 @@
 //! force, recall of the adaptive presets, filters, ISA independence and
 //! batch equivalence. Seeded; `PROX_SEED` replays a failure.
 
-mod support;
-
 use prox_engine::proximity::search::{
     Budget, Completion, ExactRotation, Filter, Mode, Preset, SearchContext, SearchRequest,
     SearchResult,
@@ -12,10 +10,10 @@ use prox_engine::proximity::{math::prepare, ProximityConfig, ProximityMap};
 use prox_engine::MemStore;
 use prox_kernels::{canonical, Metric};
 
-use support::SplitMix as Rng;
+use prox_testkit::SplitMix64 as Rng;
 
 fn seed() -> u64 {
-    support::seed_or(0xC0FFEE)
+    prox_testkit::seed(0xC0FFEE)
 }
 
 type Rec = (Vec<u8>, Vec<f32>, Vec<u8>);
@@ -93,12 +91,12 @@ fn config(dims: u32, metric: Metric) -> ProximityConfig {
 #[test]
 fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
     let s = seed();
-    let mut rng = Rng(s);
+    let mut rng = Rng::new(s);
     for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
         for variant in 0..3 {
             let dims = 8u32;
-            // Grid vectors may have no unit fixed point under cosine
-            // (a typed build error, section 11.1); keep the preparable ones.
+            // A grid vector may be zero, which cosine refuses (a typed
+            // build error, section 11.1); keep the preparable ones.
             let recs: Vec<Rec> = clustered(&mut rng, 400, dims as usize, 6, true)
                 .into_iter()
                 .filter(|r| prepare(metric, dims, &r.1, None).is_ok())
@@ -199,7 +197,7 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
 #[test]
 fn exact_l2_bound_holds_on_adversarial_data() {
     let s = seed();
-    let mut rng = Rng(s ^ 0xB0B);
+    let mut rng = Rng::new(s ^ 0xB0B);
     let dims = 12usize;
     let mut recs = clustered(&mut rng, 500, dims, 5, true);
     let mut next_key = 10_000u64;
@@ -297,7 +295,7 @@ fn exact_l2_bound_holds_on_adversarial_data() {
 #[test]
 fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
     let s = seed();
-    let mut rng = Rng(s ^ 0x707);
+    let mut rng = Rng::new(s ^ 0x707);
     let mut sets: Vec<(&str, Vec<Rec>)> = Vec::new();
     let n = 300u64;
     let same: Vec<f32> = (0..9).map(|_| rng.unit() * 2.0).collect();
@@ -470,7 +468,7 @@ fn exact_l2_local_frames_two_stages_equal_brute_force() {
 
 fn local_frames_case(dims: usize, clusters: usize, rank: usize, m: usize, prune: bool) {
     let s = seed();
-    let mut rng = Rng(s ^ 0x10CA1 ^ dims as u64);
+    let mut rng = Rng::new(s ^ 0x10CA1 ^ dims as u64);
     let n = 5000u64;
     let centres: Vec<Vec<f32>> = (0..clusters)
         .map(|_| (0..dims).map(|_| rng.gauss() * 3.0).collect())
@@ -562,7 +560,7 @@ fn local_frames_case(dims: usize, clusters: usize, rank: usize, m: usize, prune:
 #[test]
 fn high_recall_preset_reaches_095_on_clustered_data() {
     let s = seed();
-    let mut rng = Rng(s ^ 0xABCD);
+    let mut rng = Rng::new(s ^ 0xABCD);
     let dims = 24u32;
     let recs = clustered(&mut rng, 6000, dims as usize, 40, false);
     let store = MemStore::new();
@@ -602,7 +600,7 @@ fn high_recall_preset_reaches_095_on_clustered_data() {
 #[test]
 fn budgets_cap_work_and_report_it() {
     let s = seed();
-    let mut rng = Rng(s ^ 7);
+    let mut rng = Rng::new(s ^ 7);
     let recs = clustered(&mut rng, 800, 8, 5, false);
     let store = MemStore::new();
     let map = ProximityMap::build(&store, &config(8, Metric::L2), recs).unwrap();
@@ -657,7 +655,7 @@ fn budgets_cap_work_and_report_it() {
 #[test]
 fn results_identical_across_isas_and_batch_equals_sequential() {
     let s = seed();
-    let mut rng = Rng(s ^ 99);
+    let mut rng = Rng::new(s ^ 99);
     let dims = 16;
     let recs = clustered(&mut rng, 1500, dims, 12, false);
     let store = MemStore::new();
@@ -706,7 +704,7 @@ fn results_identical_across_isas_and_batch_equals_sequential() {
 #[test]
 fn probes_bound_the_leaves_scanned_and_never_under_fill() {
     let s = seed();
-    let mut rng = Rng(s ^ 0x5EED);
+    let mut rng = Rng::new(s ^ 0x5EED);
     let dims = 12;
     let recs = clustered(&mut rng, 2000, dims, 16, false);
     let store = MemStore::new();

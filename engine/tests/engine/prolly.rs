@@ -3,8 +3,6 @@
 //! stores. Randomness is seeded: `PROX_SEED` overrides the default seed,
 //! and every failure message names the seed.
 
-mod support;
-
 use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
@@ -15,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn seed() -> u64 {
-    support::seed_or(0x5eed_2026)
+    prox_testkit::seed(0x5eed_2026)
 }
 
 fn pt_config(cases: u32) -> PtConfig {
@@ -27,7 +25,7 @@ fn pt_config(cases: u32) -> PtConfig {
     }
 }
 
-use support::SplitMix as Rng;
+use prox_testkit::SplitMix64 as Rng;
 
 /// Counts reads and writes going through to a MemStore.
 #[derive(Default)]
@@ -272,7 +270,7 @@ fn edits_are_local() {
     let t = big_tree(&store, &cfg, 20_000);
     let height = t.stats().unwrap().height;
     assert!(height >= 4, "height {height}");
-    let mut rng = Rng(seed());
+    let mut rng = Rng::new(seed());
     for round in 0..20 {
         let i = rng.below(20_000);
         store.reset();
@@ -330,7 +328,7 @@ fn diff_of_one_change_reads_o_height_nodes() {
     let store = Counting::default();
     let t = big_tree(&store, &cfg, 50_000);
     let height = t.stats().unwrap().height;
-    let mut rng = Rng(seed() ^ 1);
+    let mut rng = Rng::new(seed() ^ 1);
     for _ in 0..5 {
         let i = rng.below(50_000);
         let t2 = t.put(key(i), b"other".to_vec()).unwrap();
@@ -437,7 +435,7 @@ fn damaged_store_gives_typed_errors() {
 fn batches_equal_bulk_build_on_larger_trees() {
     let cfg = Config::new(2, 64, 8, 11);
     let store = MemStore::new();
-    let mut rng = Rng(seed() ^ 2);
+    let mut rng = Rng::new(seed() ^ 2);
     let mut model = BTreeMap::new();
     let mut t = Tree::new(&store, cfg.clone()).unwrap();
     for round in 0..12 {
@@ -501,7 +499,7 @@ fn mutated_inputs_never_panic_and_accepted_round_trip() {
         .encode(),
     );
     seeds.push(ValueRef::Inline(b"abc".to_vec()).encode());
-    let mut rng = Rng(seed() ^ 3);
+    let mut rng = Rng::new(seed() ^ 3);
     for round in 0..3000 {
         let mut b = seeds[round % seeds.len()].clone();
         for _ in 0..=rng.below(4) {

@@ -18,10 +18,10 @@
 //! arrays, unknown fields ignored, missing timestamps and cache knobs are
 //! `None`) and rejects a version other than 1, duplicates, and trailing bytes.
 
+use super::cbor;
+use super::Config;
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::prolly::cbor;
-use crate::prolly::Config;
 
 const OBJECT: &str = "RootManifest";
 const FIELDS: [&str; 5] = [

@@ -5,8 +5,6 @@
 //!
 //! Randomness is seeded; set PROX_SEED to replay a failure.
 
-mod support;
-
 use bytes::Bytes;
 use prox_engine::store::{BlockStore, MemStore, MmapOptions, MmapStore, RetainStats, Verified};
 use prox_engine::{Cid, Error};
@@ -14,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 fn seed() -> u64 {
-    support::seed_or(0x5eed_0001)
+    prox_testkit::seed(0x5eed_0001)
 }
 
 /// xorshift64*: small, seeded, good enough for test data.

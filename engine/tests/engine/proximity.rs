@@ -6,8 +6,6 @@
 //! Randomness is seeded (xorshift64*); `PROX_SEED` overrides the seed and
 //! every failure message prints it.
 
-mod support;
-
 use prox_engine::proximity::{
     self, Descriptor, InputRecord, NodeKind, ProxNode, ProximityConfig, ProximityMap, Sidecars,
     VectorRef,
@@ -16,7 +14,7 @@ use prox_engine::{BlockStore, Cid, Error, MemStore};
 use prox_kernels::Metric;
 
 fn seed() -> u64 {
-    support::seed_or(0x5eed_1234)
+    prox_testkit::seed(0x5eed_1234)
 }
 
 struct Rng(u64);
@@ -89,7 +87,7 @@ fn build_is_independent_of_input_order_and_threads() {
             cfg.inline_threshold_bytes = 16;
         }
         let mut recs = records(s, 400, 6);
-        // Some raw vectors have no unit fixed point (11.1); keep the others.
+        // Zero vectors have no cosine direction (11.1); keep the others.
         recs.retain(|r| proximity::math::prepare(metric, 6, &r.1, None).is_ok());
         let want = build_cid(&cfg, recs.clone());
         let mut shuffled = recs.clone();
@@ -187,8 +185,9 @@ fn builder_rejects_bad_input_naming_the_record() {
         assert!(check(&err), "{err:?}");
         assert_eq!(key(&err), Some(bad.0.clone()), "{err}");
     }
-    // A vector whose cosine normalisation oscillates (the spec's model
-    // refuses it too).
+    // A vector whose cosine normalisation cycles instead of reaching a
+    // fixed point (the spec's 16-round rule refuses it): the build takes the
+    // cycle's least member, which prepares to itself.
     let osc = [
         0xbfb3_80d8u32,
         0x3f24_98c2,
@@ -198,15 +197,27 @@ fn builder_rejects_bad_input_naming_the_record() {
         0xc055_2846,
     ];
     let v: Vec<f32> = osc.iter().map(|&b| f32::from_bits(b)).collect();
-    let err = ProximityMap::build(
+    let prepared = proximity::math::prepare(Metric::Cosine, 6, &v, Some(b"osc")).unwrap();
+    let again = proximity::math::prepare(Metric::Cosine, 6, &prepared, None).unwrap();
+    assert_eq!(
+        prepared.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        again.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    let osc_map = ProximityMap::build(
         &store,
         &config(6, Metric::Cosine),
-        vec![(b"osc".to_vec(), v, vec![])],
+        vec![(b"osc".to_vec(), v.clone(), vec![])],
     )
-    .unwrap_err();
-    assert!(
-        matches!(&err, Error::NoUnitFixedPoint { key: Some(k) } if k == b"osc"),
-        "{err:?}"
+    .unwrap();
+    let built_from_prepared = ProximityMap::build(
+        &store,
+        &config(6, Metric::Cosine),
+        vec![(b"osc".to_vec(), prepared, vec![])],
+    )
+    .unwrap();
+    assert_eq!(
+        osc_map.descriptor_cid(),
+        built_from_prepared.descriptor_cid()
     );
     let mut bad_cfg = cfg.clone();
     bad_cfg.log_chunk_size = 0;

@@ -1,4 +1,5 @@
-//! Distance kernels used by the accelerators, in two roles that never mix.
+//! Distance kernels of the accelerators and the native search, in two roles
+//! that never mix.
 //!
 //! * [`det_score`]: a *deterministic* f32 score used by every builder whose
 //!   output is persisted (the fast HNSW build): `prox_kernels::det`, which
