@@ -173,6 +173,23 @@ pub enum Error {
     /// An argument outside its documented range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    // ----- queries -----
+    /// A query parameter that cannot be served, naming the request field
+    /// at fault (`k`, `path`, `filter`, ...).
+    #[error("invalid {field}: {reason}")]
+    InvalidRequest {
+        /// The request field at fault.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// No proximity map is published under a root name.
+    #[error("no map is published under root {name:?}")]
+    UnknownMap {
+        /// The root name.
+        name: String,
+    },
 }
 
 impl Error {

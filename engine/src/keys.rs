@@ -174,6 +174,59 @@ pub fn prefix_range(prefix: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
     (prefix.to_vec(), prefix_end(prefix))
 }
 
+/// A half-open key interval `[start, end)`; `end: None` is unbounded.
+pub type KeyInterval<'a> = (&'a [u8], Option<std::borrow::Cow<'a, [u8]>>);
+
+/// Which record keys a search may return: the one filter type of every
+/// search path (native, HNSW, PQ) and of every front end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Keys in `[start, end)`; an empty `start` is unbounded below, `end:
+    /// None` unbounded above.
+    Range {
+        /// Smallest eligible key (inclusive).
+        start: Vec<u8>,
+        /// First ineligible key above the range (exclusive), if any.
+        end: Option<Vec<u8>>,
+    },
+    /// Keys starting with these bytes (the range `[p, prefix_end(p))`).
+    Prefix(Vec<u8>),
+    /// Exactly these keys, sorted strictly ascending ([`Filter::keys`]
+    /// sorts and deduplicates; searches reject an unsorted set).
+    Keys(Vec<Vec<u8>>),
+}
+
+impl Filter {
+    /// A key-set filter from keys in any order, duplicates dropped.
+    pub fn keys(mut keys: Vec<Vec<u8>>) -> Filter {
+        keys.sort_unstable();
+        keys.dedup();
+        Filter::Keys(keys)
+    }
+
+    /// Checks the invariant of [`Filter::Keys`] (sorted strictly ascending).
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Filter::Keys(keys) if keys.windows(2).any(|w| w[0] >= w[1]) => Err(
+                Error::InvalidArgument("filter keys must be sorted strictly ascending".into()),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// The half-open key interval a range or prefix filter denotes
+    /// (`None` for a key set).
+    pub fn interval(&self) -> Option<KeyInterval<'_>> {
+        match self {
+            Filter::Range { start, end } => {
+                Some((start, end.as_deref().map(std::borrow::Cow::Borrowed)))
+            }
+            Filter::Prefix(p) => Some((p, prefix_end(p).map(std::borrow::Cow::Owned))),
+            Filter::Keys(_) => None,
+        }
+    }
+}
+
 /// Human-readable quoted form: printable ASCII literal, `\\`, `\"`, `\n`,
 /// `\r`, `\t`, everything else `\xNN` (lowercase hex).
 pub fn debug_key(key: &[u8]) -> String {
@@ -222,6 +275,24 @@ mod tests {
         assert!(decode_segments(b"abc").is_err());
         // Tuple order: ("a") < ("a", ...) < ("ab").
         assert!(encode_segment(b"a") < encode_segment(b"ab"));
+    }
+
+    #[test]
+    fn filters_normalise_and_validate() {
+        let f = Filter::keys(vec![b"b".to_vec(), b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(f, Filter::Keys(vec![b"a".to_vec(), b"b".to_vec()]));
+        assert!(f.validate().is_ok() && f.interval().is_none());
+        assert!(Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()])
+            .validate()
+            .is_err());
+        let p = Filter::Prefix(b"a\xff".to_vec());
+        let (start, end) = p.interval().unwrap();
+        assert_eq!((start, end.as_deref()), (&b"a\xff"[..], Some(&b"b"[..])));
+        let r = Filter::Range {
+            start: Vec::new(),
+            end: None,
+        };
+        assert_eq!(r.interval().map(|(s, e)| (s.len(), e)), Some((0, None)));
     }
 
     #[test]

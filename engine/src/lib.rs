@@ -13,6 +13,9 @@
 //!   selection shared by the search paths.
 //! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
 //!   directory, with best-first search and the HNSW/PQ accelerators.
+//! * [`index`]: [`Index`], one map opened for queries with its sidecars;
+//!   the one entry point every front end calls (one `Request`, one
+//!   `Response`, one rule for which search runs).
 //!
 //! Blocking code only: no async runtime, no networking.
 
@@ -22,6 +25,7 @@ pub mod codec;
 pub mod envelope;
 mod error;
 pub mod gc;
+pub mod index;
 pub mod keys;
 mod numeric;
 pub mod prolly;
@@ -31,6 +35,7 @@ pub mod store;
 
 pub use cid::{Cid, ParseCidError};
 pub use error::{Error, Result};
+pub use index::Index;
 /// Root manifests (the value of a named root), part of the prolly layer.
 pub use prolly::manifest;
 pub use store::{BlockStore, MemStore, MmapStore};

@@ -22,10 +22,10 @@ use prox_engine::store::mmap::format::{self, Item, SEGMENT_HEADER_LEN};
 use prox_engine::store::mmap::SlotState;
 use prox_engine::store::{BlockStore, MmapOptions, MmapStore, Pins};
 use prox_engine::{Cid, Error};
+use prox_testkit::SplitMix64 as SplitMix;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use prox_testkit::SplitMix64 as SplitMix;
 
 fn seed() -> u64 {
     prox_testkit::seed(0x4a2d_0023)

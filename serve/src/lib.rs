@@ -6,16 +6,17 @@
 //! ```text
 //!  HTTP (axum on tokio)          search pool (rayon, N threads)
 //!  parse + validate body  --->   bounded admission (N + queue), deadline
-//!  take Arc<Snapshot>            Snapshot::search: engine planner picks
-//!  serialize the answer   <---   native / HNSW / PQ; values from directory
+//!  take Arc<Snapshot>            Index::search (prox-engine): one rule
+//!  serialize the answer   <---   picks native / HNSW / PQ for every front end
 //!
 //!  MapRegistry: name -> ArcSwap<Snapshot>   (one atomic swap per publish)
 //!  refresh task: every 250 ms, reload roots that moved, off the request path
 //! ```
 //!
-//! * [`Snapshot`]: one immutable, fully loaded version of a map (searcher
-//!   with its nodes decoded, sidecar layouts loaded). A request holds one
-//!   `Arc<Snapshot>` from start to end: snapshot isolation.
+//! * [`Snapshot`]: the engine's [`prox_engine::Index`] (one immutable,
+//!   fully loaded version of a map) with the name and generation it is
+//!   served under. A request holds one `Arc<Snapshot>` from start to end:
+//!   snapshot isolation.
 //! * [`MapRegistry`]: the served maps; [`MapRegistry::refresh_from_store`]
 //!   reloads named roots that changed (sync pulls, `prox update`,
 //!   `prox accel build`) and swaps each in atomically.
@@ -35,8 +36,8 @@ mod registry;
 mod server;
 mod snapshot;
 
-pub use api::ApiError;
+pub use api::{filter_from_json, ApiError};
 pub use error::{Error, Result};
 pub use registry::{MapRegistry, RefreshReport, Source};
 pub use server::{Config, Server, ServerHandle};
-pub use snapshot::{Answer, PathChoice, Query, QueryMode, Scratch, Snapshot};
+pub use snapshot::Snapshot;

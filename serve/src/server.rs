@@ -18,7 +18,7 @@ use crate::api::{self, ApiError, Limits};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::registry::{MapRegistry, Refresher, Source};
-use crate::snapshot::{PathChoice, Query, Scratch, Snapshot};
+use crate::snapshot::Snapshot;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::{Json, Router};
+use prox_engine::index::{self, PathChoice, Scratch};
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -265,7 +266,7 @@ impl Shared {
 }
 
 /// Maps an engine error of a search to a response.
-fn search_error(e: prox_engine::Error, q: &Query) -> ApiError {
+fn search_error(e: prox_engine::Error, q: &index::Request) -> ApiError {
     match e {
         prox_engine::Error::WrongDimension { expected, got, .. } => ApiError {
             code: "wrong_dimension",
@@ -274,6 +275,17 @@ fn search_error(e: prox_engine::Error, q: &Query) -> ApiError {
                 format!("has {got} components, the map has {expected} dimensions"),
             )
         },
+        prox_engine::Error::NonFiniteVector { index, .. } => ApiError {
+            code: "not_finite",
+            ..ApiError::field(
+                "vector",
+                format!("component {index} is not a finite 32-bit float"),
+            )
+        },
+        prox_engine::Error::ZeroCosineVector { .. } => {
+            ApiError::field("vector", "a cosine map cannot search for the zero vector")
+        }
+        prox_engine::Error::InvalidRequest { field, reason } => ApiError::field(field, reason),
         prox_engine::Error::InvalidArgument(m) if q.path != PathChoice::Auto => {
             ApiError::field("path", m)
         }

@@ -121,7 +121,9 @@ fn debian_minilm_builds_as_a_cosine_map_and_exact_search_is_brute_force() {
     let store = tmp.path().join("db");
     let store = store.to_str().unwrap();
     let built = prox()
-        .args(["build", "--store", store, "--name", "m", "--metric", "cosine"])
+        .args([
+            "build", "--store", store, "--name", "m", "--metric", "cosine",
+        ])
         .arg("--input")
         .arg(data.join("base.fvecs"))
         .output()
@@ -179,7 +181,11 @@ fn debian_minilm_builds_as_a_cosine_map_and_exact_search_is_brute_force() {
         assert_eq!(got.len(), k, "query {qi}");
         for (rank, (g, w)) in got.iter().zip(&scored).enumerate() {
             assert_eq!(g.1, w.1, "query {qi} rank {rank}: key");
-            assert_eq!(g.0.to_bits(), w.0.to_bits(), "query {qi} rank {rank}: score");
+            assert_eq!(
+                g.0.to_bits(),
+                w.0.to_bits(),
+                "query {qi} rank {rank}: score"
+            );
         }
     }
 }

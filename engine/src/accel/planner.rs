@@ -201,6 +201,9 @@ pub struct Accelerators {
 pub struct AccelContext {
     hnsw: HnswSearchContext,
     pq: PqSearchContext,
+    /// Id hits of the last search, reused so a query allocates only its
+    /// keyed result.
+    hits: Vec<IdHit>,
 }
 
 /// Result of an accelerated search.
@@ -231,7 +234,7 @@ impl Accelerators {
         k: usize,
         filter: Option<&Filter>,
     ) -> Result<Outcome> {
-        let mut hits: Vec<IdHit> = Vec::new();
+        let mut hits = std::mem::take(&mut ctx.hits);
         let keyed: Vec<(Vec<u8>, f64)> = match plan.path {
             Path::Native => {
                 return Err(Error::InvalidArgument(
@@ -270,6 +273,7 @@ impl Accelerators {
                     .collect()
             }
         };
+        ctx.hits = hits;
         Ok(Outcome { plan, hits: keyed })
     }
 }

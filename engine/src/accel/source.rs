@@ -7,7 +7,7 @@ use super::params::{HnswParams, PqParams};
 use super::pq::{Pq, PqSidecar};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::proximity::{Descriptor, Record};
+use crate::proximity::{Descriptor, Record, Sidecars};
 use crate::store::BlockStore;
 
 /// A map's records in key order: `(key, prepared vector)`.
@@ -41,22 +41,13 @@ pub fn map_records(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descripto
     Ok((desc, out))
 }
 
-/// Sidecars written by [`build_sidecars`].
-#[derive(Debug, Clone, Default)]
-pub struct Sidecars {
-    /// The HNSW sidecar, if requested.
-    pub hnsw: Option<HnswSidecar>,
-    /// The PQ sidecar, if requested.
-    pub pq: Option<PqSidecar>,
-}
-
 /// Builds and persists the requested sidecars of the map `descriptor`.
 pub fn build_sidecars(
     store: &dyn BlockStore,
     descriptor: Cid,
     hnsw: Option<&HnswParams>,
     pq: Option<&PqParams>,
-) -> Result<Sidecars> {
+) -> Result<Sidecars<HnswSidecar, PqSidecar>> {
     let (desc, records) = map_records(store, descriptor)?;
     let metric = desc.config.metric;
     let dims = desc.config.dims as usize;

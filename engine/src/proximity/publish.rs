@@ -24,13 +24,24 @@ use crate::manifest::RootManifest;
 use crate::refs::{is_typed_root_config, typed_root_config, META_HNSW, META_PQ};
 use crate::store::{validate_root_name, BlockStore};
 
-/// Accelerator sidecars published next to a map.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sidecars {
-    /// CID of an `HNSW` manifest built from the map.
-    pub hnsw: Option<Cid>,
-    /// CID of a `PQPQ` manifest trained on the map.
-    pub pq: Option<Cid>,
+/// A map's accelerator sidecars: by default their manifest CIDs (what a
+/// named root publishes next to the map); [`crate::accel::build_sidecars`]
+/// returns the same pair holding what it built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sidecars<H = Cid, P = Cid> {
+    /// The `HNSW` sidecar built from the map, if any.
+    pub hnsw: Option<H>,
+    /// The `PQPQ` sidecar trained on the map, if any.
+    pub pq: Option<P>,
+}
+
+impl<H, P> Default for Sidecars<H, P> {
+    fn default() -> Self {
+        Sidecars {
+            hnsw: None,
+            pq: None,
+        }
+    }
 }
 
 /// Reads the `CRMF` a typed named root points at; `None` when the root is

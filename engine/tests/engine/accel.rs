@@ -318,7 +318,7 @@ fn filtered_search_returns_min_k_eligible() {
     let mut ctx = SearchContext::new();
     let mut hits: Vec<Hit> = Vec::new();
     let range = |a: usize, b: usize| Filter::Range {
-        start: Some(key_of(a)),
+        start: key_of(a),
         end: Some(key_of(b)),
     };
     let sets: Vec<(Filter, Eligible)> = vec![

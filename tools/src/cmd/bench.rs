@@ -5,13 +5,14 @@
 //! in docs/cli.md), shared with the peer script benches/peers/peers.py.
 
 use super::store_arg::StoreArg;
-use crate::map::{ModeChoice, OpenMap, PathChoice, QuerySpec};
 use crate::results::BenchRecord;
 use crate::{io, out::Stdout, plot, progress, results};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::accel::Path;
+use prox_engine::index::{self, PathChoice, QueryMode, Request};
 use prox_engine::proximity::search::ExactLayout;
+use prox_engine::Index;
 use std::path::PathBuf;
 
 /// Examples for `prox bench --help`.
@@ -64,7 +65,7 @@ pub struct MapBenchArgs {
     #[arg(long)]
     pub sweep: bool,
     /// Paths to measure (comma-separated; default: native and every sidecar).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',')]
     pub path: Vec<PathChoice>,
     /// HNSW ef values (comma-separated) instead of the default sweep.
     #[arg(long, value_delimiter = ',')]
@@ -196,7 +197,7 @@ fn run_plot(args: &PlotArgs) -> Result<()> {
 /// One setting of the map sweep.
 #[derive(Debug, Clone, PartialEq)]
 struct Setting {
-    spec: QuerySpec,
+    spec: Request,
     mode: String,
     ef: Option<u64>,
     budget: Option<u64>,
@@ -212,13 +213,9 @@ const RERANK: &[usize] = &[1, 2, 4, 8, 16, 32];
 
 fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
     let k = args.k;
-    let base = QuerySpec {
-        k,
-        path: PathChoice::Native,
-        mode: ModeChoice::Balanced,
-        budget: None,
-        ef: None,
+    let base = Request {
         nprobe: args.nprobe,
+        ..Request::new(k).path(PathChoice::Native)
     };
     let mut out = Vec::new();
     for &p in paths {
@@ -227,12 +224,12 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
                 // On the native path `nprobe` means list probes: the PQ
                 // --nprobe must not leak into the preset settings.
                 let base = if p == PathChoice::Native {
-                    QuerySpec {
+                    Request {
                         nprobe: None,
-                        ..base
+                        ..base.clone()
                     }
                 } else {
-                    base
+                    base.clone()
                 };
                 let budgets: Vec<u64> = if !args.budget.is_empty() {
                     args.budget.clone()
@@ -248,9 +245,9 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
                 };
                 for p in probes {
                     out.push(Setting {
-                        spec: QuerySpec {
+                        spec: Request {
                             nprobe: Some(p),
-                            ..base
+                            ..base.clone()
                         },
                         mode: format!("probes={p}"),
                         ef: Some(p as u64),
@@ -259,24 +256,21 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
                 }
                 for b in budgets {
                     out.push(Setting {
-                        spec: QuerySpec {
-                            budget: Some(b),
-                            ..base
-                        },
+                        spec: base.clone().budget(b),
                         mode: format!("budget={b}"),
                         ef: None,
                         budget: Some(b),
                     });
                 }
-                for (m, name) in [
-                    (ModeChoice::Fast, "fast"),
-                    (ModeChoice::Balanced, "balanced"),
-                    (ModeChoice::High, "high"),
-                    (ModeChoice::Exact, "exact"),
+                for m in [
+                    QueryMode::Fast,
+                    QueryMode::Balanced,
+                    QueryMode::High,
+                    QueryMode::Exact,
                 ] {
                     out.push(Setting {
-                        spec: QuerySpec { mode: m, ..base },
-                        mode: name.into(),
+                        spec: base.clone().mode(m),
+                        mode: m.name().into(),
                         ef: None,
                         budget: None,
                     });
@@ -292,10 +286,9 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
                 };
                 for ef in efs.into_iter().filter(|&e| e >= k) {
                     out.push(Setting {
-                        spec: QuerySpec {
-                            path: PathChoice::Hnsw,
+                        spec: Request {
                             ef: Some(ef),
-                            ..base
+                            ..base.clone().path(PathChoice::Hnsw)
                         },
                         mode: format!("ef={ef}"),
                         ef: Some(ef as u64),
@@ -306,10 +299,9 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
             PathChoice::Pq => {
                 for &r in RERANK {
                     out.push(Setting {
-                        spec: QuerySpec {
-                            path: PathChoice::Pq,
-                            ef: Some(r),
-                            ..base
+                        spec: Request {
+                            rerank: Some(r),
+                            ..base.clone().path(PathChoice::Pq)
                         },
                         mode: format!("rerank={r}"),
                         ef: Some(r as u64),
@@ -324,21 +316,21 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
 
 /// Measures one setting: all queries in one parallel batch.
 fn measure(
-    map: &OpenMap<'_>,
+    index: &Index,
     queries: &io::Matrix,
     truth: &[Vec<u32>],
     s: &Setting,
     threads: u32,
     dataset: &str,
 ) -> Result<BenchRecord> {
-    let (answers, secs) = super::query::run_all(map, queries, &s.spec)?;
+    let (answers, secs) = super::query::run_all(index, queries, &s.spec)?;
     let found = answers
         .iter()
         .map(super::query::answer_ids)
         .collect::<Result<Vec<_>>>()?;
     let n = answers.len().max(1) as f64;
     let path = answers.first().map(|a| a.path).unwrap_or(Path::Native);
-    let mut completions: Vec<&str> = answers.iter().map(|a| a.completion).collect();
+    let mut completions: Vec<&str> = answers.iter().map(|a| a.completion.name()).collect();
     completions.sort_unstable();
     completions.dedup();
     let native = path == Path::Native;
@@ -355,9 +347,15 @@ fn measure(
         index_bytes: None,
         k: Some(s.spec.k as u32),
         budget: s.budget,
-        mean_distance_evals: native
-            .then(|| answers.iter().map(|a| a.distance_evals as f64).sum::<f64>() / n),
-        mean_nodes: native.then(|| answers.iter().map(|a| a.nodes as f64).sum::<f64>() / n),
+        mean_distance_evals: native.then(|| {
+            answers
+                .iter()
+                .map(|a| a.counters.distance_evals as f64)
+                .sum::<f64>()
+                / n
+        }),
+        mean_nodes: native
+            .then(|| answers.iter().map(|a| a.counters.nodes as f64).sum::<f64>() / n),
         p50_us: None,
         p99_us: None,
         completion: Some(completions.join(",")),
@@ -389,7 +387,7 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
             args.k
         );
     }
-    let store = args.store.open_read_only()?;
+    let store = super::query::open_shared(&args.store)?;
     let published = crate::map::resolve(store.as_ref(), name)?;
     let mut paths = args.path.clone();
     if paths.is_empty() {
@@ -401,28 +399,22 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
             paths.push(PathChoice::Pq);
         }
     }
-    let load = if paths
-        .iter()
-        .any(|p| matches!(p, PathChoice::Hnsw | PathChoice::Pq | PathChoice::Auto))
-    {
-        PathChoice::Auto
-    } else {
-        PathChoice::Native
-    };
     let sp = progress::spinner("loading map");
-    let map = OpenMap::open_published(store.as_ref(), published, load);
+    let options = index::Options {
+        exact_layout: args.exact_layout,
+        warm: true,
+    };
+    let index = crate::map::open_published(store, &published, &options);
     sp.finish_and_clear();
-    let mut map = map.with_context(|| format!("map {name:?}"))?;
-    map.searcher = map.searcher.exact_layout(args.exact_layout);
-    if queries.dim != map.dims() {
+    let index = index.with_context(|| format!("map {name:?}"))?;
+    if queries.dim != index.dims() {
         bail!(
             "{}: queries have {} dimensions, map {name:?} has {}",
             qpath.display(),
             queries.dim,
-            map.dims()
+            index.dims()
         );
     }
-    map.searcher.warm().context("loading the map's nodes")?;
     let dataset = args.dataset.clone().unwrap_or_else(|| {
         qpath
             .canonicalize()
@@ -444,7 +436,7 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
     ));
     for s in &all {
         let rec = super::build::with_threads(args.threads, || {
-            measure(&map, &queries, &truth, s, threads, &dataset)
+            measure(&index, &queries, &truth, s, threads, &dataset)
         })??;
         progress::note(format_args!(
             "{:>8} {:>16} {:>8.4} {:>10.0} {:>12}",

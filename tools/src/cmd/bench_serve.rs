@@ -13,9 +13,10 @@
 use crate::io;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use prox_engine::index::{self, QueryMode, Request, Scratch};
 use prox_engine::proximity;
+use prox_engine::Index;
 use prox_serve::client::{resolve_url, Client};
-use prox_serve::{PathChoice, Query, QueryMode, Scratch, Snapshot};
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -309,11 +310,11 @@ fn http_level(client: &Client, requests: &[Vec<u8>], c: usize, dur: Duration) ->
 }
 
 /// `threads` threads each searching one query at a time in process,
-/// through the same [`Snapshot::search`] the server runs.
+/// through the same [`Index::search`] the server runs.
 fn inproc_single(
-    snap: &Snapshot,
+    snap: &Index,
     queries: &io::Matrix,
-    q: &Query,
+    q: &Request,
     threads: usize,
     dur: Duration,
 ) -> (Hist, u64, f64) {
@@ -326,9 +327,9 @@ fn inproc_single(
 /// Whole-query-set batches on a pool of `threads` until `dur` has passed
 /// (at least one batch). Latency here is per batch, so only QPS is kept.
 fn inproc_batch(
-    snap: &Snapshot,
+    snap: &Index,
     queries: &io::Matrix,
-    q: &Query,
+    q: &Request,
     threads: usize,
     dur: Duration,
 ) -> Result<(u64, f64)> {
@@ -479,17 +480,13 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
             );
             let (d, side) = proximity::resolve(&*store, &args.name)?
                 .with_context(|| format!("no map {:?} in {}", args.name, dir.display()))?;
-            Some(Snapshot::load(store, d, side)?)
+            Some(Index::load(store, d, side, &index::Options::default())?)
         }
         None => None,
     };
-    let q = Query {
-        k: args.k,
-        mode,
-        path: PathChoice::Auto,
+    let q = Request {
         ef: args.ef,
-        filter: None,
-        with_values: false,
+        ..Request::new(args.k).mode(mode)
     };
     let mut single = Tally::new();
     let mut batch = (0u64, 0f64);

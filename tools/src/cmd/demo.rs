@@ -10,14 +10,16 @@
 use super::datagen::GmmArgs;
 use super::store_arg::StoreArg;
 use crate::gmm;
-use crate::map::{ModeChoice, OpenMap, PathChoice, QuerySpec};
 use crate::results::BenchRecord;
 use crate::{io, out::Stdout, progress};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use prox_engine::accel::{HnswParams, PqParams};
+use prox_engine::index::{self, PathChoice, QueryMode, Request};
 use prox_engine::proximity::{InputRecord, ProximityConfig};
+use prox_engine::BlockStore;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Examples for `prox demo --help`.
@@ -56,59 +58,25 @@ pub struct DemoArgs {
 }
 
 /// The search settings the demo reports, in order.
-fn settings(hnsw: bool, pq: bool) -> Vec<(QuerySpec, &'static str)> {
-    let base = QuerySpec {
-        k: 10,
-        path: PathChoice::Native,
-        mode: ModeChoice::Balanced,
-        budget: None,
-        ef: None,
-        nprobe: None,
-    };
+fn settings(hnsw: bool, pq: bool) -> Vec<(Request, &'static str)> {
+    let base = Request::new(10).path(PathChoice::Native);
     let mut v = vec![
-        (
-            QuerySpec {
-                mode: ModeChoice::Exact,
-                ..base
-            },
-            "exact",
-        ),
-        (
-            QuerySpec {
-                mode: ModeChoice::Fast,
-                ..base
-            },
-            "fast",
-        ),
-        (base, "balanced"),
-        (
-            QuerySpec {
-                mode: ModeChoice::High,
-                ..base
-            },
-            "high",
-        ),
+        (base.clone().mode(QueryMode::Exact), "exact"),
+        (base.clone().mode(QueryMode::Fast), "fast"),
+        (base.clone().mode(QueryMode::Balanced), "balanced"),
+        (base.clone().mode(QueryMode::High), "high"),
     ];
     if hnsw {
         for (ef, label) in [(32, "ef=32"), (64, "ef=64"), (128, "ef=128")] {
-            v.push((
-                QuerySpec {
-                    path: PathChoice::Hnsw,
-                    ef: Some(ef),
-                    ..base
-                },
-                label,
-            ));
+            let r = Request {
+                ef: Some(ef),
+                ..base.clone().path(PathChoice::Hnsw)
+            };
+            v.push((r, label));
         }
     }
     if pq {
-        v.push((
-            QuerySpec {
-                path: PathChoice::Pq,
-                ..base
-            },
-            "rerank=default",
-        ));
+        v.push((base.clone().path(PathChoice::Pq), "rerank=default"));
     }
     v
 }
@@ -188,8 +156,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     ));
 
     // 3. Search every path.
-    let map = OpenMap::open_published(&store, built.published, PathChoice::Auto)?;
-    map.searcher.warm()?;
+    let store: Arc<dyn BlockStore> = Arc::new(store);
+    let map = crate::map::open_published(store, &built.published, &index::Options::default())?;
     let threads = rayon::current_num_threads() as u32;
     let mut records = Vec::new();
     let mut out = Stdout::new();

@@ -1,15 +1,17 @@
-//! `prox query`: k-NN queries against a named map.
+//! `prox query`: k-NN queries against a named map, through the engine's
+//! [`Index`] (which alone decides how each query runs).
 
 use super::store_arg::StoreArg;
 use crate::io::{self, IvecsWriter};
-use crate::map::{self, Answer, ModeChoice, OpenMap, PathChoice, QueryContext, QuerySpec};
-use crate::{out::Stdout, progress};
-use anyhow::{bail, Context, Result};
+use crate::{map, out::Stdout, progress};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use prox_engine::index::{self, PathChoice, QueryMode, Request, Response, Scratch};
 use prox_engine::proximity::search::ExactLayout;
-use prox_engine::proximity::ProximityMap;
+use prox_engine::{BlockStore, Index};
 use rayon::prelude::*;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Examples for `prox query --help`.
@@ -18,6 +20,7 @@ Examples:
   prox query --store db --name gmm --queries data/query.fvecs --k 10 --out found.ivecs
   prox query --store db --name gmm --queries q.jsonl --k 5 --mode exact --json
   prox query --store db --name gmm --queries q.fvecs --path hnsw --ef 128 --gt data/gt.ivecs
+  prox query --store db --name docs --queries q.jsonl --filter '{\"prefix\": \"00ab\"}' --json
 
 Output: --out writes result ids as .ivecs (maps built from .fvecs/.npy, whose
 keys are 8-byte big-endian row numbers); --json prints one object per query
@@ -40,18 +43,24 @@ pub struct QueryArgs {
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// Native search mode; `exact` never uses an accelerator.
-    #[arg(long, value_enum, default_value = "balanced")]
-    pub mode: ModeChoice,
-    /// Cap on distance evaluations per native query (budgeted search).
+    /// Search mode: auto, exact, fast, balanced, high. `exact` never uses a
+    /// sidecar; fast/balanced/high are the native presets; `auto` lets the
+    /// index choose (docs/search.md, "Which search runs").
+    #[arg(long, default_value = "auto")]
+    pub mode: QueryMode,
+    /// Cap on distance evaluations per query (the native budgeted search).
     #[arg(long)]
     pub budget: Option<u64>,
-    /// Search path.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// Search path: auto, native, hnsw, pq.
+    #[arg(long, default_value = "auto")]
     pub path: PathChoice,
-    /// HNSW ef (PQ: rerank multiplier); default from the sidecar manifest.
+    /// HNSW ef (also the PQ rerank multiplier unless --rerank is given);
+    /// default from the sidecar manifest.
     #[arg(long)]
     pub ef: Option<usize>,
+    /// PQ rerank multiplier; default --ef, else the sidecar manifest's.
+    #[arg(long)]
+    pub rerank: Option<usize>,
     /// PQ fast-scan: partitions probed per query (default: the index's,
     /// nlist/16). Native path: sub-lists (about 32 records each) scanned
     /// by the adaptive presets (default: the preset's count).
@@ -66,9 +75,18 @@ pub struct QueryArgs {
     /// Ground truth (.ivecs) to report recall@k against.
     #[arg(long)]
     pub gt: Option<PathBuf>,
-    /// Print one JSON object per query.
+    /// Print one JSON object per query (with each hit's value).
     #[arg(long)]
     pub json: bool,
+    /// Eligible keys, in the JSON form of the HTTP API's "filter":
+    /// {"prefix": hex}, {"range": [start hex, end hex or null]} or
+    /// {"keys": [hex, ...]}.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Return each hit's value (printed as `id:hexvalue`; --json always
+    /// prints values).
+    #[arg(long)]
+    pub with_values: bool,
     /// Exact L2 layout (native path, `--mode exact`): `off` (the plain
     /// arena), `localM` (local frames of width M, e.g. local64: large
     /// clustered L2 maps) or `splitM` (one global rotation). Built before
@@ -78,25 +96,39 @@ pub struct QueryArgs {
 }
 
 impl QueryArgs {
-    fn spec(&self) -> QuerySpec {
-        QuerySpec {
+    /// The one request every query of this run makes.
+    pub fn request(&self) -> Result<Request> {
+        let filter = match &self.filter {
+            None => None,
+            Some(text) => {
+                let v: serde_json::Value =
+                    serde_json::from_str(text).context("--filter is not JSON")?;
+                Some(
+                    prox_serve::filter_from_json(&v)
+                        .map_err(|e| anyhow!("--filter: {}", e.message))?,
+                )
+            }
+        };
+        let req = Request {
             k: self.k,
-            path: self.path,
             mode: self.mode,
             budget: self.budget,
+            path: self.path,
             ef: self.ef,
             nprobe: self.nprobe,
-        }
+            rerank: self.rerank,
+            filter,
+            with_values: self.with_values || self.json,
+            with_vectors: false,
+        };
+        req.validate()?;
+        Ok(req)
     }
 }
 
-/// Runs every row of `queries` on `map` in parallel; returns the answers in
-/// query order and the wall-clock seconds.
-pub fn run_all(
-    map: &OpenMap<'_>,
-    queries: &io::Matrix,
-    spec: &QuerySpec,
-) -> Result<(Vec<Answer>, f64)> {
+/// Runs every row of `queries` on `index` in parallel; returns the answers
+/// in query order and the wall-clock seconds.
+pub fn run_all(index: &Index, queries: &io::Matrix, req: &Request) -> Result<(Vec<Response>, f64)> {
     let pb = progress::bar(queries.len() as u64, "querying", "queries");
     let t = Instant::now();
     let answers = queries
@@ -104,9 +136,9 @@ pub fn run_all(
         .collect::<Vec<_>>()
         .par_iter()
         .enumerate()
-        .map_init(QueryContext::default, |ctx, (i, q)| {
-            let a = map
-                .query(ctx, q, spec)
+        .map_init(Scratch::default, |scratch, (i, q)| {
+            let a = index
+                .search(scratch, q, req)
                 .with_context(|| format!("query {i}"));
             pb.inc(1);
             a
@@ -118,15 +150,36 @@ pub fn run_all(
 }
 
 /// The ids of an answer (keys that are 8-byte big-endian row numbers).
-pub fn answer_ids(a: &Answer) -> Result<Vec<u32>> {
+pub fn answer_ids(a: &Response) -> Result<Vec<u32>> {
     a.hits
         .iter()
-        .map(|(k, _)| {
-            map::key_to_id(k)
+        .map(|h| {
+            map::key_to_id(&h.key)
                 .and_then(|id| u32::try_from(id).ok())
-                .with_context(|| format!("key {} is not an 8-byte row id; --out and --gt need a map built from .fvecs/.npy", hex::encode(k)))
+                .with_context(|| format!("key {} is not an 8-byte row id; --out and --gt need a map built from .fvecs/.npy", hex::encode(&h.key)))
         })
         .collect()
+}
+
+/// True when a query of `req` may run the native search on `index` (so its
+/// load-time layouts are worth building before the timed run).
+pub fn may_run_native(index: &Index, req: &Request) -> bool {
+    let a = index.accelerators();
+    match req.path {
+        PathChoice::Native => true,
+        PathChoice::Hnsw | PathChoice::Pq => false,
+        PathChoice::Auto => {
+            req.mode != QueryMode::Auto
+                || req.budget.is_some()
+                || req.filter.is_some()
+                || (a.hnsw.is_none() && a.pq.is_none())
+        }
+    }
+}
+
+/// Opens the store read-only as a shared handle.
+pub fn open_shared(store: &StoreArg) -> Result<Arc<dyn BlockStore>> {
+    Ok(Arc::from(store.open_read_only()?))
 }
 
 /// Runs `prox query`.
@@ -134,36 +187,36 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     if args.k == 0 {
         bail!("--k must be at least 1");
     }
+    let req = args.request()?;
     let queries = io::read_matrix(&args.queries)?;
-    let store = args.store.open_read_only()?;
-    let mut map = OpenMap::open(store.as_ref(), &args.name, args.path)?;
-    map.searcher = map.searcher.exact_layout(args.exact_layout);
+    let store = open_shared(&args.store)?;
+    let options = index::Options {
+        exact_layout: args.exact_layout,
+        warm: false,
+    };
+    let index = map::open(store, &args.name, &options)?;
     // Whatever the native path builds at load (nodes, the adaptive
     // codebooks, an exact layout) is built here, so the reported QPS is
     // query time only; skipped when every query goes to a sidecar.
-    let native = args.path == PathChoice::Native
-        || args.mode == ModeChoice::Exact
-        || (map.accel.hnsw.is_none() && map.accel.pq.is_none());
     let mut load = None;
-    if native {
+    if may_run_native(&index, &req) {
         let sp = progress::spinner("loading the map");
         let t = Instant::now();
-        map.searcher.warm().context("loading the map's nodes")?;
+        index.warm().context("loading the map's nodes")?;
         load = Some(t.elapsed().as_secs_f64());
         sp.finish_and_clear();
     }
-    if queries.dim != map.dims() {
+    if queries.dim != index.dims() {
         bail!(
             "{}: queries have {} dimensions, map {:?} has {}",
             args.queries.display(),
             queries.dim,
             args.name,
-            map.dims()
+            index.dims()
         );
     }
-    let spec = args.spec();
     let (answers, secs) =
-        super::build::with_threads(args.threads, || run_all(&map, &queries, &spec))??;
+        super::build::with_threads(args.threads, || run_all(&index, &queries, &req))??;
     let qps = queries.len() as f64 / secs.max(1e-9);
     let paths: std::collections::BTreeSet<&str> = answers.iter().map(|a| a.path.name()).collect();
     let mut note = format!(
@@ -203,18 +256,21 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     }
     let mut out = Stdout::new();
     if args.json {
-        let pm = ProximityMap::load(store.as_ref(), map.published.descriptor)?;
         for (i, a) in answers.iter().enumerate() {
-            let results = a
+            let results: Vec<serde_json::Value> = a
                 .hits
                 .iter()
-                .map(|(k, s)| {
-                    let value = pm.get(k)?.map(|(_, v)| hex::encode(v));
-                    Ok(serde_json::json!({"key": hex::encode(k), "value": value, "score": s}))
+                .map(|h| {
+                    serde_json::json!({
+                        "key": hex::encode(&h.key),
+                        "value": h.value.as_ref().map(hex::encode),
+                        "score": h.score,
+                    })
                 })
-                .collect::<Result<Vec<_>>>()?;
+                .collect();
             out.json(&serde_json::json!({
-                "query": i, "path": a.path.name(), "completion": a.completion, "results": results,
+                "query": i, "path": a.path.name(), "completion": a.completion.name(),
+                "results": results,
             }))?;
         }
     } else if args.out.is_none() {
@@ -222,9 +278,15 @@ pub fn run(args: &QueryArgs) -> Result<()> {
             let items: Vec<String> = a
                 .hits
                 .iter()
-                .map(|(k, _)| match map::key_to_id(k) {
-                    Some(id) => id.to_string(),
-                    None => hex::encode(k),
+                .map(|h| {
+                    let id = match map::key_to_id(&h.key) {
+                        Some(id) => id.to_string(),
+                        None => hex::encode(&h.key),
+                    };
+                    match &h.value {
+                        Some(v) => format!("{id}:{}", hex::encode(v)),
+                        None => id,
+                    }
                 })
                 .collect();
             out.line(format_args!("{i}\t{}", items.join(" ")))?;

@@ -2,10 +2,11 @@
 //! object.
 
 use super::store_arg::StoreArg;
-use crate::map::{self, OpenMap, PathChoice};
+use crate::map;
 use crate::{out::Stdout, progress};
 use anyhow::{Context, Result};
 use clap::Args;
+use prox_engine::index;
 use prox_engine::proximity::ProximityMap;
 use std::time::Instant;
 
@@ -47,7 +48,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             r.end
         );
     }
-    let store: Box<dyn prox_engine::BlockStore> = Box::new(store);
+    let store: std::sync::Arc<dyn prox_engine::BlockStore> = std::sync::Arc::new(store);
     let t = Instant::now();
     let p = map::resolve(store.as_ref(), &args.name)?;
     let sp = progress::spinner(&format!("verifying {}", args.name));
@@ -61,7 +62,11 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             )
         })?;
         if p.hnsw.is_some() || p.pq.is_some() {
-            OpenMap::open_published(store.as_ref(), p, PathChoice::Auto)
+            let options = index::Options {
+                warm: false,
+                ..index::Options::default()
+            };
+            map::open_published(store.clone(), &p, &options)
                 .with_context(|| format!("sidecars of map {:?} are broken", args.name))?;
         }
         Ok(report)

@@ -5,35 +5,7 @@
 //! sorted id list plus a bitset for O(1) membership during traversal.
 
 use super::graph::SearchGraph;
-
-/// Restricts results to eligible keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Filter {
-    /// Keys in `[start, end)`; `None` is unbounded on that side.
-    Range {
-        /// Inclusive lower bound.
-        start: Option<Vec<u8>>,
-        /// Exclusive upper bound.
-        end: Option<Vec<u8>>,
-    },
-    /// Keys starting with these bytes.
-    Prefix(Vec<u8>),
-    /// Exactly these keys (any order, duplicates and unknown keys ignored).
-    Keys(Vec<Vec<u8>>),
-}
-
-/// Smallest key greater than every key with prefix `p`, or `None` if no such
-/// key exists (`p` empty or all `0xff`).
-pub(crate) fn prefix_end(p: &[u8]) -> Option<Vec<u8>> {
-    let mut end = p.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
+use crate::keys::Filter;
 
 /// A filter resolved against one graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,54 +17,46 @@ pub(crate) enum Resolved {
     Set,
 }
 
-impl Filter {
-    /// Resolves against `g`. For sets, fills `set_ids` (sorted, deduplicated,
-    /// masked nodes removed) and sets their bits in `bits` (which must be all
-    /// zero and is grown to cover the graph).
-    pub(crate) fn resolve(
-        &self,
-        g: &SearchGraph,
-        set_ids: &mut Vec<u32>,
-        bits: &mut Vec<u64>,
-    ) -> Resolved {
-        let n = g.node_count() as u32;
-        match self {
-            Filter::Range { start, end } => {
-                let lo = start.as_deref().map_or(0, |s| g.lower_bound(s));
-                let hi = end.as_deref().map_or(n, |e| g.lower_bound(e));
-                Resolved::Interval(lo, hi.max(lo))
+/// Resolves `filter` against `g`. For sets, fills `set_ids` (sorted,
+/// deduplicated, masked nodes removed; the keys may come in any order) and
+/// sets their bits in `bits` (which must be all zero and is grown to cover
+/// the graph).
+pub(crate) fn resolve(
+    filter: &Filter,
+    g: &SearchGraph,
+    set_ids: &mut Vec<u32>,
+    bits: &mut Vec<u64>,
+) -> Resolved {
+    let n = g.node_count() as u32;
+    let Filter::Keys(keys) = filter else {
+        // A range or a prefix: an id interval.
+        let (start, end) = filter.interval().unwrap_or((&[], None));
+        let lo = g.lower_bound(start);
+        let hi = end.map_or(n, |e| g.lower_bound(&e));
+        return Resolved::Interval(lo, hi.max(lo));
+    };
+    set_ids.clear();
+    for k in keys {
+        let id = g.lower_bound(k);
+        // Masked duplicates of a key sort next to the live one.
+        let mut j = id;
+        while j < n && g.key(j) == k.as_slice() {
+            if !g.is_masked(j) {
+                set_ids.push(j);
             }
-            Filter::Prefix(p) => {
-                let lo = g.lower_bound(p);
-                let hi = prefix_end(p).map_or(n, |e| g.lower_bound(&e));
-                Resolved::Interval(lo, hi.max(lo))
-            }
-            Filter::Keys(keys) => {
-                set_ids.clear();
-                for k in keys {
-                    let id = g.lower_bound(k);
-                    // Masked duplicates of a key sort next to the live one.
-                    let mut j = id;
-                    while j < n && g.key(j) == k.as_slice() {
-                        if !g.is_masked(j) {
-                            set_ids.push(j);
-                        }
-                        j += 1;
-                    }
-                }
-                set_ids.sort_unstable();
-                set_ids.dedup();
-                let words = (n as usize).div_ceil(64);
-                if bits.len() < words {
-                    bits.resize(words, 0);
-                }
-                for &id in set_ids.iter() {
-                    bits[id as usize / 64] |= 1u64 << (id % 64);
-                }
-                Resolved::Set
-            }
+            j += 1;
         }
     }
+    set_ids.sort_unstable();
+    set_ids.dedup();
+    let words = (n as usize).div_ceil(64);
+    if bits.len() < words {
+        bits.resize(words, 0);
+    }
+    for &id in set_ids.iter() {
+        bits[id as usize / 64] |= 1u64 << (id % 64);
+    }
+    Resolved::Set
 }
 
 /// Number of unmasked ids in `lo..hi`.
@@ -100,17 +64,4 @@ pub(crate) fn interval_count(g: &SearchGraph, lo: u32, hi: u32) -> usize {
     let a = g.masked_ids.partition_point(|&m| m < lo);
     let b = g.masked_ids.partition_point(|&m| m < hi);
     (hi - lo) as usize - (b - a)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_end_rules() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_end(b"\xff\xff"), None);
-        assert_eq!(prefix_end(b""), None);
-    }
 }

@@ -15,8 +15,7 @@ mod graph;
 mod persist;
 mod search;
 
-pub(crate) use filter::prefix_end;
-pub use filter::Filter;
+pub use crate::keys::Filter;
 pub use graph::SearchGraph;
 pub use persist::{load, HnswSidecar};
 pub(crate) use persist::{read_tree, sidecar_tree_config};

@@ -6,11 +6,12 @@
 //! [`HnswSearchContext`] owns every buffer a query needs (visited set, heaps,
 //! candidate and id lists), so steady-state queries allocate nothing.
 
-use super::filter::{interval_count, Filter, Resolved};
+use super::filter::{interval_count, resolve, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored, Visited};
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
+use crate::keys::Filter;
 use crate::numeric::kernel::fast_score;
 use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
@@ -159,7 +160,7 @@ impl SearchGraph {
         let ef = opts.ef.max(k).max(1);
         let resolved = match filter {
             None => Resolved::Interval(0, n as u32),
-            Some(f) => f.resolve(self, &mut ctx.set_ids, &mut ctx.bits),
+            Some(f) => resolve(f, self, &mut ctx.set_ids, &mut ctx.bits),
         };
         let eligible = match resolved {
             Resolved::Interval(lo, hi) => interval_count(self, lo, hi),

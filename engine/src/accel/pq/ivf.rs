@@ -696,7 +696,7 @@ mod tests {
             // 3 eligible: fewer than k.
             (
                 Filter::Range {
-                    start: Some(key(10)),
+                    start: key(10),
                     end: Some(key(13)),
                 },
                 Box::new(|i| (10..13).contains(&i)),
@@ -704,7 +704,7 @@ mod tests {
             // 20 eligible: flat path.
             (
                 Filter::Range {
-                    start: Some(key(100)),
+                    start: key(100),
                     end: Some(key(120)),
                 },
                 Box::new(|i| (100..120).contains(&i)),
@@ -712,7 +712,7 @@ mod tests {
             // 600 eligible, spread over every list: IVF path, probing on.
             (
                 Filter::Range {
-                    start: Some(key(1000)),
+                    start: key(1000),
                     end: None,
                 },
                 Box::new(|i| i >= 1000),

@@ -12,9 +12,10 @@
 
 use super::ivf::{Eligible, FastScan, IvfContext, IvfParams, IvfQuery};
 use super::Pq;
-use crate::accel::hnsw::{prefix_end, Filter, IdHit, Scored};
+use crate::accel::hnsw::{IdHit, Scored};
 use crate::accel::vectors::check_vector;
 use crate::error::Result;
+use crate::keys::Filter;
 use prox_kernels::canonical;
 use prox_kernels::pq::{adc_scan, AdcTable};
 use std::collections::BinaryHeap;
@@ -117,16 +118,6 @@ impl Pq {
         let mut listed = false;
         match filter {
             None => {}
-            Some(Filter::Range { start, end }) => {
-                let lo = start.as_deref().map_or(0, |s| self.lower_bound(s));
-                let hi = end.as_deref().map_or(self.len(), |e| self.lower_bound(e));
-                interval = (lo, hi.max(lo));
-            }
-            Some(Filter::Prefix(p)) => {
-                let lo = self.lower_bound(p);
-                let hi = prefix_end(p).map_or(self.len(), |e| self.lower_bound(&e));
-                interval = (lo, hi.max(lo));
-            }
             Some(Filter::Keys(keys)) => {
                 ctx.ids.clear();
                 ctx.ids.extend(
@@ -136,6 +127,13 @@ impl Pq {
                 ctx.ids.sort_unstable();
                 ctx.ids.dedup();
                 listed = true;
+            }
+            Some(f) => {
+                if let Some((start, end)) = f.interval() {
+                    let lo = self.lower_bound(start);
+                    let hi = end.map_or(self.len(), |e| self.lower_bound(&e));
+                    interval = (lo, hi.max(lo));
+                }
             }
         }
         let count = if listed {
@@ -234,7 +232,7 @@ impl Pq {
         ctx.heap = heap;
     }
 
-    fn lower_bound(&self, key: &[u8]) -> usize {
+    pub(crate) fn lower_bound(&self, key: &[u8]) -> usize {
         self.keys.partition_point(|k| k.as_slice() < key)
     }
 }

@@ -4,36 +4,8 @@
 //! an eligible key; a record is a candidate only when its key is eligible.
 //! Prefix filters are evaluated as the half-open range they denote.
 
-use crate::error::{Error, Result};
-
-/// Which record keys a search may return.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Filter {
-    /// Keys in `[start, end)`; `end: None` means unbounded above.
-    Range {
-        /// Smallest eligible key (inclusive).
-        start: Vec<u8>,
-        /// First ineligible key above the range (exclusive), if any.
-        end: Option<Vec<u8>>,
-    },
-    /// Keys starting with these bytes.
-    Prefix(Vec<u8>),
-    /// Exactly these keys; must be sorted strictly ascending.
-    Keys(Vec<Vec<u8>>),
-}
-
-/// The smallest key greater than every key starting with `prefix`, or
-/// `None` when no such key exists (the prefix is empty or all `0xff`).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last != 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
+use crate::error::Result;
+use crate::keys::Filter;
 
 /// A filter normalised for fast tests: prefixes become ranges.
 #[derive(Debug)]
@@ -49,22 +21,14 @@ pub(crate) enum Compiled<'a> {
 impl<'a> Compiled<'a> {
     /// Validates and normalises `filter`.
     pub(crate) fn new(filter: Option<&'a Filter>) -> Result<Compiled<'a>> {
-        Ok(match filter {
-            None => Compiled::All,
-            Some(Filter::Range { start, end }) => {
-                Compiled::Range(start, end.as_deref().map(std::borrow::Cow::Borrowed))
-            }
-            Some(Filter::Prefix(p)) => {
-                Compiled::Range(p, prefix_end(p).map(std::borrow::Cow::Owned))
-            }
-            Some(Filter::Keys(keys)) => {
-                if keys.windows(2).any(|w| w[0] >= w[1]) {
-                    return Err(Error::InvalidArgument(
-                        "filter keys must be sorted strictly ascending".into(),
-                    ));
-                }
-                Compiled::Keys(keys)
-            }
+        let Some(f) = filter else {
+            return Ok(Compiled::All);
+        };
+        f.validate()?;
+        Ok(match (f, f.interval()) {
+            (Filter::Keys(keys), _) => Compiled::Keys(keys),
+            (_, Some((start, end))) => Compiled::Range(start, end),
+            (_, None) => Compiled::All,
         })
     }
 
@@ -105,14 +69,6 @@ impl<'a> Compiled<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_end_cases() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_end(b"\xff\xff"), None);
-        assert_eq!(prefix_end(b""), None);
-    }
 
     #[test]
     fn ranges_prefixes_and_sets() {

@@ -51,8 +51,8 @@ mod node;
 mod quant;
 mod rotated;
 
+pub use crate::keys::Filter;
 pub use engine::SearchContext;
-pub use filter::Filter;
 pub use rotated::ExactLayout;
 // The former name, only until engine/tests/search.rs moves to the new one.
 #[doc(hidden)]

@@ -1,0 +1,199 @@
+//! Opening an [`Index`]: the map, its sidecars and the native layouts,
+//! loaded once over a shared store handle.
+
+use crate::accel::{self, AccelContext, Accelerators};
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::proximity::search::{ExactLayout, SearchContext, Searcher};
+use crate::proximity::{self, ProximityMap, Sidecars};
+use crate::store::BlockStore;
+use prox_kernels::Metric;
+use std::sync::Arc;
+
+/// The map handles that borrow the store, kept next to their owner.
+pub(super) struct Loaded<'s> {
+    pub(super) map: ProximityMap<'s>,
+    pub(super) searcher: Searcher<'s>,
+}
+
+self_cell::self_cell!(
+    /// The store handle and the map handles borrowing it.
+    pub(super) struct Cell {
+        owner: Arc<dyn BlockStore>,
+        #[covariant]
+        dependent: Loaded,
+    }
+);
+
+/// How an [`Index`] is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Exact-L2 layout of the native search (results are identical either
+    /// way; only the work differs).
+    pub exact_layout: ExactLayout,
+    /// Build every native load-time layout while opening ([`Index::warm`]);
+    /// when false they are built by the first native search that needs
+    /// them.
+    pub warm: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            exact_layout: ExactLayout::Off,
+            warm: true,
+        }
+    }
+}
+
+/// Per-thread search buffers, reused across queries so a search allocates
+/// little beyond its result. Not shared between threads.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub(super) native: Option<SearchContext>,
+    pub(super) accel: AccelContext,
+}
+
+/// One proximity map opened for queries: an immutable snapshot of one
+/// descriptor with its sidecars (see the [module docs](crate::index)).
+/// `Send + Sync`; share it behind an `Arc`.
+pub struct Index {
+    pub(super) descriptor: Cid,
+    pub(super) sidecars: Sidecars,
+    pub(super) accel: Accelerators,
+    pub(super) cell: Cell,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("descriptor", &self.descriptor)
+            .field("sidecars", &self.sidecars)
+            .field("records", &self.len())
+            .finish()
+    }
+}
+
+impl Index {
+    /// Opens the map published under the root `name` with every sidecar it
+    /// names. [`Error::UnknownMap`] when the root is absent or empty.
+    pub fn open(store: Arc<dyn BlockStore>, name: &str, options: &Options) -> Result<Index> {
+        let (descriptor, sidecars) =
+            proximity::resolve(&*store, name)?.ok_or_else(|| Error::UnknownMap {
+                name: name.to_string(),
+            })?;
+        Index::load(store, descriptor, sidecars, options)
+    }
+
+    /// Opens the map `descriptor` with `sidecars` (each must have been
+    /// built from this descriptor). Expensive: run it off any request path
+    /// and share the result.
+    pub fn load(
+        store: Arc<dyn BlockStore>,
+        descriptor: Cid,
+        sidecars: Sidecars,
+        options: &Options,
+    ) -> Result<Index> {
+        let cell = Cell::try_new(store, |s| -> Result<Loaded<'_>> {
+            let map = ProximityMap::load(&**s, descriptor)?;
+            let searcher = map.searcher()?.exact_layout(options.exact_layout);
+            Ok(Loaded { map, searcher })
+        })?;
+        let store = &**cell.borrow_owner();
+        let (metric, dims) = {
+            let m = &cell.borrow_dependent().map;
+            (m.metric(), m.dims() as usize)
+        };
+        let mut accel = Accelerators::default();
+        if sidecars.hnsw.is_some() || sidecars.pq.is_some() {
+            let (_, records) = accel::map_records(store, descriptor)?;
+            if let Some(h) = sidecars.hnsw {
+                let (manifest, graph) =
+                    accel::hnsw::load(store, h, Some(descriptor), metric, dims, &records)?;
+                accel.hnsw = Some((
+                    graph.into_search_graph(),
+                    manifest.config.ef_search as usize,
+                ));
+            }
+            if let Some(p) = sidecars.pq {
+                let pq = accel::pq::load(store, p, Some(descriptor), metric, dims, &records)?;
+                // The IVF fast-scan tables (4-bit sidecars), built now
+                // rather than by the first query.
+                pq.fast_scan();
+                accel.pq = Some(pq);
+            }
+        }
+        let index = Index {
+            descriptor,
+            sidecars,
+            accel,
+            cell,
+        };
+        if options.warm {
+            index.warm()?;
+        }
+        Ok(index)
+    }
+
+    /// Builds every native load-time layout now (decoded nodes, scan arena,
+    /// adaptive sub-lists, the exact-L2 layout) so later searches do no I/O
+    /// or decoding; returns the number of nodes. Idempotent.
+    pub fn warm(&self) -> Result<usize> {
+        self.searcher().warm()
+    }
+
+    /// The `PRXI` descriptor CID.
+    pub fn descriptor(&self) -> Cid {
+        self.descriptor
+    }
+
+    /// The sidecar manifests loaded with the map.
+    pub fn sidecars(&self) -> Sidecars {
+        self.sidecars
+    }
+
+    /// The loaded sidecar layouts.
+    pub fn accelerators(&self) -> &Accelerators {
+        &self.accel
+    }
+
+    /// The store the index reads.
+    pub fn store(&self) -> &Arc<dyn BlockStore> {
+        self.cell.borrow_owner()
+    }
+
+    /// The map.
+    pub fn map(&self) -> &ProximityMap<'_> {
+        &self.cell.borrow_dependent().map
+    }
+
+    /// The native searcher (its layouts' sizes, for reports).
+    pub fn searcher(&self) -> &Searcher<'_> {
+        &self.cell.borrow_dependent().searcher
+    }
+
+    /// Records in the map.
+    pub fn len(&self) -> u64 {
+        self.map().len()
+    }
+
+    /// True if the map holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Vector dimensions.
+    pub fn dims(&self) -> usize {
+        self.map().dims() as usize
+    }
+
+    /// The map's metric.
+    pub fn metric(&self) -> Metric {
+        self.map().metric()
+    }
+
+    /// `(vector, value)` of the record `key`, or `None`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<(Vec<f32>, Vec<u8>)>> {
+        self.map().get(key)
+    }
+}

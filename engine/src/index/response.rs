@@ -1,0 +1,41 @@
+//! [`Response`]: the answer to one query, whatever path ran.
+
+use crate::accel::Path;
+use crate::proximity::search::Completion;
+
+/// One result record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbour {
+    /// The record's key.
+    pub key: Vec<u8>,
+    /// Its value, when the request asked for values.
+    pub value: Option<Vec<u8>>,
+    /// Its stored vector, when the request asked for vectors.
+    pub vector: Option<Vec<f32>>,
+    /// Canonical score of the prepared query against the record
+    /// (proximity-format.md 11.1, 11.2): the same on every path and ISA.
+    pub score: f64,
+}
+
+/// Work counters of one search (native path; zero on a sidecar path).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// `PRXN` nodes expanded.
+    pub nodes: u64,
+    /// Approximate distance evaluations.
+    pub distance_evals: u64,
+}
+
+/// The answer to one query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// Hits ordered by `(score, key)`.
+    pub hits: Vec<Neighbour>,
+    /// How the search ended: [`Completion::Exact`] (provably the top k),
+    /// [`Completion::Approximate`] or [`Completion::BudgetExhausted`].
+    pub completion: Completion,
+    /// The path that ran.
+    pub path: Path,
+    /// Work done.
+    pub counters: Counters,
+}

@@ -1,0 +1,167 @@
+//! The index against the engine's own searches: every route returns what
+//! the path it names returns, batch equals sequential, and bad input is a
+//! typed error.
+
+use super::*;
+use crate::accel::{self, HnswParams, Path, PqParams};
+use crate::error::Error;
+use crate::keys::Filter;
+use crate::proximity::search::{Completion, Mode, Preset, SearchRequest};
+use crate::proximity::{ProximityConfig, ProximityMap, Sidecars};
+use crate::store::{BlockStore, MemStore};
+use std::sync::Arc;
+
+const DIMS: usize = 8;
+
+fn seed() -> u64 {
+    std::env::var("PROX_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x1DE5)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn vector(&mut self) -> Vec<f32> {
+        (0..DIMS)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+            .collect()
+    }
+}
+
+/// A 1 500-record map with both sidecars, opened as an index.
+fn index(s: u64) -> Index {
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let mut rng = Rng(s);
+    let records = (0..1500u64)
+        .map(|i| (i.to_be_bytes().to_vec(), rng.vector(), vec![i as u8]))
+        .collect();
+    let map = ProximityMap::build(&*store, &ProximityConfig::new(DIMS as u32), records).unwrap();
+    let d = map.descriptor_cid();
+    let pq = PqParams::parse("subquantizers=4,centroids=16,iterations=4").unwrap();
+    let built = accel::build_sidecars(&*store, d, Some(&HnswParams::default()), Some(&pq)).unwrap();
+    let sidecars = Sidecars {
+        hnsw: built.hnsw.map(|h| h.manifest_cid),
+        pq: built.pq.map(|p| p.manifest_cid),
+    };
+    Index::load(store, d, sidecars, &Options::default()).unwrap()
+}
+
+#[test]
+fn routes_follow_the_rule() {
+    let s = seed();
+    let ix = index(s);
+    let q = Rng(s ^ 7).vector();
+    let mut sc = Scratch::default();
+    let run = |sc: &mut Scratch, r: &Request| ix.search(sc, &q, r).unwrap();
+    let native = |mode| {
+        ix.searcher()
+            .search(&q, &SearchRequest::new(5).mode(mode))
+            .unwrap()
+            .hits
+            .into_iter()
+            .map(|h| (h.key, h.score))
+            .collect::<Vec<_>>()
+    };
+    let pairs = |r: &Response| {
+        r.hits
+            .iter()
+            .map(|h| (h.key.clone(), h.score))
+            .collect::<Vec<_>>()
+    };
+    let exact = run(&mut sc, &Request::new(5).mode(QueryMode::Exact));
+    assert_eq!(
+        (exact.path, exact.completion),
+        (Path::Native, Completion::Exact),
+        "seed {s}"
+    );
+    assert_eq!(pairs(&exact), native(Mode::Exact), "seed {s}");
+    let fast = run(&mut sc, &Request::new(5).mode(QueryMode::Fast));
+    assert_eq!(fast.path, Path::Native, "seed {s}");
+    assert_eq!(
+        pairs(&fast),
+        native(Mode::Adaptive(Preset::Fast)),
+        "seed {s}"
+    );
+    assert_eq!(run(&mut sc, &Request::new(5)).path, Path::Hnsw, "seed {s}");
+    assert_eq!(
+        run(&mut sc, &Request::new(5).path(PathChoice::Pq)).path,
+        Path::Pq
+    );
+    let budget = run(&mut sc, &Request::new(5).budget(30));
+    assert_eq!(budget.path, Path::Native);
+    assert!(budget.counters.distance_evals > 0, "seed {s}");
+    // A selective filter goes native even with sidecars.
+    let f = run(
+        &mut sc,
+        &Request::new(5).filter(Filter::Prefix(vec![0, 0, 0, 0, 0, 0, 0])),
+    );
+    assert_eq!(f.path, Path::Native);
+    assert!(f.hits.iter().all(|h| h.key[..7] == [0; 7]), "seed {s}");
+}
+
+#[test]
+fn values_vectors_and_batches() {
+    let s = seed();
+    let ix = index(s);
+    let mut rng = Rng(s ^ 9);
+    let rows: Vec<f32> = (0..6).flat_map(|_| rng.vector()).collect();
+    for path in PathChoice::ALL {
+        let req = Request {
+            with_values: true,
+            with_vectors: true,
+            ..Request::new(4).path(path)
+        };
+        let batch = ix.search_batch(&rows, &req).unwrap();
+        let mut sc = Scratch::default();
+        for (row, b) in rows.chunks(DIMS).zip(&batch) {
+            assert_eq!(&ix.search(&mut sc, row, &req).unwrap(), b, "seed {s}");
+            for h in &b.hits {
+                let (v, val) = ix.get(&h.key).unwrap().unwrap();
+                assert_eq!(h.value.as_ref(), Some(&val));
+                assert_eq!(h.vector.as_ref(), Some(&v));
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let ix = index(seed());
+    let mut sc = Scratch::default();
+    let q = vec![0.5; DIMS];
+    assert!(matches!(
+        ix.search(&mut sc, &q[..3], &Request::new(3)),
+        Err(Error::WrongDimension {
+            expected: DIMS,
+            got: 3,
+            ..
+        })
+    ));
+    let mut nan = q.clone();
+    nan[2] = f32::NAN;
+    assert!(matches!(
+        ix.search(&mut sc, &nan, &Request::new(3)),
+        Err(Error::NonFiniteVector { index: 2, .. })
+    ));
+    assert!(matches!(
+        ix.search(&mut sc, &q, &Request::new(0)),
+        Err(Error::InvalidRequest { field: "k", .. })
+    ));
+    assert!(matches!(
+        ix.search_batch(&[0.5; DIMS + 1], &Request::new(3)),
+        Err(Error::WrongDimension { .. })
+    ));
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    assert!(matches!(
+        Index::open(store, "nothing", &Options::default()),
+        Err(Error::UnknownMap { .. })
+    ));
+}
