@@ -135,6 +135,18 @@ pub fn access_from_config(config: &Config) -> Result<Access> {
         allow,
         serve,
         bulk_for_anyone: config.trust_all,
+        open: config.open,
+        followed: config
+            .follow
+            .iter()
+            .filter_map(|f| f.peer.parse::<Multiaddr>().ok())
+            .filter_map(|a| {
+                a.iter().find_map(|p| match p {
+                    libp2p::multiaddr::Protocol::P2p(id) => Some(id),
+                    _ => None,
+                })
+            })
+            .collect(),
     })
 }
 
