@@ -148,6 +148,8 @@ where
     use futures::AsyncReadExt;
     let (reader, writer) = stream.split();
     let mut reader = futures::io::BufReader::with_capacity(64 << 10, reader);
+    // Writes time out like reads: a peer that stops reading loses the session.
+    let writer = crate::stall::StallGuard::new(writer, ctx.limits.idle_timeout);
     let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
     let _slot = match ctx.admit(peer) {
         Ok(slot) => slot,
