@@ -419,6 +419,7 @@ impl<L: Linker> Planner<L> {
         if !self.to_staging.is_empty() {
             let staged: Vec<Verified> =
                 std::mem::take(&mut self.to_staging).into_values().collect();
+            let _staging = self.stores.lock_staging();
             self.stores.staging.put_verified_many(&staged)?;
         }
         if !self.to_main.is_empty() {
