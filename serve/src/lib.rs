@@ -30,7 +30,9 @@
 
 mod api;
 pub mod client;
+mod conn;
 mod error;
+mod limits;
 mod metrics;
 mod registry;
 mod server;

@@ -15,7 +15,9 @@
 //! and its answer stay on one thread without cross-worker wake-ups.
 
 use crate::api::{self, ApiError, Limits};
+use crate::conn::{self, ConnLimits};
 use crate::error::{Error, Result};
+use crate::limits;
 use crate::metrics::Metrics;
 use crate::registry::{MapRegistry, Refresher, Source};
 use crate::snapshot::Snapshot;
@@ -47,9 +49,23 @@ pub struct Config {
     pub max_k: usize,
     /// Search jobs that may wait for a thread beyond those running.
     pub queue: usize,
-    /// Most HTTP requests handled at once (bodies being read included);
-    /// more get 503 before their body is read.
+    /// Most HTTP requests handled at once, counted once their body has
+    /// arrived (a slow body cannot take a slot); more get 503.
     pub max_in_flight: usize,
+    /// Host names accepted in the `Host` header besides the loopback names
+    /// (`*`: any). Guards against DNS rebinding.
+    pub allowed_hosts: Vec<String>,
+    /// Time allowed for a request's headers to arrive.
+    pub header_timeout: Duration,
+    /// Time allowed for a request's body to arrive, from its headers.
+    pub body_timeout: Duration,
+    /// A connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Most open connections; more are closed at once.
+    pub max_connections: usize,
+    /// On shutdown, time given to open requests before connections are
+    /// closed.
+    pub shutdown_grace: Duration,
     /// Per-request deadline, from arrival.
     pub deadline: Duration,
     /// Largest request body, bytes.
@@ -72,7 +88,8 @@ pub struct Config {
 
 impl Default for Config {
     /// Loopback on an OS-chosen port, no token, k <= 1000, queue 256,
-    /// 1024 requests in flight, deadline 1 s, 8 MiB bodies, one search thread per core, batches of
+    /// 1024 requests in flight, loopback host names only, 10 s for headers,
+    /// 30 s for a body, 60 s idle, 1024 connections, 10 s shutdown grace, deadline 1 s, 8 MiB bodies, one search thread per core, batches of
     /// up to 4096 vectors, connections on the caller's runtime, refresh every 250 ms, no source.
     fn default() -> Self {
         Config {
@@ -81,6 +98,12 @@ impl Default for Config {
             max_k: 1000,
             queue: 256,
             max_in_flight: 1024,
+            allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            shutdown_grace: Duration::from_secs(10),
             deadline: Duration::from_secs(1),
             max_body: 8 << 20,
             search_threads: 0,
@@ -101,6 +124,15 @@ impl Config {
         }
         if self.max_in_flight == 0 {
             return bad("max_in_flight must be >= 1");
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections must be >= 1");
+        }
+        if self.header_timeout.is_zero()
+            || self.body_timeout.is_zero()
+            || self.idle_timeout.is_zero()
+        {
+            return bad("header, body and idle timeouts must be > 0");
         }
         if self.max_batch == 0 {
             return bad("max_batch must be >= 1");
@@ -143,6 +175,9 @@ struct Shared {
     pending: AtomicI64,
     max_in_flight: i64,
     token: Option<String>,
+    allowed_hosts: Vec<String>,
+    body_timeout: Duration,
+    max_body: usize,
 }
 
 thread_local! {
@@ -517,15 +552,38 @@ fn unauthorized(st: &Shared, req: &Request) -> Option<ApiError> {
     }
 }
 
-/// The one layer around every routed request: counts it in flight (503
-/// beyond `max_in_flight`, before the body is read), checks the token, and
-/// records its route, status and time in the metrics. One layer rather
-/// than two keeps a request to one boxed middleware future.
+/// The one layer around every routed request: checks the `Host`, the
+/// token and a POST's content type, reads the body within
+/// [`Config::body_timeout`], then counts the request in flight (503 beyond
+/// `max_in_flight`) and records its route, status and time in the
+/// metrics. One layer rather than several keeps a request to one boxed
+/// middleware future.
 async fn gate(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let now = st.metrics.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-    let _g = InFlight(&st.metrics);
     let t = Instant::now();
     let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("other", |m| m.as_str());
+    let refused = limits::host_refused(&st.allowed_hosts, &req)
+        .or_else(|| unauthorized(&st, &req))
+        .or_else(|| limits::content_type_refused(&req));
+    if let Some(e) = refused {
+        let r = e.into_response();
+        st.metrics.observe(route, r.status().as_u16(), t.elapsed());
+        return r;
+    }
+    let req = if req.method() == axum::http::Method::POST {
+        match limits::read_body(req, st.body_timeout, st.max_body).await {
+            Ok(req) => req,
+            Err(e) => {
+                let r = e.into_response();
+                st.metrics.observe(route, r.status().as_u16(), t.elapsed());
+                return r;
+            }
+        }
+    } else {
+        req
+    };
+    let now = st.metrics.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+    let _g = InFlight(&st.metrics);
     let r = if now > st.max_in_flight {
         // Refused before the body is read, so memory stays bounded too.
         st.metrics.rejected.fetch_add(1, Ordering::Relaxed);
@@ -535,12 +593,9 @@ async fn gate(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Respon
             "too many requests in flight; retry later",
         )
         .into_response()
-    } else if let Some(e) = unauthorized(&st, &req) {
-        e.into_response()
     } else {
         next.run(req).await
     };
-    let route = matched.as_ref().map_or("other", |m| m.as_str());
     st.metrics.observe(route, r.status().as_u16(), t.elapsed());
     r
 }
@@ -599,7 +654,7 @@ struct ConnectionThreads {
 }
 
 impl ConnectionThreads {
-    fn start(n: usize, addr: SocketAddr, app: Router) -> Result<Self> {
+    fn start(n: usize, addr: SocketAddr, app: Router, lim: ConnLimits) -> Result<Self> {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let mut handoff = Vec::with_capacity(n);
         let mut done = Vec::with_capacity(n);
@@ -609,16 +664,15 @@ impl ConnectionThreads {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let (app, mut stopping) = (app.clone(), stopping.clone());
+            let (app, mut stopping, lim) = (app.clone(), stopping.clone(), lim.clone());
             std::thread::Builder::new()
                 .name(format!("prox-http-{i}"))
                 .spawn(move || {
                     let out = rt.block_on(async move {
-                        axum::serve(Handed { rx, addr }, app)
-                            .with_graceful_shutdown(async move {
-                                let _ = stopping.wait_for(|s| *s).await;
-                            })
-                            .await
+                        conn::serve(Handed { rx, addr }, app, lim, async move {
+                            let _ = stopping.wait_for(|s| *s).await;
+                        })
+                        .await
                     });
                     let _ = finished.send(out);
                 })?;
@@ -714,6 +768,9 @@ impl Server {
             pending: AtomicI64::new(0),
             max_in_flight: config.max_in_flight as i64,
             token: config.token.clone(),
+            allowed_hosts: config.allowed_hosts.clone(),
+            body_timeout: config.body_timeout,
+            max_body: config.max_body,
         });
         let refresher = match config.source.clone() {
             Some(src) => {
@@ -748,16 +805,18 @@ impl Server {
             }
         });
         let app = router(st.clone(), config.max_body);
+        let lim = ConnLimits {
+            header_timeout: config.header_timeout,
+            idle_timeout: config.idle_timeout,
+            shutdown_grace: config.shutdown_grace,
+            slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+        };
         let serve = match config.connection_threads {
-            0 => tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stopped.await;
-                    })
-                    .await
-            }),
+            0 => tokio::spawn(conn::serve(listener, app, lim, async move {
+                let _ = stopped.await;
+            })),
             n => {
-                let threads = ConnectionThreads::start(n, addr, app)?;
+                let threads = ConnectionThreads::start(n, addr, app, lim)?;
                 tokio::spawn(threads.accept(listener, stopped))
             }
         };

@@ -40,8 +40,11 @@ pub struct Config {
     pub listen: Vec<String>,
     /// Identity key file; default `<store>/sync.key`.
     pub key: Option<PathBuf>,
-    /// Peer ids allowed to connect; empty = anyone.
+    /// Peer ids allowed to connect and be served. Empty: nobody is served
+    /// unless [`Config::open`] is set (followed peers always are).
     pub allow: Vec<String>,
+    /// With an empty allowlist, serve every peer (`--open`).
+    pub open: bool,
     /// Root names served; empty = all.
     pub serve: Vec<String>,
     /// Roots to follow.
@@ -67,6 +70,7 @@ impl Default for Config {
             listen: Vec::new(),
             key: None,
             allow: Vec::new(),
+            open: false,
             serve: Vec::new(),
             follow: Vec::new(),
             follow_interval_secs: 300,

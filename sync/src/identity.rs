@@ -68,6 +68,17 @@ pub fn load_or_create(path: &Path) -> Result<Keypair> {
     }
 }
 
+/// Whether the multiaddr `addr` names its peer (ends in `/p2p/<peer id>`),
+/// so a connection to it authenticates that peer. A malformed address is
+/// [`Error::Config`].
+pub fn names_peer(addr: &str) -> Result<bool> {
+    let a: libp2p::Multiaddr = addr
+        .parse()
+        .map_err(|e| Error::Config(format!("bad peer address {addr:?}: {e}")))?;
+    Ok(a.iter()
+        .any(|p| matches!(p, libp2p::multiaddr::Protocol::P2p(_))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,7 @@ pub mod pending;
 pub mod protocol;
 mod server;
 mod session;
+mod stall;
 pub mod stores;
 
 pub use config::{Config, Follow};

@@ -135,6 +135,18 @@ pub fn access_from_config(config: &Config) -> Result<Access> {
         allow,
         serve,
         bulk_for_anyone: config.trust_all,
+        open: config.open,
+        followed: config
+            .follow
+            .iter()
+            .filter_map(|f| f.peer.parse::<Multiaddr>().ok())
+            .filter_map(|a| {
+                a.iter().find_map(|p| match p {
+                    libp2p::multiaddr::Protocol::P2p(id) => Some(id),
+                    _ => None,
+                })
+            })
+            .collect(),
     })
 }
 
@@ -532,7 +544,7 @@ impl<L: Linker> Node<L> {
         let mut report = planner.report.clone();
         report.round_trips += 1; // GetRoot
         let main = inner.stores.main.clone();
-        let staging = inner.stores.staging.clone();
+        let stores = inner.stores.clone();
         let local_name = local.to_string();
         let swapped = inner
             .gate
@@ -540,7 +552,10 @@ impl<L: Linker> Node<L> {
                 main.commit()?;
                 let ok = main.cas_root(&local_name, expected.as_deref(), Some(&value))?;
                 // Staged blocks that are now visible leave staging; the rest
-                // belong to other (running or abandoned) pulls and stay.
+                // belong to other (running or abandoned) pulls and stay. The
+                // lock keeps their puts out between listing and retaining.
+                let staging = &stores.staging;
+                let _staging = stores.lock_staging();
                 let staged = staging.cids()?;
                 if !staged.is_empty() {
                     let visible = main.has_many(&staged)?;

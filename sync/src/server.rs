@@ -20,6 +20,12 @@ use std::sync::{Arc, Mutex};
 pub struct Access {
     /// When `Some`, only these peers may connect or make requests.
     pub allow: Option<HashSet<PeerId>>,
+    /// Without an allowlist: serve every peer (`--open`). When false and
+    /// `allow` is `None`, nobody but `followed` is served.
+    pub open: bool,
+    /// Peers this node follows (named by `/p2p/<id>` in a follow address):
+    /// always allowed, so their announcements arrive.
+    pub followed: HashSet<PeerId>,
     /// When `Some`, only these root names are served (listed, read, bulk).
     pub serve: Option<HashSet<String>>,
     /// Allow the bulk path (`WANT_CLOSURE`) for peers that are not on an
@@ -28,9 +34,13 @@ pub struct Access {
 }
 
 impl Access {
-    /// True if `peer` may use this node at all.
+    /// True if `peer` may use this node at all: on the allowlist, or any
+    /// peer when the node is open, or a followed peer.
     pub fn allows(&self, peer: &PeerId) -> bool {
-        self.allow.as_ref().is_none_or(|a| a.contains(peer))
+        match &self.allow {
+            Some(a) => a.contains(peer) || self.followed.contains(peer),
+            None => self.open || self.followed.contains(peer),
+        }
     }
 
     /// True if `name` is served.
@@ -138,6 +148,8 @@ where
     use futures::AsyncReadExt;
     let (reader, writer) = stream.split();
     let mut reader = futures::io::BufReader::with_capacity(64 << 10, reader);
+    // Writes time out like reads: a peer that stops reading loses the session.
+    let writer = crate::stall::StallGuard::new(writer, ctx.limits.idle_timeout);
     let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
     let _slot = match ctx.admit(peer) {
         Ok(slot) => slot,

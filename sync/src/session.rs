@@ -281,6 +281,15 @@ impl<L: Linker> WantPlanner<L> {
             }
         }
         let blocks = accepted.len() as u64;
+        if blocks == 0 && missing.is_none() && !deferred.is_empty() {
+            // A server sends at least one block per answer before it may
+            // defer: an answer of only DEFERs makes no progress, and
+            // accepting it would let a peer keep a pull looping forever.
+            return Err(self.violation(Violation::Protocol(format!(
+                "batch {} answered DEFER for every CID (no progress)",
+                batch.id
+            ))));
+        }
         if blocks > 0 {
             self.note_batch(blocks, total as u64);
         }
@@ -410,6 +419,7 @@ impl<L: Linker> WantPlanner<L> {
         if !self.to_staging.is_empty() {
             let staged: Vec<Verified> =
                 std::mem::take(&mut self.to_staging).into_values().collect();
+            let _staging = self.stores.lock_staging();
             self.stores.staging.put_verified_many(&staged)?;
         }
         if !self.to_main.is_empty() {
@@ -1049,6 +1059,19 @@ mod tests {
             "{:?}",
             r.err().map(Stopped::into_error)
         );
+    }
+
+    #[test]
+    fn an_answer_of_only_defers_is_a_violation() {
+        use crate::protocol::frames::ServerFrame;
+        let cids: Vec<Cid> = (0u8..4).map(|i| Cid::of(&[i])).collect();
+        let mut p = planner(&cids);
+        let batch = p.next_batch(1024, true).expect("a batch");
+        let frames = (0..cids.len()).map(|_| ServerFrame::Defer).collect();
+        match p.on_batch(batch, frames) {
+            Err(Error::Misbehaving { .. }) => {}
+            other => panic!("endless DEFER must end the pull: {other:?}"),
+        }
     }
 
     #[test]

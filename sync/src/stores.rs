@@ -27,6 +27,10 @@ pub struct Stores {
     /// each block it publishes, before putting it) until its
     /// compare-and-swap is done. Pass the same registry to `prox_engine::gc`.
     pub pins: Pins,
+    /// Serialises staging puts against the staging cleanup after a pull,
+    /// which lists staging and then retains what is not yet visible: a put
+    /// of a concurrent pull landing in between would otherwise be dropped.
+    staging_lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl Stores {
@@ -36,7 +40,13 @@ impl Stores {
             main,
             staging,
             pins: Pins::default(),
+            staging_lock: Arc::default(),
         }
+    }
+
+    /// Holds off staging puts and the staging cleanup of other pulls.
+    pub(crate) fn lock_staging(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.staging_lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

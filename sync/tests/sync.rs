@@ -240,6 +240,7 @@ fn seed() -> u64 {
 fn config() -> Config {
     Config {
         listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+        open: true,
         ..Config::default()
     }
 }

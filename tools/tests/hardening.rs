@@ -186,3 +186,24 @@ fn roots_recover_reports_and_repairs_a_damaged_copy() {
     assert_eq!(again["fell_back"], false, "{again}");
     assert_eq!(again["rewritten"], false, "{again}");
 }
+
+/// A pull address without `/p2p/<peer id>` would trust whoever answers
+/// there: refused unless `--insecure-any-peer`.
+#[test]
+fn sync_pull_requires_the_peer_id_in_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("s");
+    let o = run(&[
+        "sync",
+        "pull",
+        "--store",
+        s(&st),
+        "--peer",
+        "/ip4/127.0.0.1/tcp/9",
+        "--name",
+        "docs",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--insecure-any-peer"), "{err}");
+}

@@ -174,6 +174,7 @@ impl Pair {
         let cfg = Config {
             listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
             trust_all: trusted,
+            open: true,
             ..Config::default()
         };
         let key = libp2p_key();

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// Examples for `prox daemon --help`.
 pub const EXAMPLES: &str = "\
 Examples:
-  prox daemon --store a/ --listen /ip4/127.0.0.1/tcp/4001 --serve docs
+  prox daemon --store a/ --listen /ip4/127.0.0.1/tcp/4001 --serve docs --open
   prox daemon --store b/ --listen /ip4/127.0.0.1/tcp/4002 \\
       --follow /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...:docs
   prox daemon --store a/ --config sync.json --allow 12D3KooW...
@@ -18,6 +18,7 @@ Examples:
 
 Prints `peer_id <id>`, one `listen <multiaddr>` per address and
 `control <socket>` (and `http <url>` with --http) on stdout once listening, then logs to stderr (RUST_LOG).
+Serves nobody unless --allow names peers or --open is given.
 SIGINT/SIGTERM stop it cleanly: running pulls are abandoned (their blocks
 stay staged for a retry) and no named root moves.";
 
@@ -33,9 +34,14 @@ pub struct DaemonArgs {
     /// Identity key file (ed25519, created with mode 0600; default <store>/sync.key).
     #[arg(long)]
     pub key: Option<PathBuf>,
-    /// Only these peer ids may connect (repeatable; default: anyone).
+    /// Only these peer ids may connect (repeatable). Without any, the
+    /// daemon serves nobody unless --open is given.
     #[arg(long = "allow", value_name = "PEER_ID")]
     pub allow: Vec<String>,
+    /// Serve every peer when no --allow is given (anyone who can reach the
+    /// listen address may read the served roots).
+    #[arg(long)]
+    pub open: bool,
     /// Serve only these root names (repeatable; default: all).
     #[arg(long = "serve", value_name = "NAME")]
     pub serve: Vec<String>,
@@ -76,6 +82,12 @@ pub fn config(args: &DaemonArgs) -> Result<Config> {
     }
     cfg.mdns |= args.mdns;
     cfg.trust_all |= args.trust_all;
+    cfg.open |= args.open;
+    if cfg.allow.is_empty() && !cfg.open {
+        tracing::warn!(
+            "no --allow and no --open: this daemon serves no peer (followed peers excepted)"
+        );
+    }
     cfg.validate()?;
     Ok(cfg)
 }

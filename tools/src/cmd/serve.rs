@@ -21,7 +21,9 @@ Serves every proximity map named in the store (docs/api.md). The store is
 opened read-only and reopened whenever its roots change, so maps moved by
 `prox update`, `prox accel build` or `prox sync pull` are served without a
 restart. Prints `http <addr>` on stdout once listening; SIGINT/SIGTERM stop
-it after in-flight requests finish. Binding beyond loopback needs a token.";
+it after in-flight requests finish (at most --shutdown-grace-ms). Binding
+beyond loopback needs a token; requests must name a loopback host or one
+given with --allow-host, and POST bodies must be application/json.";
 
 /// The HTTP API's settings (`prox serve` and `prox daemon --http`).
 #[derive(Debug, Clone, Args)]
@@ -38,9 +40,30 @@ pub struct HttpArgs {
     /// Search requests that may wait for a search thread; more get 503.
     #[arg(long, default_value_t = 256)]
     pub queue: usize,
-    /// Most HTTP requests handled at once; more get 503 before their body is read.
+    /// Most HTTP requests handled at once, counted once their body has
+    /// arrived; more get 503.
     #[arg(long, default_value_t = 1024)]
     pub max_in_flight: usize,
+    /// Also accept this name in the Host header (repeatable; `*` accepts
+    /// any). Loopback names are always accepted.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_host: Vec<String>,
+    /// Most open connections; more are closed at once.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Time for a request's headers to arrive, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Time for a request's body to arrive, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+    /// Close a connection idle this long, in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    pub idle_timeout_ms: u64,
+    /// On SIGINT/SIGTERM, time open requests get before connections are
+    /// closed, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
     /// Per-request deadline in milliseconds; expired requests get 504.
     #[arg(long, default_value_t = 1000)]
     pub deadline_ms: u64,
@@ -76,6 +99,12 @@ impl HttpArgs {
             max_k: self.max_k,
             queue: self.queue,
             max_in_flight: self.max_in_flight,
+            allowed_hosts: self.allow_host.clone(),
+            max_connections: self.max_connections,
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
             deadline: Duration::from_millis(self.deadline_ms),
             max_body: self.max_body,
             search_threads: self.search_threads,

@@ -49,9 +49,14 @@ pub struct TransferArgs {
     /// Local store.
     #[command(flatten)]
     pub store: StoreArg,
-    /// The peer's multiaddr (ending in /p2p/<peer id> to check its identity).
+    /// The peer's multiaddr, ending in /p2p/<peer id> so the connection
+    /// authenticates that peer.
     #[arg(long)]
     pub peer: String,
+    /// Accept a peer address without /p2p/<peer id>: whoever answers at
+    /// that address is trusted (only for tests on a trusted network).
+    #[arg(long)]
+    pub insecure_any_peer: bool,
     /// Root name (remote for pull, local for push).
     #[arg(long)]
     pub name: String,
@@ -90,6 +95,9 @@ pub fn open_stores(store: &StoreArg) -> Result<Stores> {
 
 /// Runs `prox sync`.
 pub fn run(args: &SyncArgs) -> Result<()> {
+    if let SyncOp::Pull(a) | SyncOp::Push(a) = &args.op {
+        check_peer_names_identity(&a.peer, a.insecure_any_peer)?;
+    }
     let (store, op, json) = match &args.op {
         SyncOp::Pull(a) => (
             &a.store,
@@ -161,6 +169,18 @@ fn print(op: &Op, v: &serde_json::Value, json: bool) -> Result<()> {
             }
         }
         _ => println!("{}", serde_json::to_string_pretty(v)?),
+    }
+    Ok(())
+}
+
+/// A transfer address must authenticate its peer: it must end in
+/// `/p2p/<peer id>` unless `--insecure-any-peer` is given.
+fn check_peer_names_identity(peer: &str, insecure: bool) -> Result<()> {
+    if !prox_sync::identity::names_peer(peer)? && !insecure {
+        anyhow::bail!(
+            "peer address {peer} does not name the peer: append /p2p/<peer id> \
+             (printed by `prox daemon`), or pass --insecure-any-peer to trust whoever answers"
+        );
     }
     Ok(())
 }
