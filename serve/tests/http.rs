@@ -867,61 +867,6 @@ fn refresh_reopens_a_store_directory_written_by_another_writer() {
     assert_eq!((st, v["descriptor"].clone()), (200, json!(d2s)));
 }
 
-#[test]
-fn requests_beyond_the_in_flight_limit_get_503_before_their_body_is_read() {
-    use std::io::Write;
-    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
-    let (d, side) = build(&*store, 50, seed(), false, false);
-    publish(&*store, "m", d, side);
-    let srv = served(
-        store,
-        Config {
-            max_in_flight: 1,
-            ..Config::default()
-        },
-    );
-    let addr = srv.handle().addr();
-    // A request whose body never arrives occupies the only slot. It races
-    // the probes (separate connections), so a probe can take the slot first
-    // and the slow request is refused instead; then it is sent again.
-    let open_slow = || {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(b"POST /v1/maps/m/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-            .unwrap();
-        s.set_nonblocking(true).unwrap();
-        s
-    };
-    let answered = |s: &mut std::net::TcpStream| {
-        use std::io::Read;
-        let mut b = [0u8; 64];
-        !matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-    };
-    let mut slow = open_slow();
-    let t = Instant::now();
-    let r = loop {
-        let r = Client::new(addr).get("/v1/maps").unwrap();
-        if r.status == 503 || t.elapsed() > Duration::from_secs(30) {
-            break r;
-        }
-        if answered(&mut slow) {
-            slow = open_slow();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    assert_eq!(r.header("retry-after"), Some("1"));
-    expect(r, 503, None, "second request in flight");
-    drop(slow);
-    let t = Instant::now();
-    loop {
-        let r = Client::new(addr).get("/v1/maps").unwrap();
-        if r.status == 200 {
-            break;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "slot never freed");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Waits (10 s at most) until the names of this process's threads
 /// (Linux: /proc) satisfy `ok`; a new thread names itself once it runs.
 #[cfg(target_os = "linux")]
