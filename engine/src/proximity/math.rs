@@ -428,7 +428,7 @@ mod tests {
             vectors.extend(spikes.into_iter().enumerate().map(|(i, mut v)| {
                 let j = i % dims;
                 v.iter_mut().for_each(|x| *x *= 1e-4);
-                v[j] = 1.0 + v[j];
+                v[j] += 1.0;
                 v
             }));
             for (i, v) in vectors.into_iter().enumerate() {
