@@ -496,23 +496,15 @@ mod tests {
     use super::*;
     use crate::accel::hnsw::Hnsw;
     use crate::accel::HnswParams;
+    use prox_testkit::{seed, SplitMix64};
 
-    fn seed() -> u64 {
-        std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5EED_4E5F)
-    }
+    /// The default seed (`PROX_SEED` overrides it).
+    const SEED: u64 = 0x5EED_4E5F;
 
     /// Seeded clustered data: `n` vectors of `dims` around 12 centres.
     fn data(seed: u64, n: usize, dims: usize) -> Vec<(Vec<u8>, Vec<f32>)> {
-        let mut x = seed | 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        };
+        let mut r = SplitMix64::new(seed);
+        let mut next = move || 0.5 * r.unit();
         let centres: Vec<Vec<f32>> = (0..12)
             .map(|_| (0..dims).map(|_| 4.0 * next()).collect())
             .collect();
@@ -530,7 +522,7 @@ mod tests {
     /// refilling a table left by larger codebooks leaves no stale entries.
     #[test]
     fn adc_table_refill_matches_the_kernel_table() {
-        let seed = seed();
+        let seed = seed(SEED);
         let rows = data(seed, 300, 12);
         let mut table = Vec::new();
         for (m, k) in [(4, 256), (3, 16)] {
@@ -557,7 +549,7 @@ mod tests {
 
     #[test]
     fn layouts_and_batch_agree() {
-        let seed = seed();
+        let seed = seed(SEED);
         let (n, dims) = (1200, 24);
         let params = HnswParams::parse("m=8,efc=64").unwrap();
         for metric in [Metric::L2, Metric::InnerProduct] {
