@@ -36,9 +36,10 @@ pub struct SearchOptions {
     pub ef: usize,
 }
 
-/// What a query did.
+/// What an HNSW query did (the native search reports its own
+/// [`SearchStats`](crate::proximity::search::SearchStats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SearchStats {
+pub struct HnswStats {
     /// Eligible nodes (all unmasked nodes without a filter).
     pub eligible: usize,
     /// Layer-0 candidate-list size actually used (0 for a pure exact scan).
@@ -113,7 +114,7 @@ impl SearchGraph {
         query: &[f32],
         opts: SearchOptions,
         out: &mut Vec<IdHit>,
-    ) -> Result<SearchStats> {
+    ) -> Result<HnswStats> {
         self.search_filtered(ctx, query, opts, None, out)
     }
 
@@ -152,7 +153,7 @@ impl SearchGraph {
         opts: SearchOptions,
         filter: Option<&Filter>,
         out: &mut Vec<IdHit>,
-    ) -> Result<SearchStats> {
+    ) -> Result<HnswStats> {
         check_vector(query, self.dims(), None)?;
         out.clear();
         let n = self.node_count();
@@ -166,9 +167,9 @@ impl SearchGraph {
             Resolved::Interval(lo, hi) => interval_count(self, lo, hi),
             Resolved::Set => ctx.set_ids.len(),
         };
-        let mut stats = SearchStats {
+        let mut stats = HnswStats {
             eligible,
-            ..SearchStats::default()
+            ..HnswStats::default()
         };
         if k > 0 && eligible > 0 {
             let want = k.min(eligible);
