@@ -88,8 +88,9 @@ fn has_keys(v: &Value, keys: &[&str]) {
     }
 }
 
+/// The seed handed to `prox` (`PROX_SEED` overrides the default 3).
 fn seed() -> String {
-    std::env::var("PROX_SEED").unwrap_or_else(|_| "3".into())
+    prox_testkit::seed(3).to_string()
 }
 
 /// A small dataset and a store with map "m" built from it.

@@ -9,39 +9,25 @@ use crate::keys::Filter;
 use crate::proximity::search::{Completion, Mode, Preset, SearchRequest};
 use crate::proximity::{ProximityConfig, ProximityMap, Sidecars};
 use crate::store::{BlockStore, MemStore};
+use prox_testkit::{seed, SplitMix64};
 use std::sync::Arc;
 
 const DIMS: usize = 8;
 
-fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x1DE5)
-}
+/// The default seed (`PROX_SEED` overrides it).
+const SEED: u64 = 0x1DE5;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn vector(&mut self) -> Vec<f32> {
-        (0..DIMS)
-            .map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
-            .collect()
-    }
+/// One random vector of `DIMS` components in `[-1, 1)`.
+fn vector(rng: &mut SplitMix64) -> Vec<f32> {
+    (0..DIMS).map(|_| rng.unit()).collect()
 }
 
 /// A 1 500-record map with both sidecars, opened as an index.
 fn index(s: u64) -> Index {
     let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
-    let mut rng = Rng(s);
+    let mut rng = SplitMix64::new(s);
     let records = (0..1500u64)
-        .map(|i| (i.to_be_bytes().to_vec(), rng.vector(), vec![i as u8]))
+        .map(|i| (i.to_be_bytes().to_vec(), vector(&mut rng), vec![i as u8]))
         .collect();
     let map = ProximityMap::build(&*store, &ProximityConfig::new(DIMS as u32), records).unwrap();
     let d = map.descriptor_cid();
@@ -56,9 +42,9 @@ fn index(s: u64) -> Index {
 
 #[test]
 fn routes_follow_the_rule() {
-    let s = seed();
+    let s = seed(SEED);
     let ix = index(s);
-    let q = Rng(s ^ 7).vector();
+    let q = vector(&mut SplitMix64::new(s ^ 7));
     let mut sc = Scratch::default();
     let run = |sc: &mut Scratch, r: &Request| ix.search(sc, &q, r).unwrap();
     let native = |mode| {
@@ -109,10 +95,10 @@ fn routes_follow_the_rule() {
 
 #[test]
 fn values_vectors_and_batches() {
-    let s = seed();
+    let s = seed(SEED);
     let ix = index(s);
-    let mut rng = Rng(s ^ 9);
-    let rows: Vec<f32> = (0..6).flat_map(|_| rng.vector()).collect();
+    let mut rng = SplitMix64::new(s ^ 9);
+    let rows: Vec<f32> = (0..6).flat_map(|_| vector(&mut rng)).collect();
     for path in PathChoice::ALL {
         let req = Request {
             with_values: true,
@@ -134,7 +120,7 @@ fn values_vectors_and_batches() {
 
 #[test]
 fn bad_input_is_a_typed_error() {
-    let ix = index(seed());
+    let ix = index(seed(SEED));
     let mut sc = Scratch::default();
     let q = vec![0.5; DIMS];
     assert!(matches!(

@@ -674,13 +674,9 @@ mod tests {
 
     #[test]
     fn score_block_matches_canonical_bit_for_bit() {
-        let mut s = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0
-        };
+        let seed = prox_testkit::seed(0x1234_5678_9abc_def0);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || 4.0 * rng.unit();
         for d in [1usize, 3, 8, 17] {
             let q: Vec<f32> = (0..d).map(|_| next()).collect();
             let rows: Vec<Vec<f32>> = (0..11).map(|_| (0..d).map(|_| next()).collect()).collect();
@@ -689,7 +685,11 @@ mod tests {
             for m in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
                 ScoreBlock::scores(m, &q, &refs, &mut out);
                 for (r, &got) in rows.iter().zip(&out) {
-                    assert_eq!(got.to_bits(), canonical::score(m, &q, r).to_bits());
+                    assert_eq!(
+                        got.to_bits(),
+                        canonical::score(m, &q, r).to_bits(),
+                        "PROX_SEED={seed}"
+                    );
                 }
             }
         }

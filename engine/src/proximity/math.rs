@@ -283,6 +283,7 @@ const FALLBACK_ROUNDS: usize = 64;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prox_testkit::{seed, SplitMix64};
 
     #[test]
     fn frozen_values() {
@@ -303,15 +304,16 @@ mod tests {
     /// `sqrt_floor` brackets the exact root on random doubles and perfect squares.
     #[test]
     fn sqrt_floor_is_the_largest_root() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let seed = seed(0x9e37_79b9_7f4a_7c15);
+        let mut rng = SplitMix64::new(seed);
         for _ in 0..20_000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let x = f64::from_bits(seed % 0x7FF0_0000_0000_0000);
+            let x = f64::from_bits(rng.next() % 0x7FF0_0000_0000_0000);
             let r = sqrt_floor(x);
-            assert!(!square_exceeds(r, x), "x={x:e} r={r:e}");
-            assert!(square_exceeds(next_up(r), x), "x={x:e} r={r:e}");
+            assert!(!square_exceeds(r, x), "PROX_SEED={seed} x={x:e} r={r:e}");
+            assert!(
+                square_exceeds(next_up(r), x),
+                "PROX_SEED={seed} x={x:e} r={r:e}"
+            );
         }
         for k in 0u64..2000 {
             assert_eq!(sqrt_floor((k * k) as f64), k as f64);
@@ -377,33 +379,12 @@ mod tests {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
-    /// Seeded Gaussian vectors (Box-Muller over a SplitMix64 stream).
+    /// Seeded Gaussian vectors (the testkit's Box-Muller draws).
     fn gaussians(seed: u64, dims: usize, n: usize) -> Vec<Vec<f32>> {
-        let mut x = seed;
-        let mut next = move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut r = SplitMix64::new(seed);
         (0..n)
-            .map(|_| {
-                (0..dims)
-                    .map(|_| {
-                        let (u, v) = (next().max(f64::MIN_POSITIVE), next());
-                        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-                    })
-                    .collect()
-            })
+            .map(|_| (0..dims).map(|_| r.gauss_f64() as f32).collect())
             .collect()
-    }
-
-    fn test_seed(default: u64) -> u64 {
-        std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
     }
 
     /// Preparation is idempotent over random vectors of many sizes, those
@@ -411,7 +392,7 @@ mod tests {
     /// generator); vectors the reference prepares keep the reference's bits.
     #[test]
     fn preparation_is_total_and_idempotent() {
-        let seed = test_seed(28);
+        let seed = seed(28);
         let mut rescued = 0;
         for (dims, n) in [
             (2, 50_000),
@@ -428,7 +409,7 @@ mod tests {
             vectors.extend(spikes.into_iter().enumerate().map(|(i, mut v)| {
                 let j = i % dims;
                 v.iter_mut().for_each(|x| *x *= 1e-4);
-                v[j] = 1.0 + v[j];
+                v[j] += 1.0;
                 v
             }));
             for (i, v) in vectors.into_iter().enumerate() {

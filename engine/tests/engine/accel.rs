@@ -4,7 +4,9 @@
 //! and the planner. Data is seeded (`PROX_SEED` overrides; the seed is in
 //! every failure message).
 
-use prox_engine::accel::hnsw::{self, Filter, Hit, SearchContext, SearchGraph, SearchOptions};
+use prox_engine::accel::hnsw::{
+    self, Filter, HnswSearchContext, IdHit, SearchGraph, SearchOptions,
+};
 use prox_engine::accel::pq::{self, Pq, PqSearchContext};
 use prox_engine::accel::{BuildKind, Hnsw, HnswParams, Mode, Path, Planner, PqParams, Request};
 use prox_engine::{BlockStore, Cid, Error, MemStore};
@@ -71,7 +73,7 @@ fn brute(
 }
 
 fn recall_of(g: &SearchGraph, metric: Metric, data: &Records, qs: &[Vec<f32>], ef: usize) -> f64 {
-    let mut ctx = SearchContext::new();
+    let mut ctx = HnswSearchContext::new();
     let mut hits = Vec::new();
     let mut found = 0usize;
     for q in qs {
@@ -315,8 +317,8 @@ fn filtered_search_returns_min_k_eligible() {
     .unwrap()
     .search_graph();
     let qs = queries(10, s, Metric::L2, &data);
-    let mut ctx = SearchContext::new();
-    let mut hits: Vec<Hit> = Vec::new();
+    let mut ctx = HnswSearchContext::new();
+    let mut hits: Vec<IdHit> = Vec::new();
     let range = |a: usize, b: usize| Filter::Range {
         start: key_of(a),
         end: Some(key_of(b)),
@@ -414,14 +416,14 @@ fn incremental_insert_and_delete() {
         .filter(|(i, _)| i % 3 != 0)
         .map(|(_, r)| r.clone())
         .collect();
-    let mut ctx = SearchContext::new();
+    let mut ctx = HnswSearchContext::new();
     let mut hits = Vec::new();
     let mut found = 0;
     for q in &qs {
         g.search(&mut ctx, q, SearchOptions { k: 10, ef: 64 }, &mut hits)
             .unwrap();
         assert_eq!(hits.len(), 10);
-        let index = |h: &Hit| u32::from_be_bytes(g.key(h.id).try_into().unwrap()) as usize;
+        let index = |h: &IdHit| u32::from_be_bytes(g.key(h.id).try_into().unwrap()) as usize;
         assert!(
             hits.iter().all(|h| index(h) % 3 != 0),
             "a masked key was returned"
@@ -671,7 +673,7 @@ fn search_rejects_bad_queries_and_handles_tiny_graphs() {
     let g = Hnsw::build(Metric::L2, 2, &data, &HnswParams::default())
         .unwrap()
         .search_graph();
-    let mut ctx = SearchContext::new();
+    let mut ctx = HnswSearchContext::new();
     let mut hits = Vec::new();
     assert!(g
         .search(&mut ctx, &[1.0], SearchOptions { k: 1, ef: 8 }, &mut hits)
@@ -742,7 +744,7 @@ fn hnsw_pq_traversal_recall_and_thread_determinism() {
         let one = pool(1).install(|| pg.search_batch(&qs, opts).unwrap());
         let three = pool(3).install(|| pg.search_batch(&qs, opts).unwrap());
         assert_eq!(one, three, "{metric}: 1 vs 3 threads (seed {s})");
-        let mut ctx = SearchContext::new();
+        let mut ctx = HnswSearchContext::new();
         let mut hits = Vec::new();
         for (q, b) in qs.iter().zip(&one) {
             pg.search(&mut ctx, q, opts, &mut hits).unwrap();
@@ -826,7 +828,7 @@ fn hnsw_sq8_traversal_recall_on_skewed_dimensions() {
         let one = pool(1).install(|| g.search_batch(&qs, opts).unwrap());
         let three = pool(3).install(|| g.search_batch(&qs, opts).unwrap());
         assert_eq!(one, three, "{metric}: 1 vs 3 threads (seed {s})");
-        let mut ctx = SearchContext::new();
+        let mut ctx = HnswSearchContext::new();
         let mut hits = Vec::new();
         for (q, b) in qs.iter().zip(&one) {
             g.search(&mut ctx, q, opts, &mut hits).unwrap();

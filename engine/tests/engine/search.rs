@@ -3,7 +3,7 @@
 //! batch equivalence. Seeded; `PROX_SEED` replays a failure.
 
 use prox_engine::proximity::search::{
-    Budget, Completion, ExactRotation, Filter, Mode, Preset, SearchContext, SearchRequest,
+    Budget, Completion, ExactLayout, Filter, Mode, Preset, SearchContext, SearchRequest,
     SearchResult,
 };
 use prox_engine::proximity::{math::prepare, ProximityConfig, ProximityMap};
@@ -227,16 +227,16 @@ fn exact_l2_bound_holds_on_adversarial_data() {
     let map = ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
     // The plain arena, and the rotated split arena at several widths.
     let searchers: Vec<_> = [
-        ExactRotation::Off,
-        ExactRotation::Split(1),
-        ExactRotation::Split(dims / 2),
-        ExactRotation::Split(dims),
-        ExactRotation::Local(1),
-        ExactRotation::Local(dims / 2),
-        ExactRotation::Local(dims),
+        ExactLayout::Off,
+        ExactLayout::Split(1),
+        ExactLayout::Split(dims / 2),
+        ExactLayout::Split(dims),
+        ExactLayout::Local(1),
+        ExactLayout::Local(dims / 2),
+        ExactLayout::Local(dims),
     ]
     .into_iter()
-    .map(|r| map.searcher().unwrap().exact_rotation(r))
+    .map(|r| map.searcher().unwrap().exact_layout(r))
     .collect();
     for t in 0..24 {
         let q: Vec<f32> = match t % 4 {
@@ -375,9 +375,9 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
             ProximityMap::build(&store, &config(dims as u32, Metric::L2), recs.clone()).unwrap();
         let layouts = [1, dims / 2, dims, dims + 5]
             .into_iter()
-            .flat_map(|m| [ExactRotation::Split(m), ExactRotation::Local(m)]);
+            .flat_map(|m| [ExactLayout::Split(m), ExactLayout::Local(m)]);
         for layout in layouts {
-            let searcher = map.searcher().unwrap().exact_rotation(layout);
+            let searcher = map.searcher().unwrap().exact_layout(layout);
             for t in 0..8 {
                 let q: Vec<f32> = match t % 4 {
                     0 => recs[(rng.next() % n) as usize].1.clone(),
@@ -399,17 +399,17 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
                 }
             }
             match layout {
-                ExactRotation::Split(m) => {
+                ExactLayout::Split(m) => {
                     assert_eq!(searcher.rotated_split(), Some(m.clamp(1, dims)), "{name}")
                 }
-                ExactRotation::Local(m) => {
+                ExactLayout::Local(m) => {
                     assert_eq!(
                         searcher.local_frames(),
                         Some((1, m.clamp(1, dims))),
                         "{name}"
                     )
                 }
-                ExactRotation::Off => unreachable!(),
+                ExactLayout::Off => unreachable!(),
             }
         }
     }
@@ -419,10 +419,7 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
     let recs = clustered(&mut rng, 3000, 32, 30, false);
     let store = MemStore::new();
     let map = ProximityMap::build(&store, &ProximityConfig::new(32), recs.clone()).unwrap();
-    let searcher = map
-        .searcher()
-        .unwrap()
-        .exact_rotation(ExactRotation::Split(16));
+    let searcher = map.searcher().unwrap().exact_layout(ExactLayout::Split(16));
     let mut rescored = 0;
     for t in 0..10 {
         let base = &recs[(rng.next() % recs.len() as u64) as usize].1;
@@ -501,10 +498,7 @@ fn local_frames_case(dims: usize, clusters: usize, rank: usize, m: usize, prune:
     let store = MemStore::new();
     let map =
         ProximityMap::build(&store, &ProximityConfig::new(dims as u32), recs.clone()).unwrap();
-    let searcher = map
-        .searcher()
-        .unwrap()
-        .exact_rotation(ExactRotation::Local(m));
+    let searcher = map.searcher().unwrap().exact_layout(ExactLayout::Local(m));
     let (mut rescored, mut plain_rescored, mut screened) = (0, 0, 0);
     for t in 0..12 {
         let q: Vec<f32> = match t % 3 {

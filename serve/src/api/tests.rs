@@ -6,6 +6,7 @@ use super::*;
 use proptest::prelude::*;
 use prox_engine::index::{QueryMode, Request};
 use prox_engine::keys::Filter;
+use prox_testkit::{seed, SplitMix64};
 use serde_json::Value;
 
 const L: Limits = Limits {
@@ -122,17 +123,9 @@ fn parsed_bits(body: &str, dims: usize) -> Vec<u32> {
 
 #[test]
 fn vector_parse_equals_str_parse_and_serde_f32_bit_for_bit() {
-    let seed: u64 = std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0008);
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let seed = seed(0x5eed_0008);
+    let mut rng = SplitMix64::new(seed);
+    let mut next = move || rng.next();
     for round in 0..400 {
         let dims = 1 + (next() % 64) as usize;
         let parts: Vec<String> = (0..dims)
@@ -310,27 +303,20 @@ fn printed_f32() -> impl Strategy<Value = String> {
     })
 }
 
-/// One xorshift64 step (deterministic test inputs).
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
 #[test]
 fn eight_digits_reads_exactly_eight_ascii_digits() {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let seed = seed(0x2545_f491_4f6c_dd1d);
+    let mut rng = SplitMix64::new(seed);
     for _ in 0..20_000 {
-        xorshift(&mut x);
+        let x = rng.next();
         let n = x % 100_000_000;
         let t = format!("{n:08}");
-        assert_eq!(eight_digits(t.as_bytes()), Some(n), "{t}");
+        assert_eq!(eight_digits(t.as_bytes()), Some(n), "PROX_SEED={seed} {t}");
         // One byte replaced by a non-digit (or any byte outside 0-9).
         let mut bad = t.clone().into_bytes();
         let k = (x >> 32) as usize % 8;
         bad[k] = [b'/', b':', b'.', b'e', b' ', 0xff, 0x00, b'-'][(x >> 40) as usize % 8];
-        assert_eq!(eight_digits(&bad), None, "{bad:?}");
+        assert_eq!(eight_digits(&bad), None, "PROX_SEED={seed} {bad:?}");
     }
     assert_eq!(eight_digits(b"1234567"), None);
     assert_eq!(eight_digits(b"123456789"), None);
@@ -338,7 +324,8 @@ fn eight_digits_reads_exactly_eight_ascii_digits() {
 
 #[test]
 fn short_digits_reads_the_leading_digits_of_eight_bytes() {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let seed = seed(0x2545_f491_4f6c_dd1d);
+    let mut rng = SplitMix64::new(seed);
     // Bytes that end a run of digits: around '0'..='9', JSON
     // punctuation, and bytes with the top bit set.
     let stops = [
@@ -349,15 +336,15 @@ fn short_digits_reads_the_leading_digits_of_eight_bytes() {
             for _ in 0..200 {
                 let mut s = [0u8; 8];
                 for c in s.iter_mut() {
-                    *c = (xorshift(&mut x) % 256) as u8;
+                    *c = (rng.next() % 256) as u8;
                 }
                 let mut want = 0u64;
                 for c in s.iter_mut().take(n) {
-                    *c = b'0' + (xorshift(&mut x) % 10) as u8;
+                    *c = b'0' + (rng.next() % 10) as u8;
                     want = want * 10 + u64::from(*c - b'0');
                 }
                 s[n] = stop;
-                assert_eq!(short_digits(&s), (want, n as u32), "{s:?}");
+                assert_eq!(short_digits(&s), (want, n as u32), "PROX_SEED={seed} {s:?}");
             }
         }
     }
@@ -369,8 +356,9 @@ fn short_digits_reads_the_leading_digits_of_eight_bytes() {
 /// hardest inputs), parse exactly as `str::parse::<f32>` does.
 #[test]
 fn long_decimals_near_midpoints_parse_exactly() {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || xorshift(&mut x);
+    let seed = seed(0x9e37_79b9_7f4a_7c15);
+    let mut rng = SplitMix64::new(seed);
+    let mut next = || rng.next();
     for _ in 0..100_000 {
         let h = f32::from_bits(next() as u32);
         if !h.is_finite() {
@@ -387,8 +375,12 @@ fn long_decimals_near_midpoints_parse_exactly() {
         ] {
             let mut i = 0;
             let got = number_f32(t.as_bytes(), &mut i).map(f32::to_bits);
-            assert_eq!(got, Some(t.parse::<f32>().unwrap().to_bits()), "{t}");
-            assert_eq!(i, t.len(), "{t}");
+            assert_eq!(
+                got,
+                Some(t.parse::<f32>().unwrap().to_bits()),
+                "PROX_SEED={seed} {t}"
+            );
+            assert_eq!(i, t.len(), "PROX_SEED={seed} {t}");
         }
     }
 }

@@ -19,11 +19,8 @@ pub use crate::keys::Filter;
 pub use graph::SearchGraph;
 pub use persist::{load, HnswSidecar};
 pub(crate) use persist::{read_tree, sidecar_tree_config};
-pub use search::{HnswSearchContext, IdHit, SearchOptions, SearchStats};
+pub use search::{HnswSearchContext, HnswStats, IdHit, SearchOptions};
 // The former names, only until engine/tests/accel.rs moves to the new ones.
-#[doc(hidden)]
-pub use search::{HnswSearchContext as SearchContext, IdHit as Hit};
-
 use super::params::{BuildKind, HnswParams};
 use super::vectors::{check_records, check_vector, Arena};
 use crate::error::{Error, Result};

@@ -36,9 +36,10 @@ pub struct SearchOptions {
     pub ef: usize,
 }
 
-/// What a query did.
+/// What an HNSW query did (the native search reports its own
+/// [`SearchStats`](crate::proximity::search::SearchStats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SearchStats {
+pub struct HnswStats {
     /// Eligible nodes (all unmasked nodes without a filter).
     pub eligible: usize,
     /// Layer-0 candidate-list size actually used (0 for a pure exact scan).
@@ -113,7 +114,7 @@ impl SearchGraph {
         query: &[f32],
         opts: SearchOptions,
         out: &mut Vec<IdHit>,
-    ) -> Result<SearchStats> {
+    ) -> Result<HnswStats> {
         self.search_filtered(ctx, query, opts, None, out)
     }
 
@@ -152,7 +153,7 @@ impl SearchGraph {
         opts: SearchOptions,
         filter: Option<&Filter>,
         out: &mut Vec<IdHit>,
-    ) -> Result<SearchStats> {
+    ) -> Result<HnswStats> {
         check_vector(query, self.dims(), None)?;
         out.clear();
         let n = self.node_count();
@@ -166,9 +167,9 @@ impl SearchGraph {
             Resolved::Interval(lo, hi) => interval_count(self, lo, hi),
             Resolved::Set => ctx.set_ids.len(),
         };
-        let mut stats = SearchStats {
+        let mut stats = HnswStats {
             eligible,
-            ..SearchStats::default()
+            ..HnswStats::default()
         };
         if k > 0 && eligible > 0 {
             let want = k.min(eligible);
@@ -496,23 +497,15 @@ mod tests {
     use super::*;
     use crate::accel::hnsw::Hnsw;
     use crate::accel::HnswParams;
+    use prox_testkit::{seed, SplitMix64};
 
-    fn seed() -> u64 {
-        std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5EED_4E5F)
-    }
+    /// The default seed (`PROX_SEED` overrides it).
+    const SEED: u64 = 0x5EED_4E5F;
 
     /// Seeded clustered data: `n` vectors of `dims` around 12 centres.
     fn data(seed: u64, n: usize, dims: usize) -> Vec<(Vec<u8>, Vec<f32>)> {
-        let mut x = seed | 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        };
+        let mut r = SplitMix64::new(seed);
+        let mut next = move || 0.5 * r.unit();
         let centres: Vec<Vec<f32>> = (0..12)
             .map(|_| (0..dims).map(|_| 4.0 * next()).collect())
             .collect();
@@ -530,7 +523,7 @@ mod tests {
     /// refilling a table left by larger codebooks leaves no stale entries.
     #[test]
     fn adc_table_refill_matches_the_kernel_table() {
-        let seed = seed();
+        let seed = seed(SEED);
         let rows = data(seed, 300, 12);
         let mut table = Vec::new();
         for (m, k) in [(4, 256), (3, 16)] {
@@ -557,7 +550,7 @@ mod tests {
 
     #[test]
     fn layouts_and_batch_agree() {
-        let seed = seed();
+        let seed = seed(SEED);
         let (n, dims) = (1200, 24);
         let params = HnswParams::parse("m=8,efc=64").unwrap();
         for metric in [Metric::L2, Metric::InnerProduct] {

@@ -473,36 +473,12 @@ mod tests {
     use super::*;
     use crate::accel::hnsw::Filter;
     use crate::accel::params::PqParams;
+    use prox_testkit::{seed, SplitMix64};
 
     type Records = Vec<(Vec<u8>, Vec<f32>)>;
+    /// The default seed (`PROX_SEED` overrides it).
+    const SEED: u64 = 0x4b17_fa57;
     const METRICS: [Metric; 3] = [Metric::L2, Metric::Cosine, Metric::InnerProduct];
-
-    fn seed() -> u64 {
-        std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x4b17_fa57)
-    }
-
-    /// SplitMix64 with a Box-Muller normal.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
-        fn gauss(&mut self) -> f64 {
-            let (u, v) = (self.unit().max(1e-300), self.unit());
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-        }
-    }
 
     fn prepare(metric: Metric, mut v: Vec<f32>) -> Vec<f32> {
         if metric == Metric::Cosine {
@@ -515,25 +491,28 @@ mod tests {
     /// `n` records of `dims` around `clusters` Gaussian centres; keys are
     /// big-endian indexes, so record index = key order.
     fn clustered(n: usize, dims: usize, clusters: usize, seed: u64, metric: Metric) -> Records {
-        let mut r = Rng(seed);
+        let mut r = SplitMix64::new(seed);
         let centres: Vec<Vec<f64>> = (0..clusters)
-            .map(|_| (0..dims).map(|_| r.gauss() * 4.0).collect())
+            .map(|_| (0..dims).map(|_| r.gauss_f64() * 4.0).collect())
             .collect();
         (0..n)
             .map(|i| {
                 let c = &centres[(r.next() % clusters as u64) as usize];
-                let v = c.iter().map(|&x| (x + r.gauss()) as f32).collect();
+                let v = c.iter().map(|&x| (x + r.gauss_f64()) as f32).collect();
                 ((i as u32).to_be_bytes().to_vec(), prepare(metric, v))
             })
             .collect()
     }
 
     fn queries(n: usize, seed: u64, metric: Metric, data: &Records) -> Vec<Vec<f32>> {
-        let mut r = Rng(seed ^ 0xABCD);
+        let mut r = SplitMix64::new(seed ^ 0xABCD);
         (0..n)
             .map(|_| {
                 let base = &data[(r.next() % data.len() as u64) as usize].1;
-                let v = base.iter().map(|&x| x + 0.3 * r.gauss() as f32).collect();
+                let v = base
+                    .iter()
+                    .map(|&x| x + 0.3 * r.gauss_f64() as f32)
+                    .collect();
                 prepare(metric, v)
             })
             .collect()
@@ -583,7 +562,7 @@ mod tests {
 
     #[test]
     fn index_layout_invariants() {
-        let (_, pq) = setup(Metric::L2, seed());
+        let (_, pq) = setup(Metric::L2, seed(SEED));
         let fs = pq.fast_scan().expect("4-bit sidecar");
         assert_eq!(
             fs.nlist(),
@@ -612,7 +591,7 @@ mod tests {
         assert!(seen.iter().all(|&x| x));
         assert!(fs.heap_bytes() > fs.blocks.len());
         // 8-bit sidecars have no fast-scan index.
-        let data = clustered(300, 8, 4, seed(), Metric::L2);
+        let data = clustered(300, 8, 4, seed(SEED), Metric::L2);
         let p8 = Pq::train(
             Metric::L2,
             8,
@@ -627,7 +606,7 @@ mod tests {
     /// rerank 16 give recall@10 >= 0.9 for every metric.
     #[test]
     fn recall_at_default_nprobe_for_every_metric() {
-        let s = seed();
+        let s = seed(SEED);
         for metric in METRICS {
             let (data, pq) = setup(metric, s);
             let qs = queries(40, s, metric, &data);
@@ -654,7 +633,7 @@ mod tests {
     #[test]
     fn larger_nprobe_never_lowers_recall() {
         const RERANK: usize = 64;
-        let s = seed();
+        let s = seed(SEED);
         for metric in METRICS {
             let (data, pq) = setup(metric, s);
             let qs = queries(40, s, metric, &data);
@@ -688,7 +667,7 @@ mod tests {
 
     #[test]
     fn filters_never_under_fill() {
-        let s = seed();
+        let s = seed(SEED);
         let (data, pq) = setup(Metric::L2, s);
         let qs = queries(10, s, Metric::L2, &data);
         let key = |i: u32| i.to_be_bytes().to_vec();
@@ -768,7 +747,7 @@ mod tests {
     /// `PROX_ISA=scalar` CI run checks it against the same frozen value.
     #[test]
     fn deterministic_across_threads_and_isas() {
-        let s = seed();
+        let s = seed(SEED);
         let run = |threads: usize, metric: Metric| {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)

@@ -237,37 +237,27 @@ pub(crate) fn limit_int(y: f64) -> i64 {
 mod tests {
     use super::*;
     use crate::proximity::search::quant::EPS;
+    use prox_testkit::{seed, SplitMix64};
 
     /// A record is never screened out at a threshold equal to its own
     /// canonical score (nor above it), whatever the scale, clamping or
     /// magnitudes: the bound is sound where it is tightest.
     #[test]
     fn prune_limit_never_excludes_a_record_at_its_own_score() {
-        let seed = std::env::var("PROX_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0xA2E4_u64);
-        let mut x = seed;
-        let mut next = move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let seed = seed(0xA2E4);
+        let mut r = SplitMix64::new(seed);
         let mut checked = 0;
         for round in 0..4000 {
             let d = [1usize, 3, 8, 33, 128][round % 5];
-            let mag = [1.0e-30f32, 1.0e-3, 1.0, 7.5, 1.0e20][(next() % 5) as usize];
-            let mut unit = || ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            let xv: Vec<f32> = (0..d).map(|_| unit() * mag).collect();
+            let mag = [1.0e-30f32, 1.0e-3, 1.0, 7.5, 1.0e20][(r.next() % 5) as usize];
+            let xv: Vec<f32> = (0..d).map(|_| r.unit() * mag).collect();
             // Queries near, far, and beyond the code range (clamped).
             let spread = [0.0f32, 0.01, 1.0, 50.0][round % 4];
-            let qv: Vec<f32> = xv.iter().map(|&v| v + unit() * mag * spread).collect();
+            let qv: Vec<f32> = xv.iter().map(|&v| v + r.unit() * mag * spread).collect();
             let max = xv.iter().fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
             // The arena's scale is the maximum over all records: often
             // larger than this record's own.
-            let boost = [1.0, 1.0, 3.0, 1.0e6][(next() % 4) as usize];
+            let boost = [1.0, 1.0, 3.0, 1.0e6][(r.next() % 4) as usize];
             let scale = if max > 0.0 { boost * max / 127.0 } else { 1.0 };
             let (mut cx, mut cq) = (vec![0i8; d], vec![0i8; d]);
             let (xn, ex) = quantize_uniform(&xv, scale, &mut cx);

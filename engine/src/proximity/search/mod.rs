@@ -54,9 +54,6 @@ mod rotated;
 pub use crate::keys::Filter;
 pub use engine::SearchContext;
 pub use rotated::ExactLayout;
-// The former name, only until engine/tests/search.rs moves to the new one.
-#[doc(hidden)]
-pub use rotated::ExactLayout as ExactRotation;
 
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -350,13 +347,6 @@ impl<'s> Searcher<'s> {
         self.rotated = OnceLock::new();
         self.frames = OnceLock::new();
         self
-    }
-
-    /// The former name of [`Searcher::exact_layout`], only until
-    /// engine/tests/search.rs moves to the new one.
-    #[doc(hidden)]
-    pub fn exact_rotation(self, layout: ExactLayout) -> Searcher<'s> {
-        self.exact_layout(layout)
     }
 
     /// The local frames when the policy uses them for this map (L2 only),

@@ -195,13 +195,9 @@ mod tests {
 
     #[test]
     fn reconstruction_error_is_bounded() {
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
+        let seed = prox_testkit::seed(0x1234_5678_9abc_def0);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let mut next = || rng.unit();
         for d in [1usize, 3, 16, 97] {
             for _ in 0..50 {
                 let x: Vec<f32> = (0..d).map(|_| next() * 3.0).collect();
@@ -218,7 +214,7 @@ mod tests {
                     .sum();
                 let (a2, e) = approx_l2(&sx, &sy, dot);
                 let lo = l2_lower(a2, e, &sx, &sy);
-                assert!(lo <= real, "d={d} lo={lo} real={real}");
+                assert!(lo <= real, "PROX_SEED={seed} d={d} lo={lo} real={real}");
                 assert!((a2.max(0.0).sqrt() - real).abs() <= sx.err + sy.err + 1e-9);
             }
         }

@@ -10,27 +10,10 @@ use crate::proximity::format::{
 use crate::proximity::math::{prepare, radius_up};
 use crate::store::MemStore;
 use prox_kernels::canonical;
+use prox_testkit::{seed, SplitMix64};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
-
-fn seed() -> u64 {
-    std::env::var("PROX_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5EED)
-}
+/// The default seed (`PROX_SEED` overrides it).
+const SEED: u64 = 0x5EED;
 
 /// Builds a valid hierarchy: every `fanout`-th entry of a level becomes a
 /// representative, the others join their nearest representative.
@@ -171,7 +154,7 @@ fn brute(
     all
 }
 
-fn data(rng: &mut Rng, n: usize, dims: usize, clustered: bool) -> Vec<(Vec<u8>, Vec<f32>)> {
+fn data(rng: &mut SplitMix64, n: usize, dims: usize, clustered: bool) -> Vec<(Vec<u8>, Vec<f32>)> {
     let centers: Vec<Vec<f32>> = (0..8)
         .map(|_| (0..dims).map(|_| rng.unit() * 4.0).collect())
         .collect();
@@ -201,8 +184,8 @@ fn hits_of(r: &SearchResult) -> Vec<(Vec<u8>, f64)> {
 
 #[test]
 fn exact_equals_brute_force_on_any_valid_hierarchy() {
-    let s = seed();
-    let mut rng = Rng(s);
+    let s = seed(SEED);
+    let mut rng = SplitMix64::new(s);
     for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
         for (fanout, external) in [(3usize, false), (7, true), (40, false)] {
             let store = MemStore::new();
@@ -262,8 +245,8 @@ fn exact_equals_brute_force_on_any_valid_hierarchy() {
 
 #[test]
 fn budgets_values_and_batches() {
-    let s = seed();
-    let mut rng = Rng(s ^ 1);
+    let s = seed(SEED);
+    let mut rng = SplitMix64::new(s ^ 1);
     let store = MemStore::new();
     let dims = 8;
     let recs = data(&mut rng, 500, dims, true);
@@ -306,8 +289,8 @@ fn budgets_values_and_batches() {
 /// still fills `min(k, eligible)`.
 #[test]
 fn sub_lists_partition_records_deterministically() {
-    let s = seed();
-    let mut rng = Rng(s ^ 0x115);
+    let s = seed(SEED);
+    let mut rng = SplitMix64::new(s ^ 0x115);
     let store = MemStore::new();
     let dims = 16;
     let recs = data(&mut rng, 3000, dims, true);
@@ -410,7 +393,7 @@ fn sub_lists_partition_records_deterministically() {
 /// one quantizer for records and means, wide ones get two.
 #[test]
 fn fast4_pass_layout_and_determinism() {
-    let s = seed();
+    let s = seed(SEED);
     for dims in [12, 260] {
         fast4_layout_and_determinism(s, dims);
     }
@@ -418,7 +401,7 @@ fn fast4_pass_layout_and_determinism() {
 
 fn fast4_layout_and_determinism(s: u64, dims: usize) {
     use prox_kernels::pq::fastscan;
-    let mut rng = Rng(s ^ 0xF4 ^ dims as u64);
+    let mut rng = SplitMix64::new(s ^ 0xF4 ^ dims as u64);
     let store = MemStore::new();
     let recs = data(&mut rng, 3000, dims, true);
     let desc = mini_map(&store, Metric::L2, dims as u32, recs.clone(), 80, false);
