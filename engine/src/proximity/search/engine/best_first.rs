@@ -25,6 +25,7 @@ impl SearchContext {
         let mut node = s.root.clone();
         loop {
             // ---- expand `node` ----
+            self.watch.tick(node.len * d)?;
             stats.nodes_visited += 1;
             stats.distance_evals += node.len as u64;
             self.dots.resize(node.len, 0);
