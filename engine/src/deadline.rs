@@ -2,7 +2,9 @@
 //! of work so the check costs far less than the search it guards.
 //!
 //! Every long search loop ticks the watch with the work it is about to do,
-//! counted in vector components (or code bytes) a kernel reads. The clock
+//! counted in vector components (or code bytes) a kernel reads; a record
+//! an exact search rescores counts `d + k` (its canonical score and at
+//! worst an insertion into the `k`-long top list). The clock
 //! is read on the first tick and then once every [`STRIDE`] units: at
 //! roughly 0.1 to 1 ns per unit that is a few tens to a few hundred
 //! microseconds of search per `Instant::now()` (about 20 ns), so the check

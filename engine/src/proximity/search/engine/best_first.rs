@@ -62,6 +62,7 @@ impl SearchContext {
                     if self.best.len() == k && lb > self.best[k - 1].score {
                         break;
                     }
+                    self.watch.tick(d + k)?;
                     stats.rescored += 1;
                     let i = i as usize;
                     let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i, d));

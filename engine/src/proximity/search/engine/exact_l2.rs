@@ -106,6 +106,7 @@ impl SearchContext {
                     if !filter.accepts(page.key(i)) {
                         continue;
                     }
+                    self.watch.tick(d + k)?;
                     stats.rescored += 1;
                     let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
                     if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
@@ -168,6 +169,7 @@ impl SearchContext {
                     {
                         continue;
                     }
+                    self.watch.tick(d + k)?;
                     stats.rescored += 1;
                     let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
                     if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
@@ -243,7 +245,6 @@ impl SearchContext {
             if self.fsurv.is_empty() {
                 continue;
             }
-            self.watch.tick(self.fsurv.len() * d)?;
             self.gather.clear();
             // The survivors' rows are scattered over the arena: hint a few
             // rows ahead so their misses overlap.
@@ -276,6 +277,7 @@ impl SearchContext {
                 }
                 let (p, e) = arena.locate(fr.record(i as usize));
                 let page = &arena.pages[p];
+                self.watch.tick(d + k)?;
                 stats.rescored += 1;
                 let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(e, d));
                 if insert_sorted(&mut self.best, k, score, page, e) && self.best.len() == k {
