@@ -184,8 +184,8 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// A search passed the deadline its request set and was stopped (see
-    /// [`crate::index::Request::deadline`]); nothing was returned.
+    /// A search passed the deadline its request set and was stopped (the
+    /// `deadline` of [`crate::index::Request`]); nothing was returned.
     #[error("the search passed its deadline and was stopped")]
     DeadlineExceeded,
     /// No proximity map is published under a root name.
