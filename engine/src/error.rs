@@ -184,6 +184,10 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A search passed the deadline its request set and was stopped (the
+    /// `deadline` of [`crate::index::Request`]); nothing was returned.
+    #[error("the search passed its deadline and was stopped")]
+    DeadlineExceeded,
     /// No proximity map is published under a root name.
     #[error("no map is published under root {name:?}")]
     UnknownMap {

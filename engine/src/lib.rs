@@ -22,6 +22,7 @@
 pub mod accel;
 mod cid;
 pub mod codec;
+mod deadline;
 pub mod envelope;
 mod error;
 pub mod gc;

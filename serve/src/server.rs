@@ -7,7 +7,9 @@
 //! `search_threads + queue` jobs are admitted (running or waiting); beyond
 //! that the answer is 503 with `Retry-After`. Every job carries the
 //! request's deadline: a job that has not started by then is skipped, a
-//! batch stops between vectors, and the request answers 504. The executor
+//! running search stops inside the engine within about a millisecond of it
+//! (which frees its thread), a batch stops between vectors, and the request
+//! answers 504. The executor
 //! threads never run a search. Accepted sockets get TCP_NODELAY; search
 //! answers are serialized straight into one presized buffer. With
 //! [`Config::connection_threads`] the accept loop hands each connection to
@@ -321,6 +323,7 @@ fn search_error(e: prox_engine::Error, q: &index::Request) -> ApiError {
             ApiError::field("vector", "a cosine map cannot search for the zero vector")
         }
         prox_engine::Error::InvalidRequest { field, reason } => ApiError::field(field, reason),
+        prox_engine::Error::DeadlineExceeded => deadline_error(),
         prox_engine::Error::InvalidArgument(m) if q.path != PathChoice::Auto => {
             ApiError::field("path", m)
         }
@@ -380,7 +383,8 @@ async fn search(
     let s = snap.clone();
     let k = q.k;
     let answer = st
-        .run(t, move |_| {
+        .run(t, move |cancel| {
+            let q = q.deadline(cancel.deadline);
             with_scratch(|sc| s.search(sc, &vector, &q)).map_err(|e| search_error(e, &q))
         })
         .await?;
@@ -410,6 +414,7 @@ async fn search_batch(
     let s = snap.clone();
     let answers = st
         .run(t, move |cancel| {
+            let q = q.deadline(cancel.deadline);
             flat.par_chunks(dims.max(1))
                 .map(|v| {
                     if cancel.expired() {

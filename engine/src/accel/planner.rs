@@ -21,6 +21,7 @@
 use super::hnsw::{Filter, HnswSearchContext, IdHit, SearchGraph, SearchOptions};
 use super::pq::{Pq, PqOptions, PqSearchContext};
 use crate::error::{Error, Result};
+use std::time::Instant;
 
 /// What the caller asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -234,6 +235,21 @@ impl Accelerators {
         k: usize,
         filter: Option<&Filter>,
     ) -> Result<Outcome> {
+        self.run_until(ctx, plan, query, k, filter, None)
+    }
+
+    /// [`Accelerators::run`] stopped at `deadline` with
+    /// [`Error::DeadlineExceeded`]; the same outcome when it finishes in
+    /// time.
+    pub fn run_until(
+        &self,
+        ctx: &mut AccelContext,
+        plan: Plan,
+        query: &[f32],
+        k: usize,
+        filter: Option<&Filter>,
+        deadline: Option<Instant>,
+    ) -> Result<Outcome> {
         let mut hits = std::mem::take(&mut ctx.hits);
         let keyed: Vec<(Vec<u8>, f64)> = match plan.path {
             Path::Native => {
@@ -246,11 +262,12 @@ impl Accelerators {
                     .hnsw
                     .as_ref()
                     .ok_or_else(|| Error::InvalidArgument("no HNSW sidecar loaded".into()))?;
-                g.search_filtered(
+                g.search_filtered_until(
                     &mut ctx.hnsw,
                     query,
                     SearchOptions { k, ef: plan.ef },
                     filter,
+                    deadline,
                     &mut hits,
                 )?;
                 hits.iter()
@@ -267,7 +284,7 @@ impl Accelerators {
                     nprobe: (plan.nprobe > 0).then_some(plan.nprobe),
                     rerank: Some(plan.rerank),
                 };
-                p.search_with(&mut ctx.pq, query, &opts, filter, &mut hits)?;
+                p.search_until(&mut ctx.pq, query, &opts, filter, deadline, &mut hits)?;
                 hits.iter()
                     .map(|h| (p.key(h.id as usize).to_vec(), h.score))
                     .collect()

@@ -31,7 +31,9 @@
 //!
 //! A sidecar path never takes `budget` or mode `exact` (rejected by
 //! [`Request::validate`]). Every reported score is canonical, so the same
-//! request gives bit-identical hits through every front end.
+//! request gives bit-identical hits through every front end. A request's
+//! deadline ([`Request::deadline()`]) stops whichever search runs with
+//! [`crate::Error::DeadlineExceeded`] within about a millisecond of it.
 
 mod open;
 mod request;

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::keys::Filter;
+use std::time::Instant;
 
 /// How hard a search works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,6 +143,10 @@ pub struct Request {
     pub with_values: bool,
     /// Return each hit's stored vector.
     pub with_vectors: bool,
+    /// When the search must stop: past it every path ends with
+    /// [`Error::DeadlineExceeded`] within about a millisecond (`None`: no
+    /// limit). Never changes the hits of a search that finishes in time.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for Request {
@@ -151,7 +156,8 @@ impl Default for Request {
 }
 
 impl Request {
-    /// `k` nearest, mode and path auto, no budget, filter, values or vectors.
+    /// `k` nearest, mode and path auto, no budget, filter, values, vectors
+    /// or deadline.
     pub fn new(k: usize) -> Request {
         Request {
             k,
@@ -164,6 +170,7 @@ impl Request {
             filter: None,
             with_values: false,
             with_vectors: false,
+            deadline: None,
         }
     }
 
@@ -188,6 +195,12 @@ impl Request {
     /// The same request with a filter.
     pub fn filter(mut self, filter: Filter) -> Request {
         self.filter = Some(filter);
+        self
+    }
+
+    /// The same request, stopped at `at`.
+    pub fn deadline(mut self, at: Instant) -> Request {
+        self.deadline = Some(at);
         self
     }
 

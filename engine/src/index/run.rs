@@ -16,7 +16,8 @@ impl Index {
     /// prepared with the map's metric). Errors are typed and never panics:
     /// [`Error::WrongDimension`], [`Error::NonFiniteVector`],
     /// [`Error::ZeroCosineVector`], [`Error::InvalidRequest`] naming the
-    /// field at fault.
+    /// field at fault, [`Error::DeadlineExceeded`] when the request's
+    /// deadline passed before the search finished.
     pub fn search(&self, scratch: &mut Scratch, vector: &[f32], req: &Request) -> Result<Response> {
         req.validate()?;
         let dims = self.dims();
@@ -36,6 +37,7 @@ impl Index {
                 native.probes = probes;
                 native.filter = req.filter.clone();
                 native.with_values = req.with_values && !req.with_vectors;
+                native.deadline = req.deadline;
                 let ctx = scratch.native.get_or_insert_with(SearchContext::new);
                 let r = self.searcher().search_with(ctx, vector, &native)?;
                 Response {
@@ -59,12 +61,13 @@ impl Index {
             }
             Route::Sidecar(plan) => {
                 let prepared = math::prepare(self.metric(), dims as u32, vector, None)?;
-                let out = self.accel.run(
+                let out = self.accel.run_until(
                     &mut scratch.accel,
                     plan,
                     &prepared,
                     req.k,
                     req.filter.as_ref(),
+                    req.deadline,
                 )?;
                 Response {
                     hits: out

@@ -8,6 +8,7 @@
 
 mod accel;
 mod corruption;
+mod deadline;
 mod mutate;
 mod prolly;
 mod proximity;

@@ -120,6 +120,7 @@ impl QueryArgs {
             filter,
             with_values: self.with_values || self.json,
             with_vectors: false,
+            deadline: None,
         };
         req.validate()?;
         Ok(req)

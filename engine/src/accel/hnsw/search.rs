@@ -10,6 +10,7 @@ use super::filter::{interval_count, resolve, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored, Visited};
 use crate::accel::vectors::check_vector;
+use crate::deadline::Watch;
 use crate::error::Result;
 use crate::keys::Filter;
 use crate::numeric::kernel::fast_score;
@@ -17,6 +18,7 @@ use prox_kernels::prefetch::{prefetch_first, prefetch_read};
 use prox_kernels::{canonical, Metric};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Instant;
 
 /// A search result: node id in the graph (key order) and canonical score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -154,7 +156,23 @@ impl SearchGraph {
         filter: Option<&Filter>,
         out: &mut Vec<IdHit>,
     ) -> Result<HnswStats> {
+        self.search_filtered_until(ctx, query, opts, filter, None, out)
+    }
+
+    /// [`SearchGraph::search_filtered`] stopped at `deadline` with
+    /// [`crate::Error::DeadlineExceeded`] (`out` then holds nothing
+    /// useful); the same hits when it finishes in time.
+    pub fn search_filtered_until(
+        &self,
+        ctx: &mut HnswSearchContext,
+        query: &[f32],
+        opts: SearchOptions,
+        filter: Option<&Filter>,
+        deadline: Option<Instant>,
+        out: &mut Vec<IdHit>,
+    ) -> Result<HnswStats> {
         check_vector(query, self.dims(), None)?;
+        let mut watch = Watch::new(deadline);
         out.clear();
         let n = self.node_count();
         let k = opts.k;
@@ -171,6 +189,7 @@ impl SearchGraph {
             eligible,
             ..HnswStats::default()
         };
+        let mut done = Ok(());
         if k > 0 && eligible > 0 {
             let want = k.min(eligible);
             let unfiltered = filter.is_none();
@@ -185,24 +204,26 @@ impl SearchGraph {
                 match resolved {
                     Resolved::Interval(lo, hi) => {
                         let all = lo == 0 && hi as usize == n && self.masked_ids.is_empty();
-                        if all {
-                            self.traverse(ctx, query, k, stats.ef_used, &|_| true, out);
+                        let ef = stats.ef_used;
+                        done = if all {
+                            self.traverse(ctx, query, (k, ef), &|_| true, &mut watch, out)
                         } else {
                             let elig = |id: u32| id >= lo && id < hi && !self.is_masked(id);
-                            self.traverse(ctx, query, k, stats.ef_used, &elig, out);
-                        }
+                            self.traverse(ctx, query, (k, ef), &elig, &mut watch, out)
+                        };
                     }
                     Resolved::Set => {
                         let bits = std::mem::take(&mut ctx.bits);
                         let elig = |id: u32| bits[id as usize / 64] >> (id % 64) & 1 == 1;
-                        self.traverse(ctx, query, k, stats.ef_used, &elig, out);
+                        let ef = stats.ef_used;
+                        done = self.traverse(ctx, query, (k, ef), &elig, &mut watch, out);
                         ctx.bits = bits;
                     }
                 }
             }
-            if out.len() < want {
+            if done.is_ok() && out.len() < want {
                 stats.exact_scan = true;
-                self.scan(ctx, query, k, resolved, out);
+                done = self.scan(ctx, query, k, resolved, &mut watch, out);
             }
         }
         if let Resolved::Set = resolved {
@@ -210,6 +231,7 @@ impl SearchGraph {
                 ctx.bits[id as usize / 64] = 0;
             }
         }
+        done?;
         Ok(stats)
     }
 
@@ -219,14 +241,15 @@ impl SearchGraph {
         &self,
         ctx: &mut HnswSearchContext,
         q: &[f32],
-        k: usize,
-        ef: usize,
+        (k, ef): (usize, usize),
         eligible: &E,
+        watch: &mut Watch,
         out: &mut Vec<IdHit>,
-    ) {
+    ) -> Result<()> {
         let Some(entry) = self.entry else {
-            return;
+            return Ok(());
         };
+        let d = self.dims();
         let metric = self.metric;
         let vectors = &self.vectors;
         let l0 = &self.l0;
@@ -245,8 +268,9 @@ impl SearchGraph {
             // One block holds the code being scored and the links used if
             // the node is expanded later.
             let prefetch = |id: u32| prefetch_read(l0.block(id));
-            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+            let walked = self.walk(ctx, entry, ef, &mut score, eligible, &prefetch, watch);
             ctx.qcodes = qc;
+            walked?;
             // Approximate order: rescore the best `sq8_rescore_depth(k)`
             // with the f32 kernel before the canonical rerank of the best.
             ctx.cands.truncate(sq8_rescore_depth(k));
@@ -254,6 +278,7 @@ impl SearchGraph {
                 prefetch_read(vectors.row(c.id as usize));
             }
             for c in ctx.cands.iter_mut() {
+                watch.tick(d)?;
                 c.score = fast_score(metric, q, vectors.row(c.id as usize));
             }
             ctx.cands.sort_unstable();
@@ -267,14 +292,16 @@ impl SearchGraph {
             let mut score = |id: u32| adc_distance(&table, bias, l0.code_bytes(id));
             // The block holds the code and the links (a few cache lines).
             let prefetch = |id: u32| prefetch_read(l0.block(id));
-            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+            let walked = self.walk(ctx, entry, ef, &mut score, eligible, &prefetch, watch);
             ctx.adc = table;
+            walked?;
             // PQ distances are coarse: rescore every layer-0 result (at most
             // `ef`) with the f32 kernel before the canonical rerank.
             for c in &ctx.cands {
                 prefetch_read(vectors.row(c.id as usize));
             }
             for c in ctx.cands.iter_mut() {
+                watch.tick(d)?;
                 c.score = fast_score(metric, q, vectors.row(c.id as usize));
             }
             ctx.cands.sort_unstable();
@@ -284,13 +311,15 @@ impl SearchGraph {
                 prefetch_first(l0.block(id));
                 prefetch_read(vectors.row(id as usize));
             };
-            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch);
+            self.walk(ctx, entry, ef, &mut score, eligible, &prefetch, watch)?;
         }
         self.rerank(q, &ctx.cands, k, rerank_depth(k), out);
+        Ok(())
     }
 
     /// Greedy descent through the upper layers then the layer-0 best-first
     /// search; leaves the eligible candidates in `ctx.cands`, ascending.
+    #[allow(clippy::too_many_arguments)]
     fn walk<S, E, P>(
         &self,
         ctx: &mut HnswSearchContext,
@@ -299,7 +328,9 @@ impl SearchGraph {
         score: &mut S,
         eligible: &E,
         prefetch: &P,
-    ) where
+        watch: &mut Watch,
+    ) -> Result<()>
+    where
         S: FnMut(u32) -> f32,
         E: Fn(u32) -> bool,
         P: Fn(u32),
@@ -311,16 +342,26 @@ impl SearchGraph {
         for layer in (1..=usize::from(self.max_level)).rev() {
             cur = LayerSearch::greedy(self, layer, cur, score);
         }
-        self.search_l0(&mut ctx.l0, cur, ef.max(1), score, eligible, prefetch);
+        self.search_l0(
+            &mut ctx.l0,
+            cur,
+            ef.max(1),
+            score,
+            eligible,
+            prefetch,
+            watch,
+        )?;
         ctx.cands.clear();
         ctx.cands.extend(ctx.l0.results.drain());
         ctx.cands.sort_unstable();
+        Ok(())
     }
 
     /// Best-first search of layer 0 from `start`, keeping the `ef` best
     /// *eligible* nodes in `st.results` (ineligible nodes route but are never
     /// kept). Each expansion reads one block; its unvisited neighbours are
     /// marked and prefetched first (their misses overlap), then scored.
+    #[allow(clippy::too_many_arguments)]
     fn search_l0<S, E, P>(
         &self,
         st: &mut L0State,
@@ -329,7 +370,9 @@ impl SearchGraph {
         score: &mut S,
         eligible: &E,
         prefetch: &P,
-    ) where
+        watch: &mut Watch,
+    ) -> Result<()>
+    where
         S: FnMut(u32) -> f32,
         E: Fn(u32) -> bool,
         P: Fn(u32),
@@ -355,6 +398,7 @@ impl SearchGraph {
                     st.scratch.push(nb);
                 }
             }
+            watch.tick(st.scratch.len() * self.dims())?;
             for i in 0..st.scratch.len() {
                 let nb = st.scratch[i];
                 let s = Scored {
@@ -373,6 +417,7 @@ impl SearchGraph {
                 }
             }
         }
+        Ok(())
     }
 
     /// Scores every eligible node with the fast kernel, then reranks the best
@@ -383,27 +428,31 @@ impl SearchGraph {
         q: &[f32],
         k: usize,
         resolved: Resolved,
+        watch: &mut Watch,
         out: &mut Vec<IdHit>,
-    ) {
+    ) -> Result<()> {
         let metric = self.metric;
+        let d = self.dims();
         ctx.cands.clear();
         let mut push = |id: u32| {
+            watch.tick(d)?;
             ctx.cands.push(Scored {
                 score: fast_score(metric, q, self.vectors.row(id as usize)),
                 id,
-            })
+            });
+            Ok::<(), crate::Error>(())
         };
         match resolved {
             Resolved::Interval(lo, hi) => {
                 for id in lo..hi {
                     if !self.is_masked(id) {
-                        push(id);
+                        push(id)?;
                     }
                 }
             }
             Resolved::Set => {
                 for &id in &ctx.set_ids {
-                    push(id);
+                    push(id)?;
                 }
             }
         }
@@ -414,6 +463,7 @@ impl SearchGraph {
         }
         ctx.cands.sort_unstable();
         self.rerank(q, &ctx.cands, k, depth, out);
+        Ok(())
     }
 
     /// Rescores the first `depth` candidates canonically and keeps the best

@@ -43,6 +43,8 @@ use rayon::prelude::*;
 use super::Pq;
 use crate::accel::hnsw::IdHit;
 use crate::accel::vectors::Arena;
+use crate::deadline::Watch;
+use crate::error::Result;
 use crate::numeric::fastscan::query_lut;
 use crate::numeric::kernel::{det_l2sq, det_score};
 use crate::numeric::kmeans::{self, Empty};
@@ -375,19 +377,20 @@ impl Pq {
     /// The IVF fast-scan search (see the module docs) into `out` (empty on
     /// entry). Returns `false`, with `out` untouched, only if the query
     /// table cannot be quantised (non-finite partial distances); the caller
-    /// then scans flat.
+    /// then scans flat. Stops with the `watch`'s deadline.
     pub(super) fn search_ivf(
         &self,
         fs: &FastScan,
         ctx: &mut IvfContext,
         q: &[f32],
         opts: &IvfQuery<'_>,
+        watch: &mut Watch,
         out: &mut Vec<IdHit>,
-    ) -> bool {
+    ) -> Result<bool> {
         let (k, eligible) = (opts.k, &opts.eligible);
         let want = k.min(opts.count);
         if want == 0 {
-            return true;
+            return Ok(true);
         }
         let nprobe = opts.nprobe.clamp(1, fs.nlist);
         fs.coarse(q, nprobe, ctx);
@@ -401,7 +404,7 @@ impl Pq {
             &mut ctx.lut,
         ) else {
             // Only a table with NaN partials (overflowing vectors) gets here.
-            return false;
+            return Ok(false);
         };
         let bb = fastscan::block_bytes(fs.m);
         let depth = opts.depth.max(want);
@@ -429,6 +432,7 @@ impl Pq {
                 continue;
             }
             let (b0, b1) = (fs.block_start[l] as usize, fs.block_start[l + 1] as usize);
+            watch.tick((b1 - b0) * bb)?;
             ctx.sums.resize((b1 - b0) * BLOCK, 0);
             fastscan::scan(lut, &fs.blocks[b0 * bb..b1 * bb], &mut ctx.sums);
             for (&s, &id) in ctx.sums[..p1 - p0].iter().zip(&fs.ids[p0..p1]) {
@@ -450,11 +454,12 @@ impl Pq {
         }
         ctx.rescored.clear();
         for &(_, id) in &ctx.cands {
+            watch.tick(self.dims())?;
             let s = det_score(self.metric, q, self.vectors.row(id as usize));
             ctx.rescored.push((s, id));
         }
         if ctx.rescored.is_empty() {
-            return true;
+            return Ok(true);
         }
         let keep = best_with_ties(&mut ctx.rescored, k);
         out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| IdHit {
@@ -463,7 +468,7 @@ impl Pq {
         }));
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
-        true
+        Ok(true)
     }
 }
 

@@ -14,11 +14,13 @@ use super::ivf::{Eligible, FastScan, IvfContext, IvfParams, IvfQuery};
 use super::Pq;
 use crate::accel::hnsw::{IdHit, Scored};
 use crate::accel::vectors::check_vector;
+use crate::deadline::Watch;
 use crate::error::Result;
 use crate::keys::Filter;
 use prox_kernels::canonical;
 use prox_kernels::pq::{adc_scan, AdcTable};
 use std::collections::BinaryHeap;
+use std::time::Instant;
 
 /// Rows per flat ADC scan call (bounds the distance buffer).
 const FLAT_CHUNK: usize = 1024;
@@ -106,7 +108,23 @@ impl Pq {
         filter: Option<&Filter>,
         out: &mut Vec<IdHit>,
     ) -> Result<()> {
+        self.search_until(ctx, query, opts, filter, None, out)
+    }
+
+    /// [`Pq::search_with`] stopped at `deadline` with
+    /// [`crate::Error::DeadlineExceeded`] (`out` then holds nothing
+    /// useful); the same hits when it finishes in time.
+    pub fn search_until(
+        &self,
+        ctx: &mut PqSearchContext,
+        query: &[f32],
+        opts: &PqOptions,
+        filter: Option<&Filter>,
+        deadline: Option<Instant>,
+        out: &mut Vec<IdHit>,
+    ) -> Result<()> {
         check_vector(query, self.dims(), None)?;
+        let mut watch = Watch::new(deadline);
         out.clear();
         let k = opts.k;
         if k == 0 || self.is_empty() {
@@ -170,28 +188,26 @@ impl Pq {
                     eligible,
                     count,
                 };
-                if self.search_ivf(fs, &mut ctx.ivf, query, &q, out) {
+                if self.search_ivf(fs, &mut ctx.ivf, query, &q, &mut watch, out)? {
                     return Ok(());
                 }
             }
         }
-        self.search_flat(ctx, query, k, depth, listed, interval, out);
-        Ok(())
+        let rows = if listed { None } else { Some(interval) };
+        self.search_flat(ctx, query, (k, depth), rows, &mut watch, out)
     }
 
-    /// Flat ADC over the eligible rows (`ctx.ids` if `listed`, else the
-    /// `interval`), best `depth` reranked canonically.
-    #[allow(clippy::too_many_arguments)]
+    /// Flat ADC over the eligible rows (the `interval` of `rows`, else
+    /// `ctx.ids`), best `depth` reranked canonically.
     fn search_flat(
         &self,
         ctx: &mut PqSearchContext,
         query: &[f32],
-        k: usize,
-        depth: usize,
-        listed: bool,
-        interval: (usize, usize),
+        (k, depth): (usize, usize),
+        rows: Option<(usize, usize)>,
+        watch: &mut Watch,
         out: &mut Vec<IdHit>,
-    ) {
+    ) -> Result<()> {
         let table = AdcTable::for_metric(self.metric, query, &self.codebooks);
         let m = self.layout.len();
         let mut heap = std::mem::take(&mut ctx.heap);
@@ -207,20 +223,26 @@ impl Pq {
                 }
             }
         };
-        if listed {
-            for &i in &ctx.ids {
-                consider(table.distance(self.code(i as usize)), i);
-            }
-        } else {
-            let mut lo = interval.0;
-            while lo < interval.1 {
-                let hi = (lo + FLAT_CHUNK).min(interval.1);
-                ctx.dists.resize(hi - lo, 0.0);
-                adc_scan(&table, &self.codes[lo * m..hi * m], &mut ctx.dists);
-                for (j, &d) in ctx.dists.iter().enumerate() {
-                    consider(d, (lo + j) as u32);
+        match rows {
+            None => {
+                for ids in ctx.ids.chunks(FLAT_CHUNK) {
+                    watch.tick(ids.len() * m)?;
+                    for &i in ids {
+                        consider(table.distance(self.code(i as usize)), i);
+                    }
                 }
-                lo = hi;
+            }
+            Some((mut lo, end)) => {
+                while lo < end {
+                    let hi = (lo + FLAT_CHUNK).min(end);
+                    watch.tick((hi - lo) * m)?;
+                    ctx.dists.resize(hi - lo, 0.0);
+                    adc_scan(&table, &self.codes[lo * m..hi * m], &mut ctx.dists);
+                    for (j, &d) in ctx.dists.iter().enumerate() {
+                        consider(d, (lo + j) as u32);
+                    }
+                    lo = hi;
+                }
             }
         }
         out.extend(heap.drain().map(|c| IdHit {
@@ -230,6 +252,7 @@ impl Pq {
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
         ctx.heap = heap;
+        Ok(())
     }
 
     pub(crate) fn lower_bound(&self, key: &[u8]) -> usize {

@@ -156,6 +156,9 @@ pub struct SearchRequest {
     /// preset's count (`None`: the preset's; values below 1 count as 1).
     /// More are scanned when a filter leaves fewer than `k` candidates.
     pub probes: Option<usize>,
+    /// When the search must stop with [`Error::DeadlineExceeded`] (`None`:
+    /// no limit); checked at bounded intervals of work.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl SearchRequest {
@@ -168,6 +171,7 @@ impl SearchRequest {
             filter: None,
             with_values: false,
             probes: None,
+            deadline: None,
         }
     }
 
@@ -186,6 +190,12 @@ impl SearchRequest {
     /// The same request with a filter.
     pub fn filter(mut self, filter: Filter) -> SearchRequest {
         self.filter = Some(filter);
+        self
+    }
+
+    /// The same request, stopped at `at`.
+    pub fn deadline(mut self, at: std::time::Instant) -> SearchRequest {
+        self.deadline = Some(at);
         self
     }
 

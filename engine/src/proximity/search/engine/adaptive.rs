@@ -162,7 +162,7 @@ impl SearchContext {
             pool_cap,
             depth,
         };
-        self.scan_lists(&on, filter, plan, &mut stats);
+        self.scan_lists(&on, filter, plan, &mut stats)?;
         if self.cands.len() > pool_cap {
             self.cands
                 .select_nth_unstable_by(pool_cap - 1, |a, b| by_dist(arena, a, b));
@@ -170,6 +170,7 @@ impl SearchContext {
         }
         let d = s.dims();
         for &(_, p, i) in &self.cands {
+            self.watch.tick(d)?;
             let node = &arena.pages[p as usize];
             let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i as usize, d));
             self.rescore.push(Cand {
@@ -179,7 +180,7 @@ impl SearchContext {
             });
         }
         if !self.fcands.is_empty() {
-            self.rescore_fast(&on, q, plan, &mut stats);
+            self.rescore_fast(&on, q, plan, &mut stats)?;
         }
         stats.rescored += (self.rescore.len() + self.rescored.len()) as u64;
         self.rescore.sort_unstable();
@@ -292,7 +293,7 @@ impl SearchContext {
         filter: &Compiled<'_>,
         plan: Scan,
         stats: &mut SearchStats,
-    ) {
+    ) -> Result<()> {
         let Coded {
             arena,
             lists,
@@ -324,6 +325,8 @@ impl SearchContext {
                     // until `k` eligible records were seen.
                     for gi in leaves..self.grank.len() {
                         let g = self.grank[gi].1 as usize;
+                        let lists_in = lists.group_start[g + 1] - lists.group_start[g];
+                        self.watch.tick(lists_in * d)?;
                         self.rank_lists(on, g, stats);
                     }
                     self.lrank[head..].sort_unstable();
@@ -335,6 +338,7 @@ impl SearchContext {
             let l = self.lrank[next].1 as usize;
             next += 1;
             let (a, b) = (lists.start[l], lists.start[l + 1]);
+            self.watch.tick((b - a) * d)?;
             stats.nodes_visited += 1;
             stats.distance_evals += (b - a) as u64;
             if let (Some(f), Some(lut)) = (fast, self.lut.as_ref()) {
@@ -385,13 +389,20 @@ impl SearchContext {
                 }
             }
         }
+        Ok(())
     }
 
     /// Rescores the 4-bit candidates into `self.rescore`: cut to the best
     /// `MID_KEEP·k` by their 8-bit code distance, then the deterministic
     /// f32 score of each, then canonical scores for the best `k` of those
     /// and their ties.
-    fn rescore_fast(&mut self, on: &Coded<'_>, q: &Query<'_>, plan: Scan, stats: &mut SearchStats) {
+    fn rescore_fast(
+        &mut self,
+        on: &Coded<'_>,
+        q: &Query<'_>,
+        plan: Scan,
+        stats: &mut SearchStats,
+    ) -> Result<()> {
         let Coded {
             arena, lists, cd, ..
         } = *on;
@@ -410,6 +421,7 @@ impl SearchContext {
             self.mids.clear();
             let mut dot = [0i32];
             for &(_, slot) in &self.fcands {
+                self.watch.tick(d)?;
                 let i = slot as usize;
                 let row = &lists.codes[i * d..(i + 1) * d];
                 prox_kernels::i8scan::dots(&self.ucodes, row, &mut dot);
@@ -429,6 +441,7 @@ impl SearchContext {
         }
         self.rescored.clear();
         for &(_, slot) in &self.fcands {
+            self.watch.tick(d)?;
             self.rescored
                 .push((det_score(q.metric, q.v, vector(slot)), slot));
         }
@@ -444,6 +457,7 @@ impl SearchContext {
                 idx: i,
             });
         }
+        Ok(())
     }
 }
 

@@ -25,6 +25,7 @@ impl SearchContext {
         let mut node = s.root.clone();
         loop {
             // ---- expand `node` ----
+            self.watch.tick(node.len * d)?;
             stats.nodes_visited += 1;
             stats.distance_evals += node.len as u64;
             self.dots.resize(node.len, 0);
@@ -61,6 +62,7 @@ impl SearchContext {
                     if self.best.len() == k && lb > self.best[k - 1].score {
                         break;
                     }
+                    self.watch.tick(d + k)?;
                     stats.rescored += 1;
                     let i = i as usize;
                     let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i, d));

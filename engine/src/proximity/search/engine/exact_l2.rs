@@ -33,7 +33,7 @@ impl SearchContext {
         if matches!(filter, Compiled::All) {
             if let Some(fr) = s.frames()? {
                 if fr.prepare(q.v, &mut self.fq) {
-                    self.exact_l2_frames(arena, fr, q, k, &mut stats);
+                    self.exact_l2_frames(arena, fr, q, k, &mut stats)?;
                     let hits = self.best.iter().map(Cand::hit).collect();
                     return Ok(SearchResult {
                         hits,
@@ -50,8 +50,8 @@ impl SearchContext {
         self.rank
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         match s.rotated()? {
-            Some(rot) => self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats),
-            None => self.exact_l2_plain(arena, q, k, filter, &mut stats),
+            Some(rot) => self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats)?,
+            None => self.exact_l2_plain(arena, q, k, filter, &mut stats)?,
         }
         let hits = self.best.iter().map(Cand::hit).collect();
         Ok(SearchResult {
@@ -73,7 +73,7 @@ impl SearchContext {
         k: usize,
         filter: &Compiled<'_>,
         stats: &mut SearchStats,
-    ) {
+    ) -> Result<()> {
         let d = q.v.len();
         let (qn, eq) = self.quantize_uniform(arena, q.v);
         let scale = arena.scale;
@@ -91,6 +91,7 @@ impl SearchContext {
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
                 let page = &arena.pages[p];
+                self.watch.tick(page.len * d)?;
                 let (a, b) = self.scan_page(arena, p, d, stats);
                 for i in 0..b - a {
                     let dist = arena.l2_code_dist(qn, a + i, self.dots[i]);
@@ -105,6 +106,7 @@ impl SearchContext {
                     if !filter.accepts(page.key(i)) {
                         continue;
                     }
+                    self.watch.tick(d + k)?;
                     stats.rescored += 1;
                     let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
                     if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
@@ -114,6 +116,7 @@ impl SearchContext {
                 }
             }
         }
+        Ok(())
     }
 
     /// The loop of [`Self::exact_l2`] over the rotated split arena
@@ -130,7 +133,7 @@ impl SearchContext {
         k: usize,
         filter: &Compiled<'_>,
         stats: &mut SearchStats,
-    ) {
+    ) -> Result<()> {
         let d = q.v.len();
         rot.prepare(q.v, &mut self.rq);
         let mut kth = f64::INFINITY;
@@ -143,6 +146,7 @@ impl SearchContext {
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
                 let page = &arena.pages[p];
+                self.watch.tick(page.len * d)?;
                 let (a, b) = visit_page(arena, p, stats);
                 rot.screen(&self.rq, a, b, bulk, &mut self.pass, &mut self.dots);
                 self.survivors.clear();
@@ -165,6 +169,7 @@ impl SearchContext {
                     {
                         continue;
                     }
+                    self.watch.tick(d + k)?;
                     stats.rescored += 1;
                     let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(i, d));
                     if insert_sorted(&mut self.best, k, score, page, i) && self.best.len() == k {
@@ -174,6 +179,7 @@ impl SearchContext {
                 }
             }
         }
+        Ok(())
     }
 
     /// The loop of [`Self::exact_l2`] over local frames
@@ -189,7 +195,7 @@ impl SearchContext {
         q: &Query<'_>,
         k: usize,
         stats: &mut SearchStats,
-    ) {
+    ) -> Result<()> {
         let d = q.v.len();
         let (qn, eq) = self.quantize_uniform(arena, q.v);
         let mut kth = f64::INFINITY;
@@ -212,6 +218,7 @@ impl SearchContext {
                 }
                 let limit = limit_int(y);
                 let (b, range) = fr.block(f, j);
+                self.watch.tick(range.len() * d)?;
                 let base = range.start;
                 stats.distance_evals += range.len() as u64;
                 fr.screen(f, range, &fq, limit, &mut self.pass, &mut self.dots);
@@ -270,6 +277,7 @@ impl SearchContext {
                 }
                 let (p, e) = arena.locate(fr.record(i as usize));
                 let page = &arena.pages[p];
+                self.watch.tick(d + k)?;
                 stats.rescored += 1;
                 let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(e, d));
                 if insert_sorted(&mut self.best, k, score, page, e) && self.best.len() == k {
@@ -279,5 +287,6 @@ impl SearchContext {
             }
         }
         self.fq = fq;
+        Ok(())
     }
 }

@@ -21,6 +21,7 @@ use super::quant::{
 };
 use super::rotated::RotQuery;
 use super::{Hit, Mode, SearchRequest, SearchResult, SearchStats, Searcher};
+use crate::deadline::Watch;
 use crate::error::Result;
 use prox_kernels::pq::fastscan::Lut;
 use prox_kernels::Metric;
@@ -183,6 +184,8 @@ pub struct SearchContext {
     rescored: Vec<(f32, u32)>,
     /// Adaptive 4-bit pass: `(8-bit code distance, slot)` of the candidates.
     mids: Vec<(i64, u32)>,
+    /// The current search's deadline, ticked by every long loop.
+    watch: Watch,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -281,6 +284,7 @@ impl SearchContext {
         filter: &Compiled<'_>,
     ) -> Result<SearchResult> {
         self.clear();
+        self.watch = Watch::new(req.deadline);
         let d = s.dims();
         self.codes.resize(d, 0);
         let q = Query {
