@@ -56,3 +56,116 @@ async fn a_node_without_allowlist_or_open_serves_nobody() {
     .await
     .expect("bounded");
 }
+
+/// A hostile client: one identity whose swarm opens raw block streams and
+/// holds them without sending a frame.
+struct Squatter {
+    control: libp2p_stream::Control,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Squatter {
+    async fn connect(target: &libp2p::Multiaddr) -> Squatter {
+        use futures::StreamExt;
+        let mut swarm = libp2p::SwarmBuilder::with_existing_identity(
+            libp2p::identity::Keypair::generate_ed25519(),
+        )
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default(),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|_| libp2p_stream::Behaviour::new())
+        .unwrap()
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build();
+        let control = swarm.behaviour().new_control();
+        swarm.dial(target.clone()).unwrap();
+        let task = tokio::spawn(async move {
+            loop {
+                swarm.select_next_some().await;
+            }
+        });
+        Squatter { control, task }
+    }
+
+    /// Opens a block stream and reports whether the server kept it (no
+    /// `REFUSED` frame and no close within a short wait). The stream is
+    /// kept open in `held`.
+    async fn squat(&mut self, peer: libp2p::PeerId, held: &mut Vec<libp2p::Stream>) -> bool {
+        use futures::AsyncReadExt;
+        let mut stream = match self
+            .control
+            .open_stream(peer, prox_sync::protocol::BLOCKS_PROTOCOL)
+            .await
+        {
+            Ok(s) => s,
+            Err(_) => return false,
+        };
+        let mut byte = [0u8; 1];
+        let kept = tokio::time::timeout(Duration::from_millis(300), stream.read(&mut byte))
+            .await
+            .is_err();
+        held.push(stream);
+        kept
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_exhaustion_from_many_peer_ids_leaves_room_for_a_followed_peer() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let dst = mem_stores();
+        let puller = start(false, dst.clone()).await;
+        let mut cfg = Config {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+            open: true,
+            // The source follows the puller, which makes it a named peer.
+            follow: vec![prox_sync::Follow {
+                peer: addr(&puller).to_string(),
+                name: "elsewhere".into(),
+            }],
+            ..Config::default()
+        };
+        cfg.limits.sessions_total = 8;
+        cfg.limits.sessions_reserved = 2;
+        cfg.limits.sessions_per_peer = 2;
+        let key = libp2p::identity::Keypair::generate_ed25519();
+        let src = Node::start(&cfg, key, source(), RefsLinker).await.unwrap();
+        let target = addr(&src);
+        // Six identities try two sessions each: twelve attempts on eight slots.
+        let mut squatters = Vec::new();
+        let mut held = Vec::new();
+        let mut kept = 0;
+        for _ in 0..6 {
+            let mut s = Squatter::connect(&target).await;
+            for _ in 0..2 {
+                // A stream can be lost in the handover to the accept loop;
+                // a few attempts, bounded.
+                for _ in 0..3 {
+                    if s.squat(src.peer_id(), &mut held).await {
+                        kept += 1;
+                        break;
+                    }
+                }
+            }
+            squatters.push(s);
+        }
+        assert_eq!(
+            kept, 6,
+            "open peers share sessions_total - sessions_reserved"
+        );
+        puller.pull(&target, "docs", "docs").await.unwrap();
+        assert!(dst.main.root("docs").unwrap().is_some());
+        drop(held);
+        for s in squatters {
+            s.task.abort();
+        }
+        for n in [src, puller] {
+            n.shutdown().await;
+        }
+    })
+    .await
+    .expect("bounded");
+}

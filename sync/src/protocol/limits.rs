@@ -39,6 +39,13 @@ pub struct Limits {
     pub sessions_per_peer: u16,
     /// Concurrent block sessions a server accepts in total.
     pub sessions_total: u16,
+    /// Of `sessions_total`, slots only allowlisted or followed peers may
+    /// take: peers admitted by `open` alone (free identities) share the
+    /// rest, so they cannot lock out the peers the operator named.
+    pub sessions_reserved: u16,
+    /// Block bytes a server holds in flight for one peer across all its
+    /// sessions (answers read from the store and not yet written).
+    pub peer_inflight_bytes: u64,
     /// Server-side byte budget of one `WANT_CLOSURE` (bulk) request.
     pub bulk_budget_bytes: u64,
     /// No progress on a session for this long cancels it (resumable).
@@ -65,6 +72,8 @@ impl Default for Limits {
             inflight_batches: 4,
             sessions_per_peer: 4,
             sessions_total: 64,
+            sessions_reserved: 16,
+            peer_inflight_bytes: 32 << 20,
             bulk_budget_bytes: 4 << 30,
             idle_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(20),
@@ -91,6 +100,12 @@ impl Limits {
         }
         if self.sessions_per_peer == 0 || self.sessions_total == 0 {
             return Err("session caps must be > 0".into());
+        }
+        if self.sessions_reserved >= self.sessions_total {
+            return Err("sessions_reserved must be < sessions_total".into());
+        }
+        if self.peer_inflight_bytes < 1024 {
+            return Err("peer_inflight_bytes must be >= 1024".into());
         }
         for (what, d) in [
             ("idle_timeout", self.idle_timeout),
