@@ -439,9 +439,16 @@ impl<L: Linker> Node<L> {
             .gate
             .run(move || Ok(pending::record(&stores, &record)?))
             .await?;
-        let result = self
-            .fetch_and_publish(peer, name, local, value, bulk_offered, expected, start)
-            .await;
+        let deadline = inner.limits.pull_deadline;
+        let result = tokio::time::timeout(
+            deadline,
+            self.fetch_and_publish(peer, name, local, value, bulk_offered, expected, start),
+        )
+        .await
+        .unwrap_or(Err(Error::PullDeadline {
+            peer,
+            seconds: deadline.as_secs(),
+        }));
         // Keep the record only when a retry can finish the job (network,
         // timeout, shutdown); drop it when the outcome is final.
         let finished = match &result {

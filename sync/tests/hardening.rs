@@ -169,3 +169,51 @@ async fn session_exhaustion_from_many_peer_ids_leaves_room_for_a_followed_peer()
     .await
     .expect("bounded");
 }
+
+async fn start_with(limits: prox_sync::Limits, stores: Stores) -> Node<RefsLinker> {
+    let cfg = Config {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+        limits,
+        ..Config::default()
+    };
+    let key = libp2p::identity::Keypair::generate_ed25519();
+    Node::start(&cfg, key, stores, RefsLinker).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_over_its_byte_budget_or_deadline_stops_with_a_typed_error() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let src = start(true, source()).await;
+        let dst = mem_stores();
+        let small = prox_sync::Limits {
+            pull_max_bytes: 1,
+            ..Default::default()
+        };
+        let puller = start_with(small, dst.clone()).await;
+        let err = puller.pull(&addr(&src), "docs", "docs").await.unwrap_err();
+        assert!(
+            matches!(err, prox_sync::Error::PullTooLarge { max: 1, .. }),
+            "{err}"
+        );
+        assert!(dst.main.root("docs").unwrap().is_none());
+        puller.shutdown().await;
+
+        let dst = mem_stores();
+        let short = prox_sync::Limits {
+            pull_deadline: Duration::from_nanos(1),
+            ..Default::default()
+        };
+        let puller = start_with(short, dst.clone()).await;
+        let err = puller.pull(&addr(&src), "docs", "docs").await.unwrap_err();
+        assert!(
+            matches!(err, prox_sync::Error::PullDeadline { .. }),
+            "{err}"
+        );
+        assert!(dst.main.root("docs").unwrap().is_none());
+        for n in [src, puller] {
+            n.shutdown().await;
+        }
+    })
+    .await
+    .expect("bounded");
+}
