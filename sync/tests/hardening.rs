@@ -199,21 +199,48 @@ async fn a_pull_over_its_byte_budget_or_deadline_stops_with_a_typed_error() {
         puller.shutdown().await;
 
         let dst = mem_stores();
-        let short = prox_sync::Limits {
-            pull_deadline: Duration::from_nanos(1),
-            ..Default::default()
+        let cfg = Config {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+            limits: prox_sync::Limits {
+                pull_deadline: Duration::from_millis(100),
+                ..Default::default()
+            },
+            ..Config::default()
         };
-        let puller = start_with(short, dst.clone()).await;
+        let key = libp2p::identity::Keypair::generate_ed25519();
+        // Checking each received block takes longer than the whole deadline.
+        let puller = Node::start(&cfg, key, dst.clone(), SlowLinker)
+            .await
+            .unwrap();
         let err = puller.pull(&addr(&src), "docs", "docs").await.unwrap_err();
         assert!(
             matches!(err, prox_sync::Error::PullDeadline { .. }),
             "{err}"
         );
         assert!(dst.main.root("docs").unwrap().is_none());
-        for n in [src, puller] {
-            n.shutdown().await;
-        }
+        src.shutdown().await;
+        puller.shutdown().await;
     })
     .await
     .expect("bounded");
+}
+
+/// [`RefsLinker`] that takes 500 ms to check each block.
+struct SlowLinker;
+
+impl prox_sync::Linker for SlowLinker {
+    type Kind = <RefsLinker as prox_sync::Linker>::Kind;
+
+    fn root_links(&self, value: &[u8]) -> prox_engine::Result<Vec<(prox_engine::Cid, Self::Kind)>> {
+        prox_sync::Linker::root_links(&RefsLinker, value)
+    }
+
+    fn links(
+        &self,
+        kind: &Self::Kind,
+        bytes: &[u8],
+    ) -> prox_engine::Result<Vec<(prox_engine::Cid, Self::Kind)>> {
+        std::thread::sleep(Duration::from_millis(500));
+        prox_sync::Linker::links(&RefsLinker, kind, bytes)
+    }
 }
