@@ -164,6 +164,12 @@ impl<L: Linker> Node<L> {
         config.validate()?;
         let access = Arc::new(access_from_config(config)?);
         let limits = config.limits.clone();
+        // Nothing stages yet: collect what killed pulls left behind.
+        match pending::collect_staging(&stores, &linker) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
+            Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
+        }
         let behaviour = Behaviour::new(&key, &access, &limits, config.mdns)?;
         let idle = limits.idle_connection;
         let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)

@@ -244,3 +244,53 @@ impl prox_sync::Linker for SlowLinker {
         prox_sync::Linker::links(&RefsLinker, kind, bytes)
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_no_pending_record_can_use_is_collected_at_start() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // Staging as a killed pull leaves it: the closure of "docs" under
+        // a pending-sync record, plus a block whose pull left no record.
+        let src = source();
+        let target = src.main.root("docs").unwrap().unwrap();
+        let stores = mem_stores();
+        for cid in src.main.cids().unwrap() {
+            let block = src.main.get(&cid).unwrap().unwrap();
+            stores.staging.put(&block).unwrap();
+        }
+        let record = prox_sync::pending::PendingPull {
+            local: "docs".into(),
+            name: "docs".into(),
+            peer: libp2p::identity::Keypair::generate_ed25519()
+                .public()
+                .to_peer_id()
+                .to_string(),
+            addr: None,
+            target: hex::encode(&target),
+            expected: None,
+            started_unix: 0,
+        };
+        stores
+            .staging
+            .set_root(
+                "pending-sync:docs",
+                Some(&serde_json::to_vec(&record).unwrap()),
+            )
+            .unwrap();
+        let stray = stores
+            .staging
+            .put(b"left by a pull without a record")
+            .unwrap();
+        let before = stores.staging.cids().unwrap().len();
+        let node = start(false, stores.clone()).await;
+        let after: std::collections::HashSet<_> =
+            stores.staging.cids().unwrap().into_iter().collect();
+        assert!(!after.contains(&stray), "abandoned block collected");
+        assert_eq!(after.len(), before - 1, "the record's staged closure stays");
+        for cid in src.main.cids().unwrap() {
+            assert!(after.contains(&cid), "{cid:?} of the pending pull kept");
+        }
+        node.shutdown().await;
+    })
+    .await
+    .expect("bounded");
+}
