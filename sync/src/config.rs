@@ -43,7 +43,8 @@ pub struct Config {
     /// Peer ids allowed to connect and be served. Empty: nobody is served
     /// unless [`Config::open`] is set (followed peers always are).
     pub allow: Vec<String>,
-    /// With an empty allowlist, serve every peer (`--open`).
+    /// With an empty allowlist, serve every peer (`--open`); peers admitted
+    /// only by this share the session slots not reserved for followed peers.
     pub open: bool,
     /// Root names served; empty = all.
     pub serve: Vec<String>,

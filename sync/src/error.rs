@@ -126,6 +126,24 @@ pub enum Error {
         /// Limit that expired.
         seconds: u64,
     },
+    /// A pull fetched more than its byte budget (`Limits::pull_max_bytes`).
+    #[error("pull from {peer} fetched {bytes} bytes, over its budget of {max}")]
+    PullTooLarge {
+        /// The peer.
+        peer: PeerId,
+        /// Bytes fetched when it stopped.
+        bytes: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// A pull ran past its overall deadline (`Limits::pull_deadline`).
+    #[error("pull from {peer} ran past its deadline of {seconds} s")]
+    PullDeadline {
+        /// The peer.
+        peer: PeerId,
+        /// The deadline.
+        seconds: u64,
+    },
     /// The local node is shutting down or its event loop has stopped.
     #[error("node is shut down")]
     Shutdown,

@@ -164,6 +164,12 @@ impl<L: Linker> Node<L> {
         config.validate()?;
         let access = Arc::new(access_from_config(config)?);
         let limits = config.limits.clone();
+        // Nothing stages yet: collect what killed pulls left behind.
+        match pending::collect_staging(&stores, &linker) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
+            Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
+        }
         let behaviour = Behaviour::new(&key, &access, &limits, config.mdns)?;
         let idle = limits.idle_connection;
         let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
@@ -439,9 +445,16 @@ impl<L: Linker> Node<L> {
             .gate
             .run(move || Ok(pending::record(&stores, &record)?))
             .await?;
-        let result = self
-            .fetch_and_publish(peer, name, local, value, bulk_offered, expected, start)
-            .await;
+        let deadline = inner.limits.pull_deadline;
+        let result = tokio::time::timeout(
+            deadline,
+            self.fetch_and_publish(peer, name, local, value, bulk_offered, expected, start),
+        )
+        .await
+        .unwrap_or(Err(Error::PullDeadline {
+            peer,
+            seconds: deadline.as_secs(),
+        }));
         // Keep the record only when a retry can finish the job (network,
         // timeout, shutdown); drop it when the outcome is final.
         let finished = match &result {

@@ -84,3 +84,42 @@ pub(crate) fn now_unix() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+/// Removes staged blocks no pending-sync record can use: everything not
+/// reachable, through staged blocks only, from the target of a record.
+/// Run at node start-up, before any pull can stage; staging of pulls that
+/// were killed after their record was cleared (or whose record was
+/// replaced) is collected here. Returns the number of blocks removed.
+pub(crate) fn collect_staging<L: crate::links::Linker>(
+    stores: &Stores,
+    linker: &L,
+) -> Result<usize> {
+    let _lock = stores.lock_staging();
+    let staged = stores.staging.cids()?;
+    if staged.is_empty() {
+        return Ok(0);
+    }
+    let mut keep = std::collections::HashSet::new();
+    for p in list(stores)? {
+        let Ok(value) = hex::decode(&p.target) else {
+            continue;
+        };
+        let mut todo = linker.root_links(&value).unwrap_or_default();
+        while let Some((cid, kind)) = todo.pop() {
+            if keep.contains(&cid) {
+                continue;
+            }
+            let Some(bytes) = stores.staging.get(&cid)? else {
+                continue;
+            };
+            keep.insert(cid);
+            todo.extend(linker.links(&kind, &bytes).unwrap_or_default());
+        }
+    }
+    let removed = staged.len() - keep.len();
+    if removed > 0 {
+        stores.staging.retain(&keep)?;
+        stores.staging.commit()?;
+    }
+    Ok(removed)
+}

@@ -43,6 +43,12 @@ impl Access {
         }
     }
 
+    /// True if the operator named `peer` (allowlisted or followed): such
+    /// peers may use the reserved session slots.
+    pub fn named(&self, peer: &PeerId) -> bool {
+        self.followed.contains(peer) || self.allow.as_ref().is_some_and(|a| a.contains(peer))
+    }
+
     /// True if `name` is served.
     pub fn serves(&self, name: &str) -> bool {
         self.serve.as_ref().is_none_or(|s| s.contains(name))
@@ -66,7 +72,15 @@ pub(crate) struct ServeCtx<L: Linker> {
     /// The node's store gate: reads of `store` run under a permit, so none
     /// outlives `Node::shutdown`.
     gate: crate::gate::Gate,
-    sessions: Mutex<HashMap<PeerId, usize>>,
+    sessions: Mutex<HashMap<PeerId, PeerSessions>>,
+}
+
+/// What one peer holds on this server.
+struct PeerSessions {
+    /// Open block sessions.
+    open: usize,
+    /// Its in-flight byte budget, in KiB permits.
+    bytes: Arc<tokio::sync::Semaphore>,
 }
 
 impl<L: Linker> ServeCtx<L> {
@@ -93,29 +107,50 @@ impl<L: Linker> ServeCtx<L> {
             return Err(RefusedCode::Unauthorized);
         }
         let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let total: usize = s.values().sum();
-        let mine = s.get(&peer).copied().unwrap_or(0);
-        if mine >= self.limits.sessions_per_peer as usize
-            || total >= self.limits.sessions_total as usize
-        {
+        let total: usize = s.values().map(|p| p.open).sum();
+        let mine = s.get(&peer).map_or(0, |p| p.open);
+        let cap = if self.access.named(&peer) {
+            self.limits.sessions_total
+        } else {
+            self.limits
+                .sessions_total
+                .saturating_sub(self.limits.sessions_reserved)
+        };
+        if mine >= self.limits.sessions_per_peer as usize || total >= cap as usize {
             return Err(RefusedCode::Busy);
         }
-        *s.entry(peer).or_insert(0) += 1;
-        Ok(SessionSlot { ctx: self, peer })
+        let kib = self.peer_budget_kib();
+        let entry = s.entry(peer).or_insert_with(|| PeerSessions {
+            open: 0,
+            bytes: Arc::new(tokio::sync::Semaphore::new(kib as usize)),
+        });
+        entry.open += 1;
+        Ok(SessionSlot {
+            ctx: self,
+            peer,
+            bytes: entry.bytes.clone(),
+        })
+    }
+
+    /// The per-peer in-flight budget in KiB permits.
+    fn peer_budget_kib(&self) -> u32 {
+        u32::try_from(self.limits.peer_inflight_bytes / 1024).unwrap_or(u32::MAX >> 4)
     }
 }
 
 struct SessionSlot<'a, L: Linker> {
     ctx: &'a ServeCtx<L>,
     peer: PeerId,
+    /// The peer's in-flight byte budget, shared by its sessions.
+    bytes: Arc<tokio::sync::Semaphore>,
 }
 
 impl<L: Linker> Drop for SessionSlot<'_, L> {
     fn drop(&mut self) {
         let mut s = self.ctx.sessions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = s.get_mut(&self.peer) {
-            *n -= 1;
-            if *n == 0 {
+            n.open -= 1;
+            if n.open == 0 {
                 s.remove(&self.peer);
             }
         }
@@ -151,7 +186,7 @@ where
     // Writes time out like reads: a peer that stops reading loses the session.
     let writer = crate::stall::StallGuard::new(writer, ctx.limits.idle_timeout);
     let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
-    let _slot = match ctx.admit(peer) {
+    let slot = match ctx.admit(peer) {
         Ok(slot) => slot,
         Err(code) => {
             tracing::info!(%peer, ?code, "refusing block session");
@@ -195,6 +230,23 @@ where
                     let store = ctx.store.clone();
                     let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
                     let max_block = ctx.limits.max_block as usize;
+                    // The answer's bytes count against the peer's budget
+                    // until written; waiting here paces this peer only.
+                    let kib = u32::try_from(budget.div_ceil(1024))
+                        .unwrap_or(u32::MAX)
+                        .min(ctx.peer_budget_kib());
+                    let permit = match tokio::time::timeout(
+                        ctx.limits.idle_timeout,
+                        slot.bytes.clone().acquire_many_owned(kib),
+                    )
+                    .await
+                    {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            tracing::debug!(%peer, "peer byte budget stayed full; closing");
+                            break;
+                        }
+                    };
                     match ctx
                         .gate
                         .run(move || Ok(answer_want(&*store, &cids, budget, max_block)))
@@ -202,7 +254,7 @@ where
                     {
                         Ok(mut frames) => {
                             frames.push(ServerFrame::Done { batch });
-                            Job::Frames(frames)
+                            Job::Frames(frames, permit)
                         }
                         // Node shutting down (or the job failed): end the session.
                         Err(_) => break,
@@ -229,7 +281,7 @@ where
     let write = async {
         while let Some(job) = rx.recv().await {
             let ok = match job {
-                Job::Frames(frames) => {
+                Job::Frames(frames, _permit) => {
                     write_frames(&mut writer, &frames).await.is_ok() && writer.flush().await.is_ok()
                 }
                 Job::Closure {
@@ -254,8 +306,9 @@ where
 
 /// Work for the writer half of a block session, in request order.
 enum Job {
-    /// A whole `WANT` answer, `DONE` included.
-    Frames(Vec<ServerFrame>),
+    /// A whole `WANT` answer, `DONE` included, with the share of the
+    /// peer's byte budget it holds until written.
+    Frames(Vec<ServerFrame>, tokio::sync::OwnedSemaphorePermit),
     /// A `WANT_CLOSURE` to stream.
     Closure {
         batch: u32,

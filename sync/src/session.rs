@@ -721,6 +721,20 @@ impl<L: Linker> Stopped<L> {
     }
 }
 
+/// Fails with [`Error::PullTooLarge`] once the pull fetched more than
+/// `limits.pull_max_bytes` (what was accepted so far stays staged).
+fn within_budget<L: Linker>(slot: &mut Option<WantPlanner<L>>, limits: &Limits) -> Result<()> {
+    let p = planner_mut(slot)?;
+    if p.report.bytes_fetched > limits.pull_max_bytes {
+        return Err(Error::PullTooLarge {
+            peer: p.peer,
+            bytes: p.report.bytes_fetched,
+            max: limits.pull_max_bytes,
+        });
+    }
+    Ok(())
+}
+
 /// Runs `planner` to completion over `stream`. Returns the planner (with
 /// its report) once the closure is in `main`; see [`Stopped`] for failures.
 pub(crate) async fn drive<L, S>(
@@ -769,6 +783,7 @@ where
                 match group {
                     Group::Closure(blocks) => {
                         step(&mut slot, move |p| p.on_closure_chunk(blocks, 1)).await?;
+                        within_budget(&mut slot, limits)?;
                     }
                     Group::ClosureEnd(status) => {
                         tracing::debug!(%peer, ?status, "closure stream ended");
@@ -826,6 +841,7 @@ where
             match (group, inflight.pop_front()) {
                 (Group::Batch { id, frames }, Some(batch)) if id == expected => {
                     step(&mut slot, move |p| p.on_batch(batch, frames)).await?;
+                    within_budget(&mut slot, limits)?;
                 }
                 (Group::Refused(code), _) => return Err(refused(peer, code)),
                 _ => {

@@ -39,8 +39,22 @@ pub struct Limits {
     pub sessions_per_peer: u16,
     /// Concurrent block sessions a server accepts in total.
     pub sessions_total: u16,
+    /// Of `sessions_total`, slots only allowlisted or followed peers may
+    /// take: peers admitted by `open` alone (free identities) share the
+    /// rest, so they cannot lock out the peers the operator named.
+    pub sessions_reserved: u16,
+    /// Block bytes a server holds in flight for one peer across all its
+    /// sessions (answers read from the store and not yet written).
+    pub peer_inflight_bytes: u64,
     /// Server-side byte budget of one `WANT_CLOSURE` (bulk) request.
     pub bulk_budget_bytes: u64,
+    /// Block bytes one pull may fetch in total (every stream and retry of
+    /// it); past this the pull stops with `Error::PullTooLarge`.
+    pub pull_max_bytes: u64,
+    /// Wall-clock limit of one whole pull; past this it stops with
+    /// `Error::PullDeadline`. What was staged is kept for a resume.
+    #[serde(with = "secs")]
+    pub pull_deadline: Duration,
     /// No progress on a session for this long cancels it (resumable).
     #[serde(with = "secs")]
     pub idle_timeout: Duration,
@@ -65,7 +79,11 @@ impl Default for Limits {
             inflight_batches: 4,
             sessions_per_peer: 4,
             sessions_total: 64,
+            sessions_reserved: 16,
+            peer_inflight_bytes: 32 << 20,
             bulk_budget_bytes: 4 << 30,
+            pull_max_bytes: 256 << 30,
+            pull_deadline: Duration::from_secs(24 * 3600),
             idle_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(20),
             announce_timeout: Duration::from_secs(600),
@@ -92,7 +110,17 @@ impl Limits {
         if self.sessions_per_peer == 0 || self.sessions_total == 0 {
             return Err("session caps must be > 0".into());
         }
+        if self.sessions_reserved >= self.sessions_total {
+            return Err("sessions_reserved must be < sessions_total".into());
+        }
+        if self.pull_max_bytes == 0 {
+            return Err("pull_max_bytes must be > 0".into());
+        }
+        if self.peer_inflight_bytes < 1024 {
+            return Err("peer_inflight_bytes must be >= 1024".into());
+        }
         for (what, d) in [
+            ("pull_deadline", self.pull_deadline),
             ("idle_timeout", self.idle_timeout),
             ("request_timeout", self.request_timeout),
             ("announce_timeout", self.announce_timeout),
