@@ -3,36 +3,12 @@
 //! named, the root untouched), usage errors (exit 2) and the `--json`
 //! schemas.
 
+mod common;
+
+use common::{ok, prox, run, s, succeeds};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn prox() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_prox"));
-    c.env_remove("PROX_STORE").env_remove("RUST_LOG");
-    c
-}
-
-fn run(args: &[&str]) -> Output {
-    prox().args(args).output().expect("run prox")
-}
-
-/// Runs a command that must succeed.
-fn succeeds(args: &[&str]) -> Output {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "prox {args:?} failed ({:?}):\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// Runs a command that must succeed; returns stdout.
-fn ok(args: &[&str]) -> String {
-    String::from_utf8(succeeds(args).stdout).expect("utf-8 stdout")
-}
+use std::process::Output;
 
 /// Runs a command that must succeed; returns stderr.
 fn ok_err(args: &[&str]) -> String {
@@ -50,10 +26,6 @@ fn fails(args: &[&str], code: i32) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }
 
 /// `prox VERB --store STORE --name NAME FLAG FILE EXTRA...`: the shape of
@@ -90,7 +62,7 @@ fn has_keys(v: &Value, keys: &[&str]) {
 
 /// The seed handed to `prox` (`PROX_SEED` overrides the default 3).
 fn seed() -> String {
-    prox_testkit::seed(3).to_string()
+    common::seed(3)
 }
 
 /// A small dataset and a store with map "m" built from it.

@@ -3,16 +3,12 @@
 //! reaching a fixed point) builds as a cosine map through the CLI, and its
 //! exact search equals a brute force over the prepared vectors, bit for bit.
 
+mod common;
+
+use common::{prox, read_fvecs};
 use prox_engine::proximity::math::{prepare, sqrt_floor};
 use prox_kernels::Metric;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn prox() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_prox"));
-    c.env_remove("PROX_STORE").env_remove("RUST_LOG");
-    c
-}
 
 /// `../shared` (or `PROX_SHARED`); `None` (skip) when absent, a failure
 /// under CI.
@@ -30,23 +26,6 @@ fn shared() -> Option<PathBuf> {
     );
     eprintln!("skipped: no shared bench data at {}", dir.display());
     None
-}
-
-fn read_fvecs(path: &Path) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(path).expect("read fvecs");
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let d = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        at += 4;
-        let row = bytes[at..at + 4 * d]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        at += 4 * d;
-        out.push(row);
-    }
-    out
 }
 
 fn write_fvecs(path: &Path, rows: &[Vec<f32>]) {

@@ -2,37 +2,14 @@
 //! command to destroy intact data, and every damage the store found must
 //! be reported.
 
+mod common;
+
+use common::{ok, run, s};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn prox() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_prox"));
-    c.env_remove("PROX_STORE").env_remove("RUST_LOG");
-    c
-}
-
-fn run(args: &[&str]) -> Output {
-    prox().args(args).output().expect("run prox")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "prox {args:?} failed ({:?}):\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8 stdout")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 fn seed() -> String {
-    std::env::var("PROX_SEED").unwrap_or_else(|_| "23".into())
+    common::seed(23)
 }
 
 fn json(text: &str) -> Value {

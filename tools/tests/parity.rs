@@ -7,54 +7,20 @@
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 const N: &str = "3000";
 const DIM: &str = "16";
 const QUERIES: usize = 6;
+mod common;
+
+use common::{ok, prox, read_fvecs, s};
+
 const K: usize = 10;
 
-fn prox() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_prox"));
-    c.env_remove("PROX_STORE").env_remove("RUST_LOG");
-    c
-}
-
 fn seed() -> String {
-    std::env::var("PROX_SEED").unwrap_or_else(|_| "11".into())
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = prox().args(args).output().expect("run prox");
-    assert!(
-        o.status.success(),
-        "prox {args:?} failed (seed {}):\n{}",
-        seed(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8 stdout")
-}
-
-/// The rows of an `.fvecs` file.
-fn read_fvecs(p: &Path) -> Vec<Vec<f32>> {
-    let bytes = std::fs::read(p).expect("fvecs");
-    let mut rows = Vec::new();
-    let mut i = 0;
-    while i + 4 <= bytes.len() {
-        let d = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
-        let row = bytes[i + 4..i + 4 + 4 * d]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        rows.push(row);
-        i += 4 + 4 * d;
-    }
-    rows
+    common::seed(11)
 }
 
 /// Kills the server when the test ends, however it ends.

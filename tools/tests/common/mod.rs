@@ -1,0 +1,64 @@
+//! Helpers shared by the `prox` binary's test files (each includes this
+//! module with `mod common;` and uses the part it needs).
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The `prox` binary under test, without the caller's store or log
+/// settings.
+pub(crate) fn prox() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_prox"));
+    c.env_remove("PROX_STORE").env_remove("RUST_LOG");
+    c
+}
+
+/// Runs `prox ARGS`.
+pub(crate) fn run(args: &[&str]) -> Output {
+    prox().args(args).output().expect("run prox")
+}
+
+/// Runs a command that must succeed.
+pub(crate) fn succeeds(args: &[&str]) -> Output {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "prox {args:?} failed ({:?}):\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Runs a command that must succeed; returns stdout.
+pub(crate) fn ok(args: &[&str]) -> String {
+    String::from_utf8(succeeds(args).stdout).expect("utf-8 stdout")
+}
+
+/// A path as a CLI argument.
+pub(crate) fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The seed passed to `prox datagen`: `PROX_SEED` when set, else `default`.
+pub(crate) fn seed(default: u64) -> String {
+    prox_testkit::seed(default).to_string()
+}
+
+/// The rows of an `.fvecs` file.
+pub(crate) fn read_fvecs(path: &Path) -> Vec<Vec<f32>> {
+    let bytes = std::fs::read(path).expect("read fvecs");
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let d = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        at += 4;
+        let row = bytes[at..at + 4 * d]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        at += 4 * d;
+        out.push(row);
+    }
+    out
+}
