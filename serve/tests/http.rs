@@ -210,7 +210,7 @@ fn every_endpoint_answers_like_the_library() {
             );
             assert_eq!(st, 200, "seed {s}: {v}");
             let mut req = SearchRequest::new(7).mode(Mode::Exact).with_values();
-            req.filter = f;
+            req.filter = f.map(std::borrow::Cow::Owned);
             let lib = searcher.search(&q, &req).unwrap();
             assert_eq!(
                 keys_scores(&v),

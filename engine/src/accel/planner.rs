@@ -202,8 +202,7 @@ pub struct Accelerators {
 pub struct AccelContext {
     hnsw: HnswSearchContext,
     pq: PqSearchContext,
-    /// Id hits of the last search, reused so a query allocates only its
-    /// keyed result.
+    /// Id hits of the last search, reused across searches.
     hits: Vec<IdHit>,
 }
 
@@ -235,13 +234,20 @@ impl Accelerators {
         k: usize,
         filter: Option<&Filter>,
     ) -> Result<Outcome> {
-        self.run_until(ctx, plan, query, k, filter, None)
+        let mut hits = Vec::new();
+        self.run_each(ctx, plan, query, k, filter, None, |key, score| {
+            hits.push((key.to_vec(), score))
+        })?;
+        Ok(Outcome { plan, hits })
     }
 
     /// [`Accelerators::run`] stopped at `deadline` with
-    /// [`Error::DeadlineExceeded`]; the same outcome when it finishes in
-    /// time.
-    pub fn run_until(
+    /// [`Error::DeadlineExceeded`], handing each hit's key (borrowed from
+    /// the sidecar) and canonical score to `each` in `(score, key)` order
+    /// instead of collecting them: with a reused `ctx` the search itself
+    /// allocates nothing in steady state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_each(
         &self,
         ctx: &mut AccelContext,
         plan: Plan,
@@ -249,14 +255,13 @@ impl Accelerators {
         k: usize,
         filter: Option<&Filter>,
         deadline: Option<Instant>,
-    ) -> Result<Outcome> {
-        let mut hits = std::mem::take(&mut ctx.hits);
-        let keyed: Vec<(Vec<u8>, f64)> = match plan.path {
-            Path::Native => {
-                return Err(Error::InvalidArgument(
-                    "the native path is run by the map's search, not an accelerator".into(),
-                ))
-            }
+        mut each: impl FnMut(&[u8], f64),
+    ) -> Result<()> {
+        let hits = &mut ctx.hits;
+        match plan.path {
+            Path::Native => Err(Error::InvalidArgument(
+                "the native path is run by the map's search, not an accelerator".into(),
+            )),
             Path::Hnsw => {
                 let (g, _) = self
                     .hnsw
@@ -268,11 +273,10 @@ impl Accelerators {
                     SearchOptions { k, ef: plan.ef },
                     filter,
                     deadline,
-                    &mut hits,
+                    hits,
                 )?;
-                hits.iter()
-                    .map(|h| (g.key(h.id).to_vec(), h.score))
-                    .collect()
+                hits.iter().for_each(|h| each(g.key(h.id), h.score));
+                Ok(())
             }
             Path::Pq => {
                 let p = self
@@ -284,13 +288,11 @@ impl Accelerators {
                     nprobe: (plan.nprobe > 0).then_some(plan.nprobe),
                     rerank: Some(plan.rerank),
                 };
-                p.search_until(&mut ctx.pq, query, &opts, filter, deadline, &mut hits)?;
+                p.search_until(&mut ctx.pq, query, &opts, filter, deadline, hits)?;
                 hits.iter()
-                    .map(|h| (p.key(h.id as usize).to_vec(), h.score))
-                    .collect()
+                    .for_each(|h| each(p.key(h.id as usize), h.score));
+                Ok(())
             }
-        };
-        ctx.hits = hits;
-        Ok(Outcome { plan, hits: keyed })
+        }
     }
 }

@@ -35,6 +35,11 @@ pub struct Options {
     /// when false they are built by the first native search that needs
     /// them.
     pub warm: bool,
+    /// Load the sidecars the root names (the default). When false the map
+    /// opens as if its root named none: nothing of them is read, and a
+    /// request for the `hnsw` or `pq` path fails as on a map without one.
+    /// For callers whose requests only run native searches.
+    pub sidecars: bool,
 }
 
 impl Default for Options {
@@ -42,16 +47,23 @@ impl Default for Options {
         Options {
             exact_layout: ExactLayout::Off,
             warm: true,
+            sidecars: true,
         }
     }
 }
 
-/// Per-thread search buffers, reused across queries so a search allocates
-/// little beyond its result. Not shared between threads.
+/// Per-thread search buffers, reused across queries (with
+/// [`Index::search_into`] a search allocates nothing in steady state). Not
+/// shared between threads.
 #[derive(Debug, Default)]
 pub struct Scratch {
     pub(super) native: Option<SearchContext>,
     pub(super) accel: AccelContext,
+    /// The prepared query of a sidecar search and its second buffer.
+    pub(super) prepared: Vec<f32>,
+    pub(super) prep_work: Vec<f32>,
+    /// Key buffers of hits an answer no longer needed.
+    pub(super) spare_keys: Vec<Vec<u8>>,
 }
 
 /// One proximity map opened for queries: an immutable snapshot of one
@@ -94,6 +106,11 @@ impl Index {
         sidecars: Sidecars,
         options: &Options,
     ) -> Result<Index> {
+        let sidecars = if options.sidecars {
+            sidecars
+        } else {
+            Sidecars::default()
+        };
         let cell = Cell::try_new(store, |s| -> Result<Loaded<'_>> {
             let map = ProximityMap::load(&**s, descriptor)?;
             let searcher = map.searcher()?.exact_layout(options.exact_layout);

@@ -26,7 +26,8 @@ pub struct Counters {
     pub distance_evals: u64,
 }
 
-/// The answer to one query.
+/// The answer to one query. The default is an empty answer, a buffer for
+/// [`crate::index::Index::search_into`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Response {
     /// Hits ordered by `(score, key)`.
@@ -38,4 +39,15 @@ pub struct Response {
     pub path: Path,
     /// Work done.
     pub counters: Counters,
+}
+
+impl Default for Response {
+    fn default() -> Self {
+        Response {
+            hits: Vec::new(),
+            completion: Completion::Exact,
+            path: Path::Native,
+            counters: Counters::default(),
+        }
+    }
 }

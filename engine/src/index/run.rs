@@ -19,6 +19,22 @@ impl Index {
     /// field at fault, [`Error::DeadlineExceeded`] when the request's
     /// deadline passed before the search finished.
     pub fn search(&self, scratch: &mut Scratch, vector: &[f32], req: &Request) -> Result<Response> {
+        let mut response = Response::default();
+        self.search_into(scratch, vector, req, &mut response)?;
+        Ok(response)
+    }
+
+    /// [`Index::search`] writing into `out`, whose hits and their key
+    /// buffers are reused: with the same `scratch` and `out` from query to
+    /// query, a search without values, vectors or a filter allocates
+    /// nothing in steady state. On error `out` is unspecified.
+    pub fn search_into(
+        &self,
+        scratch: &mut Scratch,
+        vector: &[f32],
+        req: &Request,
+        out: &mut Response,
+    ) -> Result<()> {
         req.validate()?;
         let dims = self.dims();
         if vector.len() != dims {
@@ -31,65 +47,67 @@ impl Index {
         if let Some(index) = vector.iter().position(|x| !x.is_finite()) {
             return Err(Error::NonFiniteVector { index, key: None });
         }
-        let mut response = match route(req, &self.accel, self.len() as usize)? {
+        let mut n = 0;
+        match route(req, &self.accel, self.len() as usize)? {
             Route::Native { mode, probes } => {
                 let mut native = SearchRequest::new(req.k).mode(mode);
                 native.probes = probes;
-                native.filter = req.filter.clone();
+                native.filter = req.filter.as_ref().map(std::borrow::Cow::Borrowed);
                 native.with_values = req.with_values && !req.with_vectors;
                 native.deadline = req.deadline;
                 let ctx = scratch.native.get_or_insert_with(SearchContext::new);
-                let r = self.searcher().search_with(ctx, vector, &native)?;
-                Response {
-                    hits: r
-                        .hits
-                        .into_iter()
-                        .map(|h| Neighbour {
-                            key: h.key,
-                            value: h.value,
-                            vector: None,
-                            score: h.score,
-                        })
-                        .collect(),
-                    completion: r.completion,
-                    path: Path::Native,
-                    counters: Counters {
-                        nodes: r.stats.nodes_visited,
-                        distance_evals: r.stats.distance_evals,
-                    },
+                let mut r = self.searcher().search_with(ctx, vector, &native)?;
+                for h in &mut r.hits {
+                    put(
+                        &mut out.hits,
+                        &mut scratch.spare_keys,
+                        &mut n,
+                        &h.key,
+                        h.score,
+                    )
+                    .value = h.value.take();
                 }
+                ctx.recycle(r.hits);
+                out.completion = r.completion;
+                out.path = Path::Native;
+                out.counters = Counters {
+                    nodes: r.stats.nodes_visited,
+                    distance_evals: r.stats.distance_evals,
+                };
             }
             Route::Sidecar(plan) => {
-                let prepared = math::prepare(self.metric(), dims as u32, vector, None)?;
-                let out = self.accel.run_until(
+                let (prepared, work, spare) = (
+                    &mut scratch.prepared,
+                    &mut scratch.prep_work,
+                    &mut scratch.spare_keys,
+                );
+                math::prepare_into(self.metric(), dims as u32, vector, None, prepared, work)?;
+                let hits = &mut out.hits;
+                self.accel.run_each(
                     &mut scratch.accel,
                     plan,
-                    &prepared,
+                    prepared,
                     req.k,
                     req.filter.as_ref(),
                     req.deadline,
+                    |key, score| {
+                        put(hits, spare, &mut n, key, score);
+                    },
                 )?;
-                Response {
-                    hits: out
-                        .hits
-                        .into_iter()
-                        .map(|(key, score)| Neighbour {
-                            key,
-                            value: None,
-                            vector: None,
-                            score,
-                        })
-                        .collect(),
-                    completion: Completion::Approximate,
-                    path: plan.path,
-                    counters: Counters::default(),
-                }
+                out.completion = Completion::Approximate;
+                out.path = plan.path;
+                out.counters = Counters::default();
             }
-        };
-        if req.with_vectors || (req.with_values && response.path != Path::Native) {
-            self.fill(&mut response.hits, req)?;
         }
-        Ok(response)
+        while out.hits.len() > n {
+            if let Some(h) = out.hits.pop() {
+                scratch.spare_keys.push(h.key);
+            }
+        }
+        if req.with_vectors || (req.with_values && out.path != Path::Native) {
+            self.fill(&mut out.hits, req)?;
+        }
+        Ok(())
     }
 
     /// Answers every row of `vectors` (`n·dims` components, row-major) in
@@ -111,6 +129,8 @@ impl Index {
     }
 
     /// Reads the values and vectors `req` asks for from the directory.
+    /// (Values and vectors are copied into the response, so asking for them
+    /// allocates per hit.)
     fn fill(&self, hits: &mut [Neighbour], req: &Request) -> Result<()> {
         for hit in hits {
             let (vector, value) = self.get(&hit.key)?.ok_or_else(|| Error::Corrupt {
@@ -129,4 +149,32 @@ impl Index {
         }
         Ok(())
     }
+}
+
+/// Writes hit `*n` of `hits` (reusing the element and its key buffer when
+/// there is one, else a key buffer from `spare`), clears its value and
+/// vector, and advances `*n`.
+fn put<'h>(
+    hits: &'h mut Vec<Neighbour>,
+    spare: &mut Vec<Vec<u8>>,
+    n: &mut usize,
+    key: &[u8],
+    score: f64,
+) -> &'h mut Neighbour {
+    if *n == hits.len() {
+        hits.push(Neighbour {
+            key: spare.pop().unwrap_or_default(),
+            value: None,
+            vector: None,
+            score,
+        });
+    }
+    let h = &mut hits[*n];
+    *n += 1;
+    h.key.clear();
+    h.key.extend_from_slice(key);
+    h.value = None;
+    h.vector = None;
+    h.score = score;
+    h
 }

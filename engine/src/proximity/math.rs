@@ -151,6 +151,23 @@ fn norm2(v: &[f32]) -> f64 {
 /// reference rejects them) a finishing step sets the largest component so
 /// that the vector is a fixed point (`finish_unit`).
 pub fn prepare(metric: Metric, dims: u32, vector: &[f32], key: Option<&[u8]>) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    prepare_into(metric, dims, vector, key, &mut out, &mut Vec::new())?;
+    Ok(out)
+}
+
+/// [`prepare`] into `out`, with `work` as the second buffer cosine needs:
+/// both keep their capacity, so a caller that reuses them prepares
+/// without allocating (only the rare `finish_unit` step allocates). `out`
+/// holds the prepared vector on success and is unspecified on error.
+pub fn prepare_into(
+    metric: Metric,
+    dims: u32,
+    vector: &[f32],
+    key: Option<&[u8]>,
+    out: &mut Vec<f32>,
+    work: &mut Vec<f32>,
+) -> Result<()> {
     let key_owned = || key.map(<[u8]>::to_vec);
     if vector.len() != dims as usize {
         return Err(Error::WrongDimension {
@@ -165,24 +182,26 @@ pub fn prepare(metric: Metric, dims: u32, vector: &[f32], key: Option<&[u8]>) ->
             key: key_owned(),
         });
     }
-    let mut v: Vec<f32> = vector
-        .iter()
-        .map(|&x| if x == 0.0 { 0.0 } else { x })
-        .collect();
+    out.clear();
+    out.extend(vector.iter().map(|&x| if x == 0.0 { 0.0 } else { x }));
     if metric != Metric::Cosine {
-        return Ok(v);
+        return Ok(());
     }
-    let mut w = vec![0.0f32; v.len()];
+    work.clear();
+    work.resize(out.len(), 0.0);
     for _ in 0..SPEC_ROUNDS {
-        if !unit_step(&v, &mut w) {
+        if !unit_step(out, work) {
             return Err(Error::ZeroCosineVector { key: key_owned() });
         }
-        if same_bits(&w, &v) {
-            return Ok(w);
+        let fixed = same_bits(work, out);
+        std::mem::swap(out, work);
+        if fixed {
+            return Ok(());
         }
-        std::mem::swap(&mut v, &mut w);
     }
-    finish_unit(v).ok_or_else(|| Error::NoUnitFixedPoint { key: key_owned() })
+    *out = finish_unit(std::mem::take(out))
+        .ok_or_else(|| Error::NoUnitFixedPoint { key: key_owned() })?;
+    Ok(())
 }
 
 /// Rounds the spec runs before it gives up (11.1); a fixed point reached

@@ -160,7 +160,7 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
                 for (filter, eligible) in &cases {
                     let want = brute(&recs, metric, &q, k, eligible);
                     let mut req = SearchRequest::new(k).mode(Mode::Exact);
-                    req.filter = filter.clone();
+                    req.filter = filter.clone().map(std::borrow::Cow::Owned);
                     let got = searcher.search(&q, &req).unwrap();
                     assert_eq!(
                         hits(&got),
@@ -753,7 +753,7 @@ fn probes_bound_the_leaves_scanned_and_never_under_fill() {
         let eligible = recs.iter().filter(|r| r.0 >= lo).count();
         assert!(eligible >= 10, "seed {s}");
         let mut freq = req(1);
-        freq.filter = Some(f);
+        freq.filter = Some(std::borrow::Cow::Owned(f));
         let got = searcher.search(&q, &freq).unwrap();
         assert_eq!(got.hits.len(), 10, "seed {s}: filtered probes under-filled");
         assert!(got.hits.iter().all(|h| h.key >= lo), "seed {s}");

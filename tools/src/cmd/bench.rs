@@ -403,6 +403,7 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
     let options = index::Options {
         exact_layout: args.exact_layout,
         warm: true,
+        sidecars: paths.iter().any(|p| *p != PathChoice::Native),
     };
     let index = crate::map::open_published(store, &published, &options);
     sp.finish_and_clear();

@@ -162,6 +162,17 @@ pub fn answer_ids(a: &Response) -> Result<Vec<u32>> {
         .collect()
 }
 
+/// True when the routing rule may send `req` to a sidecar (an explicit
+/// sidecar path, or path and mode both `auto` without a budget); otherwise
+/// every query runs the native search and the sidecars need not be loaded.
+pub fn may_use_sidecar(req: &Request) -> bool {
+    match req.path {
+        PathChoice::Hnsw | PathChoice::Pq => true,
+        PathChoice::Native => false,
+        PathChoice::Auto => req.mode == QueryMode::Auto && req.budget.is_none(),
+    }
+}
+
 /// True when a query of `req` may run the native search on `index` (so its
 /// load-time layouts are worth building before the timed run).
 pub fn may_run_native(index: &Index, req: &Request) -> bool {
@@ -194,6 +205,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     let options = index::Options {
         exact_layout: args.exact_layout,
         warm: false,
+        sidecars: may_use_sidecar(&req),
     };
     let index = map::open(store, &args.name, &options)?;
     // Whatever the native path builds at load (nodes, the adaptive

@@ -43,7 +43,7 @@ impl<'a> Compiled<'a> {
     }
 
     /// True when `key` is eligible.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn accepts(&self, key: &[u8]) -> bool {
         match self {
             Compiled::All => true,
@@ -53,7 +53,7 @@ impl<'a> Compiled<'a> {
     }
 
     /// True when some eligible key may lie in `[min, max]`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn overlaps(&self, min: &[u8], max: &[u8]) -> bool {
         match self {
             Compiled::All => true,

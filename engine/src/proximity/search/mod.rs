@@ -141,15 +141,16 @@ pub enum Mode {
     Adaptive(Preset),
 }
 
-/// One query's parameters.
+/// One query's parameters; the filter may be borrowed (`'f`) so a caller
+/// that keeps its own does not copy it per query.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SearchRequest {
+pub struct SearchRequest<'f> {
     /// Hits wanted (>= 1).
     pub k: usize,
     /// Search mode.
     pub mode: Mode,
     /// Eligible keys; `None` means every record.
-    pub filter: Option<Filter>,
+    pub filter: Option<std::borrow::Cow<'f, Filter>>,
     /// Fetch each hit's value from the directory.
     pub with_values: bool,
     /// [`Mode::Adaptive`] only: sub-lists to scan, overriding the
@@ -161,10 +162,10 @@ pub struct SearchRequest {
     pub deadline: Option<std::time::Instant>,
 }
 
-impl SearchRequest {
+impl<'f> SearchRequest<'f> {
     /// `k` nearest, [`Mode::Adaptive`]`(`[`Preset::Balanced`]`)`, no filter,
     /// no values.
-    pub fn new(k: usize) -> SearchRequest {
+    pub fn new(k: usize) -> SearchRequest<'f> {
         SearchRequest {
             k,
             mode: Mode::Adaptive(Preset::Balanced),
@@ -176,31 +177,37 @@ impl SearchRequest {
     }
 
     /// The same request scanning `probes` sub-lists in adaptive mode.
-    pub fn probes(mut self, probes: usize) -> SearchRequest {
+    pub fn probes(mut self, probes: usize) -> SearchRequest<'f> {
         self.probes = Some(probes);
         self
     }
 
     /// The same request with another mode.
-    pub fn mode(mut self, mode: Mode) -> SearchRequest {
+    pub fn mode(mut self, mode: Mode) -> SearchRequest<'f> {
         self.mode = mode;
         self
     }
 
     /// The same request with a filter.
-    pub fn filter(mut self, filter: Filter) -> SearchRequest {
-        self.filter = Some(filter);
+    pub fn filter(mut self, filter: Filter) -> SearchRequest<'f> {
+        self.filter = Some(std::borrow::Cow::Owned(filter));
+        self
+    }
+
+    /// The same request with a borrowed filter.
+    pub fn filter_ref(mut self, filter: &'f Filter) -> SearchRequest<'f> {
+        self.filter = Some(std::borrow::Cow::Borrowed(filter));
         self
     }
 
     /// The same request, stopped at `at`.
-    pub fn deadline(mut self, at: std::time::Instant) -> SearchRequest {
+    pub fn deadline(mut self, at: std::time::Instant) -> SearchRequest<'f> {
         self.deadline = Some(at);
         self
     }
 
     /// The same request, fetching values.
-    pub fn with_values(mut self) -> SearchRequest {
+    pub fn with_values(mut self) -> SearchRequest<'f> {
         self.with_values = true;
         self
     }
@@ -530,8 +537,10 @@ impl<'s> Searcher<'s> {
         self.search_with(&mut SearchContext::new(), query, req)
     }
 
-    /// [`Searcher::search`] reusing `ctx`'s buffers (no allocation in steady
-    /// state beyond the returned hits).
+    /// [`Searcher::search`] reusing `ctx`'s buffers: in steady state an
+    /// unfiltered search allocates nothing but the returned hits, and not
+    /// those either when the caller hands them back with
+    /// [`SearchContext::recycle`].
     pub fn search_with(
         &self,
         ctx: &mut SearchContext,
@@ -541,13 +550,34 @@ impl<'s> Searcher<'s> {
         if req.k == 0 {
             return Err(Error::InvalidArgument("k must be >= 1".into()));
         }
-        let prepared = crate::proximity::math::prepare(
+        let mut prepared = std::mem::take(&mut ctx.prepared);
+        let mut work = std::mem::take(&mut ctx.prep_work);
+        let out = self.search_prepared(ctx, query, req, &mut prepared, &mut work);
+        ctx.prepared = prepared;
+        ctx.prep_work = work;
+        out
+    }
+
+    /// [`Searcher::search_with`] with the preparation buffers taken out of
+    /// `ctx` (they are lent back by the caller).
+    fn search_prepared(
+        &self,
+        ctx: &mut SearchContext,
+        query: &[f32],
+        req: &SearchRequest,
+        prepared: &mut Vec<f32>,
+        work: &mut Vec<f32>,
+    ) -> Result<SearchResult> {
+        crate::proximity::math::prepare_into(
             self.metric(),
             self.descriptor.config.dims,
             query,
             None,
+            prepared,
+            work,
         )?;
-        let filter = filter::Compiled::new(req.filter.as_ref())?;
+        let prepared = &prepared[..];
+        let filter = filter::Compiled::new(req.filter.as_deref())?;
         let mut result = match &filter {
             _ if filter.is_empty() => SearchResult {
                 hits: Vec::new(),
@@ -555,9 +585,9 @@ impl<'s> Searcher<'s> {
                 stats: SearchStats::default(),
             },
             filter::Compiled::Keys(keys) if keys.len() <= DIRECT_KEYS => {
-                self.direct(&prepared, keys, req.k)?
+                self.direct(prepared, keys, req.k)?
             }
-            _ => ctx.run(self, &prepared, req, &filter)?,
+            _ => ctx.run(self, prepared, req, &filter)?,
         };
         if req.with_values {
             self.fill_values(&mut result.hits)?;

@@ -221,7 +221,7 @@ fn exact_equals_brute_force_on_any_valid_hierarchy() {
                 ];
                 for f in &filters {
                     let mut req = SearchRequest::new(k).mode(Mode::Exact);
-                    req.filter = f.clone();
+                    req.filter = f.clone().map(std::borrow::Cow::Owned);
                     let got = searcher.search(&q, &req).unwrap();
                     let want = brute(&recs, metric, dims as u32, &q, k, f.as_ref());
                     assert_eq!(
@@ -373,7 +373,7 @@ fn sub_lists_partition_records_deterministically() {
         end: None,
     };
     let freq = SearchRequest {
-        filter: Some(f),
+        filter: Some(std::borrow::Cow::Owned(f)),
         ..SearchRequest::new(10)
             .mode(Mode::Adaptive(Preset::Fast))
             .probes(1)
@@ -507,7 +507,7 @@ fn fast4_layout_and_determinism(s: u64, dims: usize) {
             end: None,
         };
         let freq = SearchRequest {
-            filter: Some(f),
+            filter: Some(std::borrow::Cow::Owned(f)),
             ..SearchRequest::new(k)
                 .mode(Mode::Adaptive(Preset::Fast))
                 .probes(1)

@@ -2,7 +2,7 @@
 //! 4-bit first pass where the map has one.
 
 use super::{
-    Cand, Compiled, Query, Result, SearchContext, SearchRequest, SearchResult, SearchStats,
+    emit, Cand, Compiled, Query, Result, SearchContext, SearchRequest, SearchResult, SearchStats,
     Searcher,
 };
 use crate::numeric::fastscan::query_lut;
@@ -184,7 +184,11 @@ impl SearchContext {
         }
         stats.rescored += (self.rescore.len() + self.rescored.len()) as u64;
         self.rescore.sort_unstable();
-        let hits = self.rescore.iter().take(k).map(Cand::hit).collect();
+        let hits = emit(
+            self.rescore.iter().take(k),
+            std::mem::take(&mut self.hits),
+            &mut self.spare_keys,
+        );
         Ok(SearchResult {
             hits,
             completion: Completion::Approximate,

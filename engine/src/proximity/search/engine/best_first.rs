@@ -2,7 +2,7 @@
 //! every metric, with optional caps (budgeted).
 
 use super::{
-    insert_sorted, Cand, Compiled, Item, Query, Result, SearchContext, SearchResult, SearchStats,
+    emit, insert_sorted, Compiled, Item, Query, Result, SearchContext, SearchResult, SearchStats,
     Searcher,
 };
 use crate::proximity::search::{Budget, Completion};
@@ -123,7 +123,11 @@ impl SearchContext {
             node = child;
         }
 
-        let hits = self.best.iter().map(Cand::hit).collect();
+        let hits = emit(
+            self.best.iter(),
+            std::mem::take(&mut self.hits),
+            &mut self.spare_keys,
+        );
         Ok(SearchResult {
             hits,
             completion,

@@ -1,7 +1,7 @@
 //! Exact L2 search over the scan arena: plain, rotated or local frames.
 
 use super::{
-    insert_sorted, up, visit_page, Cand, Compiled, Query, Result, SearchContext, SearchResult,
+    emit, insert_sorted, up, visit_page, Compiled, Query, Result, SearchContext, SearchResult,
     SearchStats, Searcher,
 };
 use crate::proximity::search::arena::{l2_prune_limit, limit_int, ScanArena};
@@ -34,7 +34,11 @@ impl SearchContext {
             if let Some(fr) = s.frames()? {
                 if fr.prepare(q.v, &mut self.fq) {
                     self.exact_l2_frames(arena, fr, q, k, &mut stats)?;
-                    let hits = self.best.iter().map(Cand::hit).collect();
+                    let hits = emit(
+                        self.best.iter(),
+                        std::mem::take(&mut self.hits),
+                        &mut self.spare_keys,
+                    );
                     return Ok(SearchResult {
                         hits,
                         completion: Completion::Exact,
@@ -53,7 +57,11 @@ impl SearchContext {
             Some(rot) => self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats)?,
             None => self.exact_l2_plain(arena, q, k, filter, &mut stats)?,
         }
-        let hits = self.best.iter().map(Cand::hit).collect();
+        let hits = emit(
+            self.best.iter(),
+            std::mem::take(&mut self.hits),
+            &mut self.spare_keys,
+        );
         Ok(SearchResult {
             hits,
             completion: Completion::Exact,

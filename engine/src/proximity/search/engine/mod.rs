@@ -90,13 +90,13 @@ impl Cand {
         self.node.key(self.idx as usize)
     }
 
-    /// The reported hit (values are attached by the caller when asked).
-    fn hit(&self) -> Hit {
-        Hit {
-            key: self.key().to_vec(),
-            score: self.score,
-            value: None,
-        }
+    /// Writes this candidate as a reported hit into `hit`, reusing its key
+    /// buffer (values are attached by the caller when asked).
+    fn write(&self, hit: &mut Hit) {
+        hit.key.clear();
+        hit.key.extend_from_slice(self.key());
+        hit.score = self.score;
+        hit.value = None;
     }
 
     fn order(&self, score: f64, key: &[u8]) -> Ordering {
@@ -125,6 +125,35 @@ impl Ord for Cand {
     fn cmp(&self, other: &Self) -> Ordering {
         self.order(other.score, other.key())
     }
+}
+
+/// `cands` as hits in `out`, reusing the elements (and key buffers) `out`
+/// already holds and the key buffers in `spare`; keys of elements no
+/// longer needed go to `spare`. With a recycled `out` this allocates
+/// nothing in steady state, even when the hit count varies.
+fn emit<'a>(
+    cands: impl Iterator<Item = &'a Cand>,
+    mut out: Vec<Hit>,
+    spare: &mut Vec<Vec<u8>>,
+) -> Vec<Hit> {
+    let mut n = 0;
+    for c in cands {
+        if n == out.len() {
+            out.push(Hit {
+                key: spare.pop().unwrap_or_default(),
+                score: 0.0,
+                value: None,
+            });
+        }
+        c.write(&mut out[n]);
+        n += 1;
+    }
+    while out.len() > n {
+        if let Some(h) = out.pop() {
+            spare.push(h.key);
+        }
+    }
+    out
 }
 
 /// Reusable per-thread search state: the prepared query, its codes, the
@@ -186,6 +215,13 @@ pub struct SearchContext {
     mids: Vec<(i64, u32)>,
     /// The current search's deadline, ticked by every long loop.
     watch: Watch,
+    /// The prepared query and the second buffer its preparation needs.
+    pub(super) prepared: Vec<f32>,
+    pub(super) prep_work: Vec<f32>,
+    /// Hits handed back by [`SearchContext::recycle`], reused by the next
+    /// result, and key buffers of hits not needed by the last one.
+    hits: Vec<Hit>,
+    spare_keys: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for SearchContext {
@@ -207,7 +243,7 @@ struct Query<'a> {
 
 impl Query<'_> {
     /// Approximate score of entry `i` (ranking only).
-    #[inline]
+    #[inline(always)]
     fn approx(&self, x: &QuantStats, dot: i32) -> f64 {
         match self.metric {
             Metric::L2 => approx_l2(&self.stats, x, dot).0.max(0.0),
@@ -218,7 +254,7 @@ impl Query<'_> {
 
     /// Rigorous lower bound on the canonical score of every record within
     /// real Euclidean distance `radius` of the entry vector `x`.
-    #[inline]
+    #[inline(always)]
     fn lower_bound(&self, x: &QuantStats, dot: i32, radius: f64) -> f64 {
         let q = &self.stats;
         match self.metric {
@@ -260,6 +296,15 @@ impl SearchContext {
     /// An empty context.
     pub fn new() -> SearchContext {
         SearchContext::default()
+    }
+
+    /// Hands a result's hits back so the next search reuses their buffers
+    /// (a caller that copies the hits out then allocates nothing per
+    /// search in steady state).
+    pub fn recycle(&mut self, hits: Vec<Hit>) {
+        if hits.capacity() >= self.hits.capacity() {
+            self.hits = hits;
+        }
     }
 
     fn clear(&mut self) {
