@@ -14,12 +14,14 @@ mod filter;
 mod graph;
 mod persist;
 mod search;
+mod update;
 
 pub use crate::keys::Filter;
 pub use graph::SearchGraph;
 pub use persist::{load, HnswSidecar};
 pub(crate) use persist::{read_tree, sidecar_tree_config};
 pub use search::{HnswSearchContext, HnswStats, IdHit, SearchOptions};
+pub use update::GraphEdit;
 // The former names, only until engine/tests/accel.rs moves to the new ones.
 use super::params::{BuildKind, HnswParams};
 use super::vectors::{check_records, check_vector, Arena};
