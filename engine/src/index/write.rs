@@ -191,22 +191,14 @@ impl Index {
                         let params = HnswParams::from_config(&m.config, true);
                         let h = Hnsw::build(metric, dims, &records, &params)?;
                         sidecars.hnsw = Some(h.persist(&counting, descriptor)?.manifest_cid);
-                        accel.hnsw =
-                            Some((h.into_search_graph(), m.config.ef_search as usize));
+                        accel.hnsw = Some((h.into_search_graph(), m.config.ef_search as usize));
                         SidecarWrite::Rebuilt
                     }
                 }
             },
             (Some((_, m)), Some((g, ef))) => {
                 let mut h = Hnsw::from_search_graph(g, &m);
-                match h.apply_write(
-                    g,
-                    &counting,
-                    &m,
-                    descriptor,
-                    &plan.removed,
-                    &plan.inserted,
-                )? {
+                match h.apply_write(g, &counting, &m, descriptor, &plan.removed, &plan.inserted)? {
                     None => SidecarWrite::Dropped(DropReason::Empty),
                     Some((side, edit)) => {
                         sidecars.hnsw = Some(side.manifest_cid);

@@ -158,7 +158,9 @@ pub fn publish_expecting(
         expected,
         found,
     };
-    let raced = prev.as_ref().is_some_and(|p| before.as_deref() != Some(p.0.as_slice()));
+    let raced = prev
+        .as_ref()
+        .is_some_and(|p| before.as_deref() != Some(p.0.as_slice()));
     if found != expected || raced {
         return Err(conflict(found));
     }

@@ -529,8 +529,9 @@ impl Hnsw {
 
     /// Removes masked nodes. A canonical graph is rebuilt canonically; a fast
     /// graph is repaired in place: every list that named a removed node is
-    /// re-selected (heuristic) from its surviving members plus the removed
-    /// nodes' surviving neighbours, and the entry point moves to the first
+    /// re-selected (heuristic, then the nearest others up to its former
+    /// length) from its surviving members and every live node two hops away
+    /// through its members, and the entry point moves to the first
     /// (lowest id) node of the highest remaining level.
     pub fn compact(&mut self) -> Result<()> {
         if self.deleted_count == 0 {

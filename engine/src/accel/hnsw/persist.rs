@@ -71,7 +71,12 @@ impl Hnsw {
 
     /// The manifest of this graph (no masked nodes) stored under
     /// `graph_root` with entry point `entry`, bound to `source`.
-    pub(super) fn manifest(&self, source: Cid, graph_root: Cid, entry: u32) -> Result<HnswManifest> {
+    pub(super) fn manifest(
+        &self,
+        source: Cid,
+        graph_root: Cid,
+        entry: u32,
+    ) -> Result<HnswManifest> {
         Ok(HnswManifest {
             canonical: self.is_canonical(),
             source,

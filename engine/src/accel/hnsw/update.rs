@@ -127,7 +127,11 @@ impl Hnsw {
                         let mut then: Vec<Option<u32>> = if layer == 0 {
                             before.l0.links(was).map(Some).collect()
                         } else {
-                            before.neighbours(was, layer).iter().map(|&c| Some(c)).collect()
+                            before
+                                .neighbours(was, layer)
+                                .iter()
+                                .map(|&c| Some(c))
+                                .collect()
                         };
                         then.sort_unstable();
                         now != then
