@@ -194,6 +194,36 @@ pub enum Error {
         /// The root name.
         name: String,
     },
+
+    // ----- writes -----
+    /// A key longer than a write accepts ([`crate::index::MAX_KEY_LEN`]).
+    #[error("key of {len} bytes exceeds the limit of {max} bytes")]
+    KeyTooLong {
+        /// Length of the key.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A write would change the records of a map whose HNSW sidecar is a
+    /// canonical (flag `01`) graph, which cannot be updated incrementally,
+    /// and the write's policy is to refuse
+    /// ([`crate::index::CanonicalHnsw::Refuse`]). Nothing was published.
+    #[error("the map's HNSW sidecar {manifest} is canonical (flag 01) and cannot be updated incrementally; rebuild or drop it (canonical_hnsw = rebuild | drop)")]
+    CanonicalHnsw {
+        /// The canonical sidecar's manifest CID.
+        manifest: Cid,
+    },
+    /// A compare-and-swap of a named root found another value than the
+    /// one the write expected; nothing was changed.
+    #[error("root {name:?} names {}, the write expected {}", found.map(|c| c.to_string()).unwrap_or_else(|| "no map".into()), expected.map(|c| c.to_string()).unwrap_or_else(|| "no map".into()))]
+    Conflict {
+        /// The root name.
+        name: String,
+        /// The descriptor the write expected (`None`: no map).
+        expected: Option<Cid>,
+        /// The descriptor the root names now (`None`: no map).
+        found: Option<Cid>,
+    },
 }
 
 impl Error {

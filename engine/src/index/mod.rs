@@ -35,15 +35,19 @@
 //! deadline ([`Request::deadline()`]) stops whichever search runs with
 //! [`crate::Error::DeadlineExceeded`] within about a millisecond of it.
 
+mod batch;
 mod open;
 mod request;
 mod response;
 mod route;
 mod run;
+mod write;
 
+pub use batch::{Batch, CanonicalHnsw, Upsert, WriteOptions, MAX_KEY_LEN};
 pub use open::{Index, Options, Scratch};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
+pub use write::{Applied, DropReason, SidecarWrite, WriteReport};
 
 #[cfg(test)]
 mod tests;

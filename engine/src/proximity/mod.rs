@@ -32,4 +32,4 @@ pub use format::{
 };
 pub use map::{InputRecord, ProximityMap, VerifyReport};
 pub use mutate::{ApplyStats, Mutation};
-pub use publish::{publish, resolve, Sidecars};
+pub use publish::{publish, publish_expecting, resolve, Sidecars};

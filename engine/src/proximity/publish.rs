@@ -66,18 +66,10 @@ fn current(store: &dyn BlockStore, name: &str) -> Result<Option<(Vec<u8>, Cid, C
     Ok(Some((bytes.to_vec(), cid, crmf)))
 }
 
-/// Points the named root `name` at `map` and its `sidecars` (each must be in
-/// the store and name this map's descriptor as its source). The logical
-/// version is one more than the one previously published under `name`
-/// (0 for a new name). Returns the new `CRMF` CID.
-pub fn publish(
-    store: &dyn BlockStore,
-    name: &str,
-    map: &ProximityMap<'_>,
-    sidecars: &Sidecars,
-) -> Result<Cid> {
-    validate_root_name(name)?;
-    let source = map.descriptor_cid();
+/// The `CRMF` naming the descriptor `source` and its `sidecars` (each must
+/// be in the store and name `source` as its source), stamped now; the
+/// caller sets the logical version.
+fn content_root(store: &dyn BlockStore, source: Cid, sidecars: &Sidecars) -> Result<ContentRoot> {
     let mut crmf = ContentRoot::new(RootKind::ProximityDescriptor, source);
     if let Some(c) = sidecars.hnsw {
         let m = HnswManifest::decode(&fetch(store, &c)?)?;
@@ -103,6 +95,21 @@ pub fn publish(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    Ok(crmf)
+}
+
+/// Points the named root `name` at `map` and its `sidecars` (each must be in
+/// the store and name this map's descriptor as its source). The logical
+/// version is one more than the one previously published under `name`
+/// (0 for a new name). Returns the new `CRMF` CID.
+pub fn publish(
+    store: &dyn BlockStore,
+    name: &str,
+    map: &ProximityMap<'_>,
+    sidecars: &Sidecars,
+) -> Result<Cid> {
+    validate_root_name(name)?;
+    let mut crmf = content_root(store, map.descriptor_cid(), sidecars)?;
     for _ in 0..16 {
         let prev = match current(store, name) {
             Ok(p) => p,
@@ -126,6 +133,46 @@ pub fn publish(
     Err(Error::InvalidArgument(format!(
         "root {name:?} kept changing while publishing"
     )))
+}
+
+/// Points the named root `name` at the descriptor `source` and its
+/// `sidecars` by one compare-and-swap, only if the root currently names
+/// the descriptor `expected` (`None`: no map, the name absent or empty).
+/// Every block is made durable before the root moves. Otherwise
+/// [`Error::Conflict`] with the descriptor found, and nothing changes.
+/// Returns the new `CRMF` CID.
+pub fn publish_expecting(
+    store: &dyn BlockStore,
+    name: &str,
+    source: Cid,
+    sidecars: &Sidecars,
+    expected: Option<Cid>,
+) -> Result<Cid> {
+    validate_root_name(name)?;
+    let mut crmf = content_root(store, source, sidecars)?;
+    let before = store.root(name)?;
+    let prev = current(store, name)?;
+    let found = prev.as_ref().map(|p| p.2.root);
+    let conflict = |found| Error::Conflict {
+        name: name.to_string(),
+        expected,
+        found,
+    };
+    let raced = prev
+        .as_ref()
+        .is_some_and(|p| before.as_deref() != Some(p.0.as_slice()));
+    if found != expected || raced {
+        return Err(conflict(found));
+    }
+    crmf.logical_version = prev.as_ref().map_or(0, |p| p.2.logical_version + 1);
+    let cid = store.put(&crmf.encode()?)?;
+    store.commit()?;
+    let manifest = RootManifest::new(Some(cid), typed_root_config()).encode();
+    if store.cas_root(name, before.as_deref(), Some(&manifest))? {
+        return Ok(cid);
+    }
+    let now = current(store, name).ok().flatten().map(|p| p.2.root);
+    Err(conflict(now))
 }
 
 /// The descriptor CID and sidecars published under `name`, or `None` when

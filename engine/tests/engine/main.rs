@@ -14,3 +14,4 @@ mod prolly;
 mod proximity;
 mod search;
 mod store;
+mod write;

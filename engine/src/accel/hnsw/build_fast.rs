@@ -449,7 +449,7 @@ pub(super) fn compact(h: &mut Hnsw) {
     let m = usize::from(h.params.max_connections);
     let (metric, vectors) = (h.metric, &h.vectors);
     let n = g.len();
-    let repaired: Vec<Vec<Vec<u32>>> = (0..n)
+    let mut repaired: Vec<Vec<Vec<u32>>> = (0..n)
         .into_par_iter()
         .map(|x| {
             if dead[x] {
@@ -462,11 +462,16 @@ pub(super) fn compact(h: &mut Hnsw) {
                     if list.iter().all(|&c| !dead[c as usize]) {
                         return list.clone();
                     }
+                    // The pool: surviving neighbours and every live node
+                    // two hops away through any neighbour, removed or not
+                    // (a removed node's own list alone is too narrow to
+                    // replace the routes it carried).
                     let mut cands: Vec<u32> = Vec::new();
                     for &c in list {
                         if !dead[c as usize] {
                             cands.push(c);
-                        } else if let Some(second) = g.links[c as usize].get(layer) {
+                        }
+                        if let Some(second) = g.links[c as usize].get(layer) {
                             cands.extend(
                                 second
                                     .iter()
@@ -486,13 +491,27 @@ pub(super) fn compact(h: &mut Hnsw) {
                         })
                         .collect();
                     scored.sort_unstable();
-                    select_heuristic(&scored, cap(m, layer), &mut |a, b| {
+                    let c = cap(m, layer);
+                    let mut kept = select_heuristic(&scored, c, &mut |a, b| {
                         det_score(metric, vectors.row(a as usize), vectors.row(b as usize))
-                    })
+                    });
+                    // Then the nearest others, up to the list's former
+                    // length: the node keeps its degree.
+                    for sc in &scored {
+                        if kept.len() >= c.min(list.len()) {
+                            break;
+                        }
+                        if !kept.contains(&sc.id) {
+                            kept.push(sc.id);
+                        }
+                    }
+                    kept
                 })
                 .collect()
         })
         .collect();
+    keep_routes(h, &mut repaired);
+    let (g, dead) = (&h.graph, &h.deleted);
     let live: Vec<u32> = (0..n as u32).filter(|&i| !dead[i as usize]).collect();
     let mut remap = vec![u32::MAX; n];
     for (new, &old) in live.iter().enumerate() {
@@ -523,4 +542,71 @@ pub(super) fn compact(h: &mut Hnsw) {
     h.deleted_count = 0;
     h.graph = graph;
     h.rebuild_order();
+}
+
+/// After a removal, keeps every route that passed through a removed node:
+/// for each removed `d` and each live `y` it linked on a layer, if no live
+/// node that linked `d` there links `y` in its repaired list, the one of
+/// them nearest to `y` does (appended below the layer's cap, else replacing
+/// its last, farthest-chosen entry). Without this, a cluster reached only
+/// through removed nodes can become unreachable. Deterministic: removed
+/// nodes in id order, ties to the lower id.
+fn keep_routes(h: &Hnsw, repaired: &mut [Vec<Vec<u32>>]) {
+    let (g, dead) = (&h.graph, &h.deleted);
+    let m = usize::from(h.params.max_connections);
+    let (metric, vectors) = (h.metric, &h.vectors);
+    // (removed, layer, live in-neighbour), sorted.
+    let mut ins: Vec<(u32, u8, u32)> = Vec::new();
+    for (x, lists) in g.links.iter().enumerate() {
+        if dead[x] {
+            continue;
+        }
+        for (layer, list) in lists.iter().enumerate() {
+            for &d in list {
+                if dead[d as usize] {
+                    ins.push((d, layer as u8, x as u32));
+                }
+            }
+        }
+    }
+    ins.sort_unstable();
+    let mut s = 0;
+    while s < ins.len() {
+        let (d, layer) = (ins[s].0, ins[s].1);
+        let mut e = s + 1;
+        while e < ins.len() && ins[e].0 == d && ins[e].1 == layer {
+            e += 1;
+        }
+        let from = &ins[s..e];
+        let l = usize::from(layer);
+        for &y in g.links[d as usize].get(l).map_or(&[][..], Vec::as_slice) {
+            if dead[y as usize] {
+                continue;
+            }
+            let linked = from.iter().any(|&(_, _, x)| {
+                x == y || repaired[x as usize].get(l).is_some_and(|r| r.contains(&y))
+            });
+            if linked {
+                continue;
+            }
+            let yv = vectors.row(y as usize);
+            let Some(best) = from
+                .iter()
+                .map(|&(_, _, x)| Scored {
+                    score: det_score(metric, yv, vectors.row(x as usize)),
+                    id: x,
+                })
+                .min()
+            else {
+                continue;
+            };
+            let list = &mut repaired[best.id as usize][l];
+            if list.len() < cap(m, l) {
+                list.push(y);
+            } else if let Some(last) = list.last_mut() {
+                *last = y;
+            }
+        }
+        s = e;
+    }
 }

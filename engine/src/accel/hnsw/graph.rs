@@ -506,6 +506,17 @@ impl SearchGraph {
         )
     }
 
+    /// Each node's level (the highest upper layer listing it; 0 if none).
+    pub(crate) fn levels(&self) -> Vec<u8> {
+        let mut levels = vec![0u8; self.node_count()];
+        for (l, layer) in self.upper.iter().enumerate() {
+            for &id in &layer.nodes {
+                levels[id as usize] = (l + 1) as u8;
+            }
+        }
+        levels
+    }
+
     /// Number of nodes (including masked ones).
     pub fn node_count(&self) -> usize {
         self.key_offsets.len() - 1

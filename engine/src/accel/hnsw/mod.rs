@@ -14,12 +14,14 @@ mod filter;
 mod graph;
 mod persist;
 mod search;
+mod update;
 
 pub use crate::keys::Filter;
 pub use graph::SearchGraph;
 pub use persist::{load, HnswSidecar};
 pub(crate) use persist::{read_tree, sidecar_tree_config};
 pub use search::{HnswSearchContext, HnswStats, IdHit, SearchOptions};
+pub use update::GraphEdit;
 // The former names, only until engine/tests/accel.rs moves to the new ones.
 use super::params::{BuildKind, HnswParams};
 use super::vectors::{check_records, check_vector, Arena};
@@ -527,8 +529,9 @@ impl Hnsw {
 
     /// Removes masked nodes. A canonical graph is rebuilt canonically; a fast
     /// graph is repaired in place: every list that named a removed node is
-    /// re-selected (heuristic) from its surviving members plus the removed
-    /// nodes' surviving neighbours, and the entry point moves to the first
+    /// re-selected (heuristic, then the nearest others up to its former
+    /// length) from its surviving members and every live node two hops away
+    /// through its members, and the entry point moves to the first
     /// (lowest id) node of the highest remaining level.
     pub fn compact(&mut self) -> Result<()> {
         if self.deleted_count == 0 {

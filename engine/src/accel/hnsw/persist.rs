@@ -49,6 +49,47 @@ pub struct HnswSidecar {
 }
 
 impl Hnsw {
+    /// The encoded `HNSN` value of node `id`: its level and, per layer, its
+    /// neighbours' keys in ascending order.
+    pub(super) fn node_value(&self, id: u32) -> Result<Vec<u8>> {
+        HnswNode {
+            level: self.graph.levels[id as usize],
+            layers: self.graph.links[id as usize]
+                .iter()
+                .map(|list| {
+                    let mut keys: Vec<Vec<u8>> = list
+                        .iter()
+                        .map(|&c| self.keys[c as usize].clone())
+                        .collect();
+                    keys.sort_unstable();
+                    keys
+                })
+                .collect(),
+        }
+        .encode()
+    }
+
+    /// The manifest of this graph (no masked nodes) stored under
+    /// `graph_root` with entry point `entry`, bound to `source`.
+    pub(super) fn manifest(
+        &self,
+        source: Cid,
+        graph_root: Cid,
+        entry: u32,
+    ) -> Result<HnswManifest> {
+        Ok(HnswManifest {
+            canonical: self.is_canonical(),
+            source,
+            dims: u32::try_from(self.dims())
+                .map_err(|_| Error::InvalidArgument("dimensions exceed u32".into()))?,
+            metric: self.metric,
+            config: self.params.config(),
+            graph_root,
+            entry_point: self.keys[entry as usize].clone(),
+            max_level: self.graph.max_level,
+        })
+    }
+
     /// Writes the graph (compacting masked nodes first, on a copy) as a
     /// `CRAB` tree of `HNSN` values plus the `HNSW` manifest bound to the
     /// source descriptor `source`. Deterministic: equal graphs give equal
@@ -67,23 +108,7 @@ impl Hnsw {
         let order = &self.order;
         let values: Vec<Vec<u8>> = order
             .par_iter()
-            .map(|&id| {
-                let node = HnswNode {
-                    level: self.graph.levels[id as usize],
-                    layers: self.graph.links[id as usize]
-                        .iter()
-                        .map(|list| {
-                            let mut keys: Vec<Vec<u8>> = list
-                                .iter()
-                                .map(|&c| self.keys[c as usize].clone())
-                                .collect();
-                            keys.sort_unstable();
-                            keys
-                        })
-                        .collect(),
-                };
-                node.encode()
-            })
+            .map(|&id| self.node_value(id))
             .collect::<Result<_>>()?;
         let entries = order
             .iter()
@@ -91,17 +116,7 @@ impl Hnsw {
             .zip(values);
         let root = prolly::build_sorted(store, &sidecar_tree_config(), entries)?
             .ok_or_else(|| Error::InvalidArgument("empty HNSW graph".into()))?;
-        let manifest = HnswManifest {
-            canonical: self.is_canonical(),
-            source,
-            dims: u32::try_from(self.dims())
-                .map_err(|_| Error::InvalidArgument("dimensions exceed u32".into()))?,
-            metric: self.metric,
-            config: self.params.config(),
-            graph_root: root,
-            entry_point: self.keys[entry as usize].clone(),
-            max_level: self.graph.max_level,
-        };
+        let manifest = self.manifest(source, root, entry)?;
         let bytes = manifest.encode()?;
         let manifest_cid = store.put(&bytes)?;
         Ok(HnswSidecar {

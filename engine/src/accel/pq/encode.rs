@@ -99,7 +99,7 @@ impl Pq {
     }
 
     /// Recomputes the quality statistics over the current records.
-    fn refresh_quality(&mut self) {
+    pub(super) fn refresh_quality(&mut self) {
         let vectors = &self.vectors;
         let (mse, max_se) = quality(
             vectors.len(),

@@ -201,8 +201,42 @@ impl FastScan {
             .into_par_iter()
             .map(|i| nearest(pq.vectors.row(i), &centroids, dims))
             .collect();
+        Self::assemble(pq, centroids, nlist, &assign)
+    }
+
+    /// The index of `pq` after a write, from `self`, the index of the
+    /// sidecar before it: the coarse centroids are kept, a record that
+    /// was there before (`origin[i]`: its index in the old sidecar, `None`
+    /// for a new or moved record) stays in its list, a new one joins its
+    /// nearest list, and the lists are packed again. `None` when `pq` is
+    /// empty.
+    pub(super) fn carried(&self, pq: &Pq, origin: &[Option<u32>]) -> Option<FastScan> {
+        if pq.is_empty() || origin.len() != pq.len() {
+            return None;
+        }
+        let mut list_of = vec![0u32; self.ids.len()];
+        for l in 0..self.nlist {
+            for &i in &self.ids[self.list_start[l] as usize..self.list_start[l + 1] as usize] {
+                list_of[i as usize] = l as u32;
+            }
+        }
+        let assign: Vec<u32> = origin
+            .par_iter()
+            .enumerate()
+            .map(|(i, o)| match o {
+                Some(old) => list_of[*old as usize],
+                None => nearest(pq.vectors.row(i), &self.centroids, self.dims),
+            })
+            .collect();
+        Self::assemble(pq, self.centroids.clone(), self.nlist, &assign)
+    }
+
+    /// Lays out the lists of `pq` given every record's list `assign` and
+    /// the `nlist × dims` coarse `centroids`.
+    fn assemble(pq: &Pq, centroids: Vec<f32>, nlist: usize, assign: &[u32]) -> Option<FastScan> {
+        let (n, dims, m) = (pq.len(), pq.dims(), pq.layout.len());
         let mut list_start = vec![0u32; nlist + 1];
-        for &a in &assign {
+        for &a in assign {
             list_start[a as usize + 1] += 1;
         }
         for l in 0..nlist {

@@ -8,6 +8,7 @@ mod ivf;
 mod persist;
 mod search;
 mod traversal;
+mod update;
 
 pub use ivf::{FastScan, IvfParams};
 pub use persist::{load, PqSidecar};

@@ -23,19 +23,10 @@ pub struct PqSidecar {
 }
 
 impl Pq {
-    /// Writes the code tree and the manifest bound to descriptor `source`.
-    pub fn persist(&self, store: &dyn BlockStore, source: Cid) -> Result<PqSidecar> {
-        let m = self.layout.len();
-        let entries = self
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k.clone(), self.codes[i * m..(i + 1) * m].to_vec()));
-        let code_root =
-            prolly::build_sorted(store, &sidecar_tree_config(), entries)?.ok_or_else(|| {
-                Error::InvalidArgument("a PQ sidecar needs at least one record".into())
-            })?;
-        let manifest = PqManifest {
+    /// The manifest of these codes stored under `code_root`, bound to
+    /// `source`.
+    pub(super) fn manifest(&self, source: Cid, code_root: Cid) -> Result<PqManifest> {
+        Ok(PqManifest {
             source,
             dims: u32::try_from(self.dims())
                 .map_err(|_| Error::InvalidArgument("dimensions exceed u32".into()))?,
@@ -59,7 +50,22 @@ impl Pq {
                 .collect(),
             mean_squared_error: self.mse,
             max_squared_error: self.max_se,
-        };
+        })
+    }
+
+    /// Writes the code tree and the manifest bound to descriptor `source`.
+    pub fn persist(&self, store: &dyn BlockStore, source: Cid) -> Result<PqSidecar> {
+        let m = self.layout.len();
+        let entries = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), self.codes[i * m..(i + 1) * m].to_vec()));
+        let code_root =
+            prolly::build_sorted(store, &sidecar_tree_config(), entries)?.ok_or_else(|| {
+                Error::InvalidArgument("a PQ sidecar needs at least one record".into())
+            })?;
+        let manifest = self.manifest(source, code_root)?;
         let bytes = manifest.encode()?;
         let manifest_cid = store.put(&bytes)?;
         Ok(PqSidecar {
