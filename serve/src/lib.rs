@@ -29,6 +29,7 @@
 //! The endpoints and their JSON are documented in `docs/api.md`.
 
 mod api;
+mod auth;
 pub mod client;
 mod conn;
 mod error;
@@ -37,6 +38,7 @@ mod metrics;
 mod registry;
 mod server;
 mod snapshot;
+mod writes;
 
 pub use api::{filter_from_json, ApiError};
 pub use error::{Error, Result};
