@@ -683,7 +683,7 @@ fn probes_set_the_native_leaves_scanned() {
 
 /// Starts `prox serve` on `store` (loopback, an ephemeral port, one
 /// executor thread); returns the child and the address it printed.
-fn spawn_serve(store: &Path) -> (std::process::Child, std::net::SocketAddr) {
+fn spawn_serve(store: &Path, extra: &[&str]) -> (std::process::Child, std::net::SocketAddr) {
     use std::io::{BufRead, BufReader, Read};
     use std::time::Duration;
     let mut child = prox()
@@ -696,6 +696,7 @@ fn spawn_serve(store: &Path) -> (std::process::Child, std::net::SocketAddr) {
             "--io-threads",
             "1",
         ])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -722,7 +723,7 @@ fn spawn_serve(store: &Path) -> (std::process::Child, std::net::SocketAddr) {
 fn bench_serve_alternates_rounds_and_reports_ratios() {
     let f = fixture(&[]);
     let (q, gt) = (f.data.join("query.fvecs"), f.data.join("gt.ivecs"));
-    let (mut child, addr) = spawn_serve(&f.store);
+    let (mut child, addr) = spawn_serve(&f.store, &[]);
     let url = format!("http://{addr}");
     let base = [
         "bench",
@@ -814,7 +815,7 @@ fn serve_answers_over_http_like_query() {
     ));
     let want = &json_lines(&cli)[0]["results"];
 
-    let (mut child, addr) = spawn_serve(&f.store);
+    let (mut child, addr) = spawn_serve(&f.store, &[]);
     let body = serde_json::json!({"vector": vector, "k": 10, "mode": "exact", "with_values": true});
     let r = prox_serve::client::Client::new(addr)
         .with_timeout(Duration::from_secs(30))
@@ -826,4 +827,40 @@ fn serve_answers_over_http_like_query() {
     let got = r.json().expect("JSON answer");
     assert_eq!(got["completion"], "exact", "{got}");
     assert_eq!(&got["results"], want, "HTTP and CLI answers differ");
+}
+
+#[test]
+fn serve_with_a_write_token_takes_upserts_that_outlive_it() {
+    use std::time::Duration;
+    let f = fixture(&["--hnsw"]);
+    let token = f.store.parent().unwrap().join("write-token");
+    std::fs::write(&token, "w-secret\n").unwrap();
+    let (mut child, addr) = spawn_serve(&f.store, &["--write-token-file", s(&token)]);
+    let vector = vec![0.25f32; 8];
+    let key = hex::encode(90_000u64.to_be_bytes());
+    let body = serde_json::json!({"points": [{"key": key, "vector": vector, "value": "6869"}]});
+    let mut c = prox_serve::client::Client::new(addr).with_timeout(Duration::from_secs(30));
+    let refused = c.post("/v1/maps/m/points:upsert", body.to_string().as_bytes());
+    let mut c = c.with_token("w-secret");
+    let written = c.post("/v1/maps/m/points:upsert", body.to_string().as_bytes());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(refused.expect("HTTP").status, 401);
+    let written = written.expect("HTTP upsert");
+    let answer = written.json().expect("JSON answer");
+    assert_eq!(written.status, 200, "{answer}");
+    assert_eq!(answer["hnsw"], "updated", "{answer}");
+    // The server is gone (SIGKILL): the write is in the store.
+    ok(&["verify", "--store", s(&f.store), "m"]);
+    let q = f.store.parent().unwrap().join("q.json");
+    std::fs::write(&q, serde_json::json!({"vector": vector}).to_string()).unwrap();
+    let out = ok(&map_cmd(
+        "query",
+        &f.store,
+        "m",
+        "--queries",
+        &q,
+        &["--k", "1", "--mode", "exact", "--json"],
+    ));
+    assert_eq!(json_lines(&out)[0]["results"][0]["key"], key, "{out}");
 }
