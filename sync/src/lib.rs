@@ -41,7 +41,7 @@ pub use event_loop::{Banned, Client, PeerInfo};
 pub use follow::FollowState;
 pub use links::{Linker, RefsLinker};
 pub use node::{access_from_config, Node, PendingStatus, Status};
-pub use protocol::limits::Limits;
+pub use protocol::limits::{Limits, PullLimits};
 pub use protocol::messages::AnnounceOutcome;
 pub use server::Access;
 pub use session::PullReport;

@@ -52,6 +52,8 @@ pub struct PullReport {
     pub seconds: f64,
     /// Whether the bulk (whole-closure) path was used.
     pub bulk: bool,
+    /// Requests the server answered `BUSY` (each asked again after a pause).
+    pub busy: u64,
     /// True when the local root already had this value.
     pub up_to_date: bool,
 }
@@ -605,6 +607,8 @@ enum Group {
     Closure(Vec<(Cid, Bytes)>),
     ClosureEnd(ClosureStatus),
     Refused(RefusedCode),
+    /// The request `id` was not served (too many in flight on the server).
+    Busy(u32),
 }
 
 /// Reads frames and groups them into whole `WANT` answers or closure chunks,
@@ -672,6 +676,17 @@ async fn read_groups<R: AsyncRead + Unpin>(
                 Some(Group::ClosureEnd(status))
             }
             ServerFrame::Refused(code) => Some(Group::Refused(code)),
+            ServerFrame::Busy { batch } => {
+                if !frames.is_empty() || !chunk.is_empty() {
+                    let _ = out
+                        .send(Err(ReadError::Violation(Violation::Protocol(
+                            "BUSY inside an answer".into(),
+                        ))))
+                        .await;
+                    return;
+                }
+                Some(Group::Busy(batch))
+            }
             f => {
                 bytes += f.payload().map_or(0, |p| p.len() as u64);
                 frames.push(f);
@@ -698,6 +713,15 @@ async fn read_groups<R: AsyncRead + Unpin>(
             }
         }
     }
+}
+
+/// `BUSY` answers in a row a pull accepts before it fails with
+/// [`Error::Busy`] (the pauses add up to about 6 s).
+const MAX_BUSY: u32 = 10;
+
+/// Pause after the `n`th `BUSY` in a row: 20 ms doubling, at most 2 s.
+fn busy_pause(n: u32) -> Duration {
+    Duration::from_millis(20u64 << n.min(7).saturating_sub(1)).min(Duration::from_secs(2))
 }
 
 /// How [`drive`] ended without finishing.
@@ -797,6 +821,12 @@ where
                         break;
                     }
                     Group::Refused(code) => return Err(refused(peer, code)),
+                    Group::Busy(_) => {
+                        // The bulk request was not served: fetch with WANTs.
+                        tracing::debug!(%peer, "closure request answered BUSY");
+                        refused_bulk = 1;
+                        break;
+                    }
                     Group::Batch { .. } => {
                         return Err(Error::Misbehaving {
                             peer,
@@ -810,8 +840,13 @@ where
             let p = planner_mut(&mut slot)?;
             p.report.round_trips = p.report.round_trips.max(1);
         }
+        // Requests the server answered BUSY in a row, and the window of
+        // batches in flight: a BUSY narrows it by one, an answer widens it
+        // back, so concurrent sessions to one server share its request cap.
+        let mut busy_streak = 0u32;
+        let mut window = limits.inflight_batches as usize;
         while !planner_mut(&mut slot)?.done() {
-            while inflight.len() < limits.inflight_batches as usize {
+            while inflight.len() < window {
                 let flush = inflight.is_empty();
                 let p = planner_mut(&mut slot)?;
                 let len = p.batch_len(limits.want_cids as usize, limits.batch_bytes);
@@ -840,8 +875,24 @@ where
             answered = true;
             match (group, inflight.pop_front()) {
                 (Group::Batch { id, frames }, Some(batch)) if id == expected => {
+                    busy_streak = 0;
+                    window = (window + 1).min(limits.inflight_batches as usize);
                     step(&mut slot, move |p| p.on_batch(batch, frames)).await?;
                     within_budget(&mut slot, limits)?;
+                }
+                (Group::Busy(id), Some(batch)) if id == expected => {
+                    let p = planner_mut(&mut slot)?;
+                    p.requeue(batch);
+                    p.report.busy += 1;
+                    busy_streak += 1;
+                    if busy_streak > MAX_BUSY {
+                        return Err(Error::Busy {
+                            peer,
+                            attempts: busy_streak,
+                        });
+                    }
+                    window = window.saturating_sub(1).max(1);
+                    tokio::time::sleep(busy_pause(busy_streak)).await;
                 }
                 (Group::Refused(code), _) => return Err(refused(peer, code)),
                 _ => {

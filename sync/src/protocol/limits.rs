@@ -46,6 +46,13 @@ pub struct Limits {
     /// Block bytes a server holds in flight for one peer across all its
     /// sessions (answers read from the store and not yet written).
     pub peer_inflight_bytes: u64,
+    /// Block requests (`WANT`, `WANT_CLOSURE`) a server has in flight for
+    /// one peer across all its sessions (read and not yet answered); more
+    /// are answered `BUSY`.
+    pub requests_per_peer: u16,
+    /// Block requests a server has in flight for all peers together; more
+    /// are answered `BUSY`.
+    pub requests_total: u16,
     /// Server-side byte budget of one `WANT_CLOSURE` (bulk) request.
     pub bulk_budget_bytes: u64,
     /// Block bytes one pull may fetch in total (every stream and retry of
@@ -81,6 +88,8 @@ impl Default for Limits {
             sessions_total: 64,
             sessions_reserved: 16,
             peer_inflight_bytes: 32 << 20,
+            requests_per_peer: 4,
+            requests_total: 64,
             bulk_budget_bytes: 4 << 30,
             pull_max_bytes: 256 << 30,
             pull_deadline: Duration::from_secs(24 * 3600),
@@ -112,6 +121,9 @@ impl Limits {
         }
         if self.sessions_reserved >= self.sessions_total {
             return Err("sessions_reserved must be < sessions_total".into());
+        }
+        if self.requests_per_peer == 0 || self.requests_total == 0 {
+            return Err("request caps must be > 0".into());
         }
         if self.pull_max_bytes == 0 {
             return Err("pull_max_bytes must be > 0".into());
@@ -145,5 +157,29 @@ mod secs {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let v = f64::deserialize(d)?;
         Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Bounds of one pull that override the node's [`Limits`] for that pull
+/// only (`prox sync pull --max-pull-bytes/--pull-deadline`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PullLimits {
+    /// Block bytes this pull may fetch (default `Limits::pull_max_bytes`).
+    pub max_bytes: Option<u64>,
+    /// Wall-clock limit of the whole pull, from the dial to the root update
+    /// (default `Limits::pull_deadline`).
+    pub deadline: Option<Duration>,
+}
+
+impl PullLimits {
+    /// Rejects a zero budget or deadline.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_bytes == Some(0) {
+            return Err("a pull's byte budget must be > 0".into());
+        }
+        if self.deadline.is_some_and(|d| d.is_zero()) {
+            return Err("a pull's deadline must be > 0".into());
+        }
+        Ok(())
     }
 }
