@@ -1345,12 +1345,14 @@ async fn a_closing_connection_never_satisfies_a_dial_or_carries_a_request() {
     .await;
 }
 
-/// Holds the reads of some blocks until released; says when the first one
-/// is asked for.
+/// Holds the reads of two sets of blocks, each until its own release;
+/// says when the first block of the first set is asked for.
 struct HoldReads {
     held: HashSet<Cid>,
     asked: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
     release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    later: HashSet<Cid>,
+    release_later: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl Hook for HoldReads {
@@ -1360,6 +1362,11 @@ impl Hook for HoldReads {
                 let _ = tx.send(());
             }
             if let Some(rx) = self.release.lock().unwrap().take() {
+                let _ = rx.recv_timeout(Duration::from_secs(30));
+            }
+        }
+        if self.later.contains(cid) {
+            if let Some(rx) = self.release_later.lock().unwrap().take() {
                 let _ = rx.recv_timeout(Duration::from_secs(30));
             }
         }
@@ -1400,7 +1407,8 @@ impl Hook for WidenCleanup {
 /// Two concurrent pulls into one store: pull B has staged its root and
 /// waits for its next level while pull A finishes; A's staging cleanup
 /// (list staging, keep what is not visible) must not drop the blocks B
-/// stages meanwhile. Before the staging lock, B's second level landed
+/// stages meanwhile. B's leaves are held until A is done, so B cannot
+/// publish (and so make visible) its staged blocks before A's cleanup. Before the staging lock, B's second level landed
 /// between A's listing and A's retain, was dropped, and B failed when it
 /// read those blocks back to publish them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1417,21 +1425,24 @@ async fn concurrent_pulls_keep_each_others_staged_blocks() {
         assert_eq!(height, 2);
         let l = TestLinker;
         let (r, k) = l.root_links(&b_root).unwrap()[0];
-        let middle: HashSet<Cid> = l
-            .links(&k, &b_mem.get(&r).unwrap().unwrap())
-            .unwrap()
-            .into_iter()
+        let middle: Vec<(Cid, u8)> = l.links(&k, &b_mem.get(&r).unwrap().unwrap()).unwrap();
+        assert_eq!(middle.len(), 3);
+        let leaves: HashSet<Cid> = middle
+            .iter()
+            .flat_map(|(c, k)| l.links(k, &b_mem.get(c).unwrap().unwrap()).unwrap())
             .map(|(c, _)| c)
             .collect();
-        assert_eq!(middle.len(), 3);
         let (asked_tx, asked_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel();
+        let (leaves_tx, leaves_rx) = std::sync::mpsc::channel();
         let b_store = Arc::new(Hooked {
             inner: b_mem.clone(),
             hook: HoldReads {
-                held: middle,
+                held: middle.iter().map(|(c, _)| *c).collect(),
                 asked: std::sync::Mutex::new(Some(asked_tx)),
                 release: std::sync::Mutex::new(Some(release_rx)),
+                later: leaves,
+                release_later: std::sync::Mutex::new(Some(leaves_rx)),
             },
         });
         b_store.set_root("b", Some(&b_root)).unwrap();
@@ -1465,6 +1476,7 @@ async fn concurrent_pulls_keep_each_others_staged_blocks() {
             !staging.hook.armed.load(Ordering::SeqCst),
             "pull A listed staging"
         );
+        leaves_tx.send(()).unwrap();
         let b = pull_b.await.unwrap();
         assert!(b.is_ok(), "pull B lost staged blocks: {b:?}");
         assert_eq!(dst.main.root("b").unwrap().as_deref(), Some(&b_root[..]));
