@@ -23,12 +23,14 @@
 //! * [`Server::start`]: binds, serves, refreshes; [`ServerHandle`] stops it.
 //! * [`ApiError`]: every rejection is a JSON body naming the field at
 //!   fault; nothing in a request can panic the server.
+//! * [`bodies`]: the request-body parsers as public functions (fuzzing).
 //! * [`client`]: a tiny blocking HTTP/1.1 client for tests and the load
 //!   generator.
 //!
 //! The endpoints and their JSON are documented in `docs/api.md`.
 
 mod api;
+pub mod bodies;
 pub mod client;
 mod conn;
 mod error;
