@@ -28,7 +28,11 @@ impl BodyLimits {
 /// Parses a `POST /v1/maps/{name}/search` body for a map of `dims`
 /// dimensions (the single-pass reader, falling back to the checked one):
 /// the query vector and the request options.
-pub fn search(body: &[u8], dims: usize, limits: BodyLimits) -> Result<(Vec<f32>, Request), ApiError> {
+pub fn search(
+    body: &[u8],
+    dims: usize,
+    limits: BodyLimits,
+) -> Result<(Vec<f32>, Request), ApiError> {
     api::search_request(body, dims, limits.api())
 }
 

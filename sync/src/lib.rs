@@ -28,6 +28,7 @@ mod gate;
 pub mod identity;
 mod links;
 mod node;
+mod pacing;
 pub mod pending;
 pub mod protocol;
 mod server;

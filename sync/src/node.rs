@@ -522,7 +522,11 @@ impl<L: Linker> Node<L> {
                     pending::clear(&node.stores, &local)?;
                     let running = node.pulls.lock().unwrap_or_else(|e| e.into_inner());
                     if failed && running.len() == 1 {
-                        return Ok(pending::collect_staging(&node.stores, &*node.linker, false)?);
+                        return Ok(pending::collect_staging(
+                            &node.stores,
+                            &*node.linker,
+                            false,
+                        )?);
                     }
                     Ok(0)
                 })

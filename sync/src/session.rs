@@ -18,6 +18,7 @@
 use crate::error::{Error, Result, Violation};
 use crate::gate::Gate;
 use crate::links::Linker;
+use crate::pacing::{batch_len, busy_pause, MAX_BUSY};
 use crate::protocol::frames::{ClientFrame, ClosureStatus, ReadError, RefusedCode, ServerFrame};
 use crate::protocol::limits::Limits;
 use crate::stores::Stores;
@@ -590,20 +591,12 @@ impl<L: Linker> WantPlanner<L> {
     }
 }
 
-/// CIDs per `WANT` given the last answered batch (`blocks` blocks of
-/// `bytes` bytes): as many mean-sized blocks as fit `budget`, within
-/// `1..=max`; `max` before any answer.
-fn batch_len(max: usize, budget: u32, blocks: u64, bytes: u64) -> usize {
-    if blocks == 0 {
-        return max.max(1);
-    }
-    let mean = (bytes / blocks).max(1);
-    ((u64::from(budget) / mean) as usize).clamp(1, max.max(1))
-}
-
 /// A batch of frames as grouped by the reader task.
 enum Group {
-    Batch { id: u32, frames: Vec<ServerFrame> },
+    Batch {
+        id: u32,
+        frames: Vec<ServerFrame>,
+    },
     Closure(Vec<(Cid, Bytes)>),
     ClosureEnd(ClosureStatus),
     Refused(RefusedCode),
@@ -713,15 +706,6 @@ async fn read_groups<R: AsyncRead + Unpin>(
             }
         }
     }
-}
-
-/// `BUSY` answers in a row a pull accepts before it fails with
-/// [`Error::Busy`] (the pauses add up to about 6 s).
-const MAX_BUSY: u32 = 10;
-
-/// Pause after the `n`th `BUSY` in a row: 20 ms doubling, at most 2 s.
-fn busy_pause(n: u32) -> Duration {
-    Duration::from_millis(20u64 << n.min(7).saturating_sub(1)).min(Duration::from_secs(2))
 }
 
 /// How [`drive`] ended without finishing.

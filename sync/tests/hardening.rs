@@ -96,7 +96,12 @@ impl Squatter {
 
     /// Opens a block stream and sends `n` `WANT`s for `cid` without ever
     /// reading the answers; returns the stream (kept open).
-    async fn flood(&mut self, peer: libp2p::PeerId, cid: prox_engine::Cid, n: u32) -> libp2p::Stream {
+    async fn flood(
+        &mut self,
+        peer: libp2p::PeerId,
+        cid: prox_engine::Cid,
+        n: u32,
+    ) -> libp2p::Stream {
         use futures::AsyncWriteExt;
         let mut stream = self
             .control
@@ -393,27 +398,26 @@ async fn fake_server(answer: FakeAnswer) -> (libp2p::Multiaddr, tokio::task::Joi
     use libp2p::request_response::{self, ProtocolSupport};
     use libp2p::swarm::SwarmEvent;
     let value = source().main.root("docs").unwrap().unwrap();
-    let mut swarm = libp2p::SwarmBuilder::with_existing_identity(
-        libp2p::identity::Keypair::generate_ed25519(),
-    )
-    .with_tokio()
-    .with_tcp(
-        libp2p::tcp::Config::default(),
-        libp2p::noise::Config::new,
-        libp2p::yamux::Config::default,
-    )
-    .unwrap()
-    .with_behaviour(|_| FakeBehaviour {
-        ctl: request_response::Behaviour::with_codec(
-            prox_sync::protocol::codec::CtlCodec::default(),
-            [(prox_sync::protocol::CTL_PROTOCOL, ProtocolSupport::Full)],
-            request_response::Config::default(),
-        ),
-        streams: libp2p_stream::Behaviour::new(),
-    })
-    .unwrap()
-    .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-    .build();
+    let mut swarm =
+        libp2p::SwarmBuilder::with_existing_identity(libp2p::identity::Keypair::generate_ed25519())
+            .with_tokio()
+            .with_tcp(
+                libp2p::tcp::Config::default(),
+                libp2p::noise::Config::new,
+                libp2p::yamux::Config::default,
+            )
+            .unwrap()
+            .with_behaviour(|_| FakeBehaviour {
+                ctl: request_response::Behaviour::with_codec(
+                    prox_sync::protocol::codec::CtlCodec::default(),
+                    [(prox_sync::protocol::CTL_PROTOCOL, ProtocolSupport::Full)],
+                    request_response::Config::default(),
+                ),
+                streams: libp2p_stream::Behaviour::new(),
+            })
+            .unwrap()
+            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+            .build();
     swarm
         .listen_on("/ip4/127.0.0.1/tcp/0".parse().unwrap())
         .unwrap();
@@ -497,10 +501,7 @@ async fn a_server_deferring_every_want_ends_the_pull_with_a_violation() {
         let dst = mem_stores();
         let puller = start(false, dst.clone()).await;
         let err = puller.pull(&target, "docs", "docs").await.unwrap_err();
-        assert!(
-            matches!(err, prox_sync::Error::Misbehaving { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, prox_sync::Error::Misbehaving { .. }), "{err}");
         assert!(err.to_string().contains("DEFER"), "{err}");
         assert!(dst.main.root("docs").unwrap().is_none());
         puller.shutdown().await;
@@ -583,7 +584,10 @@ async fn requests_over_the_per_peer_or_node_cap_are_answered_busy_and_retried() 
                 dst.main.root("docs").unwrap(),
                 src_stores.main.root("docs").unwrap()
             );
-            assert_eq!(report.blocks_fetched as usize, src_stores.main.cids().unwrap().len());
+            assert_eq!(
+                report.blocks_fetched as usize,
+                src_stores.main.cids().unwrap().len()
+            );
             src.shutdown().await;
             puller.shutdown().await;
         }

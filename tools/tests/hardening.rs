@@ -201,7 +201,9 @@ fn gc_collects_abandoned_sync_staging_and_keeps_pending_pulls() {
     let stray = {
         let staging = prox_engine::store::MmapStore::open(&staging_dir).unwrap();
         staging.put(&first_block).unwrap();
-        let stray = staging.put(b"staged by a pull that failed for good").unwrap();
+        let stray = staging
+            .put(b"staged by a pull that failed for good")
+            .unwrap();
         let record = prox_sync::pending::PendingPull {
             local: "m2".into(),
             name: "m".into(),

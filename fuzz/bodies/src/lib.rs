@@ -56,7 +56,10 @@ pub fn crab_node(data: &[u8]) {
     if let Ok(node) = Node::decode(data) {
         let bytes = node.encode();
         if data.starts_with(b"CRAB") {
-            assert_eq!(bytes, data, "accepted CRAB input must round-trip byte-exactly");
+            assert_eq!(
+                bytes, data,
+                "accepted CRAB input must round-trip byte-exactly"
+            );
         }
         assert_eq!(Node::decode(&bytes).expect("re-encoded node decodes"), node);
         let _ = node.child_cids();
@@ -113,7 +116,10 @@ pub fn http_body(data: &[u8]) {
 pub fn proximity_content_root(data: &[u8]) {
     if let Ok(m) = ContentRoot::decode(data) {
         let again = m.encode().expect("a decoded content root encodes");
-        assert_eq!(ContentRoot::decode(&again).expect("re-encoded root decodes"), m);
+        assert_eq!(
+            ContentRoot::decode(&again).expect("re-encoded root decodes"),
+            m
+        );
     }
 }
 

@@ -33,7 +33,12 @@ fn engine_seeds() -> Vec<Vec<u8>> {
     let store = MemStore::new();
     let cfg = prox_engine::prolly::Config::default();
     let kv: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
-        .map(|i| (format!("k{i:05}").into_bytes(), vec![i as u8; (i % 40) as usize]))
+        .map(|i| {
+            (
+                format!("k{i:05}").into_bytes(),
+                vec![i as u8; (i % 40) as usize],
+            )
+        })
         .collect();
     let root = prox_engine::prolly::build(&store, &cfg, kv).expect("prolly tree builds");
     let manifest = prox_engine::manifest::RootManifest::new(root, cfg).encode();
@@ -218,7 +223,9 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 
 /// Bytes a mutation likes to write: boundaries of lengths, tags and
 /// magic numbers.
-const INTERESTING: &[u8] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0x7f, 0x80, 0xfe, 0xff, b'[', b'{', b'"', b'-', b'e'];
+const INTERESTING: &[u8] = &[
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0x7f, 0x80, 0xfe, 0xff, b'[', b'{', b'"', b'-', b'e',
+];
 
 /// One to four random edits of `input` (bit flip, byte overwrite,
 /// insertion, deletion, truncation, duplicated span).
@@ -292,11 +299,19 @@ fn every_fuzz_target_survives_its_corpus_seeds_and_mutations() {
     let mut on_disk: Vec<String> = std::fs::read_dir(&fuzz_targets)
         .expect("fuzz/fuzz_targets is readable")
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(String::from))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".rs")
+                .map(String::from)
+        })
         .collect();
     on_disk.sort();
     let listed: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
-    assert_eq!(listed, on_disk, "every fuzz target has a body in TARGETS, in name order");
+    assert_eq!(
+        listed, on_disk,
+        "every fuzz target has a body in TARGETS, in name order"
+    );
     for &(name, target) in TARGETS {
         let mut seeds = corpus(name);
         let pre = prefixes(name);
