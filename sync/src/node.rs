@@ -315,11 +315,15 @@ impl<L: Linker> Node<L> {
                 });
             }
         });
+        let collector = tokio::spawn(collect_staging_every(
+            Arc::downgrade(&node.inner),
+            node.inner.limits.staging_gc_interval,
+        ));
         node.inner
             .tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend([el, acceptor, announcer]);
+            .extend([el, acceptor, announcer, collector]);
         tracing::info!(%peer_id, listen = ?node.inner.listen, "sync node started");
         Ok(node)
     }
@@ -508,34 +512,12 @@ impl<L: Linker> Node<L> {
             ),
         };
         if finished {
+            let stores = inner.stores.clone();
             let local = local.to_string();
-            let node = self.inner.clone();
-            // A pull that failed for good leaves staged blocks no record
-            // can use any more: collect them now, not at the next start.
-            // Only while no other pull runs (the list is held, so none can
-            // start meanwhile): two pulls into one local name share a
-            // record, and this pull's clear would expose the other's blocks.
-            let failed = result.is_err();
-            let collected = inner
+            let _ = inner
                 .gate
-                .run(move || {
-                    pending::clear(&node.stores, &local)?;
-                    let running = node.pulls.lock().unwrap_or_else(|e| e.into_inner());
-                    if failed && running.len() == 1 {
-                        return Ok(pending::collect_staging(
-                            &node.stores,
-                            &*node.linker,
-                            false,
-                        )?);
-                    }
-                    Ok(0)
-                })
+                .run(move || Ok(pending::clear(&stores, &local)?))
                 .await;
-            match collected {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(removed = n, "collected the staging of a failed pull"),
-                Err(e) => tracing::warn!(%e, "cannot collect the staging of a failed pull"),
-            }
         }
         if result.is_ok() {
             inner.changed.notify_one();
@@ -889,6 +871,34 @@ impl<L: Linker> Node<L> {
 }
 
 /// Registers a running pull for `status` while alive.
+/// Collects staging no pending-sync record can use every `interval` while
+/// the node runs (staged blocks of pulls that failed for good), skipping a
+/// round while any pull runs. The list of running pulls stays locked
+/// during the collection, so no pull starts (and walks staging) meanwhile.
+async fn collect_staging_every<L: Linker>(inner: std::sync::Weak<Inner<L>>, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(node) = inner.upgrade() else { break };
+        let job = node.clone();
+        let collected = node
+            .gate
+            .run(move || {
+                let running = job.pulls.lock().unwrap_or_else(|e| e.into_inner());
+                if !running.is_empty() {
+                    return Ok(0);
+                }
+                Ok(pending::collect_staging(&job.stores, &*job.linker, false)?)
+            })
+            .await;
+        match collected {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
+            Err(Error::Shutdown) => break,
+            Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
+        }
+    }
+}
+
 /// The per-pull limits in force for one pull.
 #[derive(Debug, Clone, Copy)]
 struct PullBounds {

@@ -87,12 +87,13 @@ pub(crate) fn now_unix() -> u64 {
 
 /// Removes staged blocks no pending-sync record can use: everything not
 /// reachable, through staged blocks only, from the target of a record.
-/// A node runs it at start-up and after each pull that failed for good
-/// (its record is gone, so its staged blocks are garbage); `prox gc` runs
-/// it on the store's staging. A running pull is safe: it records its
-/// target before staging anything, every block it stages hangs below a
-/// staged parent or that target, and the staging lock keeps its puts out
-/// between listing and retaining. With `dry_run` nothing is removed.
+/// A node runs it at start-up and every `Limits::staging_gc_interval`
+/// while no pull runs (a pull that failed for good leaves staged blocks
+/// no record names); `prox gc` runs it on the store's staging. A running
+/// pull is safe: it records its target before staging anything, every
+/// block it stages hangs below a staged parent or that target, and the
+/// staging lock keeps its puts out between listing and retaining. With
+/// `dry_run` nothing is removed.
 /// Returns the number of blocks removed (or that would be).
 pub fn collect_staging<L: crate::links::Linker>(
     stores: &Stores,

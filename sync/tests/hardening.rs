@@ -277,49 +277,90 @@ impl prox_sync::Linker for SlowLinker {
     }
 }
 
+/// Stages what a killed pull leaves in `stores`: the closure of "docs"
+/// under a pending-sync record, plus a block whose pull left no record.
+/// Returns the stray block and the CIDs of the record's closure.
+fn stage_pending_and_stray(stores: &Stores) -> (prox_engine::Cid, Vec<prox_engine::Cid>) {
+    let src = source();
+    let target = src.main.root("docs").unwrap().unwrap();
+    let closure = src.main.cids().unwrap();
+    for cid in &closure {
+        let block = src.main.get(cid).unwrap().unwrap();
+        stores.staging.put(&block).unwrap();
+    }
+    let record = prox_sync::pending::PendingPull {
+        local: "docs".into(),
+        name: "docs".into(),
+        peer: libp2p::identity::Keypair::generate_ed25519()
+            .public()
+            .to_peer_id()
+            .to_string(),
+        addr: None,
+        target: hex::encode(&target),
+        expected: None,
+        started_unix: 0,
+    };
+    stores
+        .staging
+        .set_root(
+            "pending-sync:docs",
+            Some(&serde_json::to_vec(&record).unwrap()),
+        )
+        .unwrap();
+    let stray = stores
+        .staging
+        .put(b"left by a pull without a record")
+        .unwrap();
+    (stray, closure)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staging_no_pending_record_can_use_is_collected_at_start() {
     tokio::time::timeout(Duration::from_secs(60), async {
-        // Staging as a killed pull leaves it: the closure of "docs" under
-        // a pending-sync record, plus a block whose pull left no record.
-        let src = source();
-        let target = src.main.root("docs").unwrap().unwrap();
         let stores = mem_stores();
-        for cid in src.main.cids().unwrap() {
-            let block = src.main.get(&cid).unwrap().unwrap();
-            stores.staging.put(&block).unwrap();
-        }
-        let record = prox_sync::pending::PendingPull {
-            local: "docs".into(),
-            name: "docs".into(),
-            peer: libp2p::identity::Keypair::generate_ed25519()
-                .public()
-                .to_peer_id()
-                .to_string(),
-            addr: None,
-            target: hex::encode(&target),
-            expected: None,
-            started_unix: 0,
-        };
-        stores
-            .staging
-            .set_root(
-                "pending-sync:docs",
-                Some(&serde_json::to_vec(&record).unwrap()),
-            )
-            .unwrap();
-        let stray = stores
-            .staging
-            .put(b"left by a pull without a record")
-            .unwrap();
+        let (stray, closure) = stage_pending_and_stray(&stores);
         let before = stores.staging.cids().unwrap().len();
         let node = start(false, stores.clone()).await;
         let after: std::collections::HashSet<_> =
             stores.staging.cids().unwrap().into_iter().collect();
         assert!(!after.contains(&stray), "abandoned block collected");
         assert_eq!(after.len(), before - 1, "the record's staged closure stays");
-        for cid in src.main.cids().unwrap() {
-            assert!(after.contains(&cid), "{cid:?} of the pending pull kept");
+        for cid in &closure {
+            assert!(after.contains(cid), "{cid:?} of the pending pull kept");
+        }
+        node.shutdown().await;
+    })
+    .await
+    .expect("bounded");
+}
+
+/// While a node runs, staging no record can use (a pull that failed for
+/// good leaves such blocks) is collected every `staging_gc_interval`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_no_pending_record_can_use_is_collected_while_the_node_runs() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let stores = mem_stores();
+        let limits = prox_sync::Limits {
+            staging_gc_interval: Duration::from_millis(200),
+            ..Default::default()
+        };
+        let node = start_with(limits, stores.clone()).await;
+        // Staged after start-up: only the running collection can take it.
+        let (stray, closure) = stage_pending_and_stray(&stores);
+        let mut gone = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if !stores.staging.has(&stray).unwrap() {
+                gone = true;
+                break;
+            }
+        }
+        assert!(gone, "abandoned block collected while the node runs");
+        for cid in &closure {
+            assert!(
+                stores.staging.has(cid).unwrap(),
+                "{cid:?} of the pending pull kept"
+            );
         }
         node.shutdown().await;
     })

@@ -75,6 +75,10 @@ pub struct Limits {
     /// Idle connections are closed after this long.
     #[serde(with = "secs")]
     pub idle_connection: Duration,
+    /// While a node runs, staged blocks no pending-sync record can use
+    /// (left by pulls that failed for good) are collected this often.
+    #[serde(with = "secs")]
+    pub staging_gc_interval: Duration,
 }
 
 impl Default for Limits {
@@ -97,6 +101,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(20),
             announce_timeout: Duration::from_secs(600),
             idle_connection: Duration::from_secs(120),
+            staging_gc_interval: Duration::from_secs(600),
         }
     }
 }
@@ -137,6 +142,7 @@ impl Limits {
             ("request_timeout", self.request_timeout),
             ("announce_timeout", self.announce_timeout),
             ("idle_connection", self.idle_connection),
+            ("staging_gc_interval", self.staging_gc_interval),
         ] {
             if d.is_zero() {
                 return Err(format!("{what} must be > 0"));
