@@ -23,6 +23,7 @@
 //! * [`Server::start`]: binds, serves, refreshes; [`ServerHandle`] stops it.
 //! * [`ApiError`]: every rejection is a JSON body naming the field at
 //!   fault; nothing in a request can panic the server.
+//! * [`bodies`]: the request-body parsers as public functions (fuzzing).
 //! * [`client`]: a tiny blocking HTTP/1.1 client for tests and the load
 //!   generator.
 //!
@@ -30,6 +31,7 @@
 
 mod api;
 mod auth;
+pub mod bodies;
 pub mod client;
 mod conn;
 mod error;
