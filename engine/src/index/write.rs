@@ -246,7 +246,6 @@ impl Index {
         };
         let sidecar_time = sidecar_start.elapsed();
         let (blocks_written, bytes_written) = counting.totals();
-        drop(counting);
         let index = assemble(store, descriptor, sidecars, accel, options)?;
         let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
         Ok(Applied {

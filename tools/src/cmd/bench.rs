@@ -111,6 +111,11 @@ pub enum BenchSub {
     /// Replication cost on loopback: clone and update pulls vs bare stream and raw TCP.
     #[command(after_help = crate::cmd::bench_sync::EXAMPLES)]
     Sync(crate::cmd::bench_sync::BenchSyncArgs),
+    /// Rounds of upserts and deletes through the index API on a map with an
+    /// HNSW sidecar: time and bytes per batch, recall and QPS after churn vs
+    /// a fresh build.
+    #[command(after_help = crate::cmd::bench_churn::EXAMPLES)]
+    Churn(Box<crate::cmd::bench_churn::BenchChurnArgs>),
     /// HTTP search API load test (QPS, p50/p95/p99) vs in-process search.
     #[command(after_help = crate::cmd::bench_serve::EXAMPLES)]
     Serve(Box<crate::cmd::bench_serve::BenchServeArgs>),
@@ -148,6 +153,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Some(BenchSub::Plot(p)) => run_plot(p),
         Some(BenchSub::Sync(a)) => crate::cmd::bench_sync::run(a),
         Some(BenchSub::Serve(a)) => crate::cmd::bench_serve::run(a),
+        Some(BenchSub::Churn(a)) => crate::cmd::bench_churn::run(a),
         None => run_map(&args.map),
     }
 }

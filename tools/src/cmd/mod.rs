@@ -8,6 +8,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub mod accel;
 pub mod bench;
+pub mod bench_churn;
 pub mod bench_kernels;
 pub mod bench_serve;
 pub mod bench_sync;
