@@ -302,8 +302,24 @@ fn bench_churn_reports_rounds_and_the_comparison() {
     let queries = dir.path().join("a").join("query.fvecs");
     let store = dir.path().join("store");
     let out = json_lines(&ok(&[
-        "bench", "churn", "--store", s(&store), "--input", s(&base), "--queries", s(&queries),
-        "--rounds", "3", "--churn", "0.1", "--hnsw", "m=6", "--ef", "32", "--passes", "1",
+        "bench",
+        "churn",
+        "--store",
+        s(&store),
+        "--input",
+        s(&base),
+        "--queries",
+        s(&queries),
+        "--rounds",
+        "3",
+        "--churn",
+        "0.1",
+        "--hnsw",
+        "m=6",
+        "--ef",
+        "32",
+        "--passes",
+        "1",
     ]));
     assert_eq!(out.len(), 4, "{out:?}");
     for (i, r) in out[..3].iter().enumerate() {
