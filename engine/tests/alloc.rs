@@ -35,26 +35,27 @@ fn note() {
     });
 }
 
-// SAFETY: every call forwards to `System` with the caller's arguments, so
-// `System`'s guarantees hold unchanged; counting allocates nothing.
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees hold; counting touches no memory the
+// allocator hands out.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note();
-        // SAFETY: the caller's contract for `alloc`, passed through.
+        // SAFETY: the caller upholds `GlobalAlloc`'s contract for this call.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note();
-        // SAFETY: the caller's contract for `alloc_zeroed`, passed through.
+        // SAFETY: the caller upholds `GlobalAlloc`'s contract for this call.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note();
-        // SAFETY: `ptr` came from this allocator, i.e. from `System`.
+        // SAFETY: the caller upholds `GlobalAlloc`'s contract for this call.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator, i.e. from `System`.
+        // SAFETY: the caller upholds `GlobalAlloc`'s contract for this call.
         unsafe { System.dealloc(ptr, layout) }
     }
 }

@@ -3,11 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::ContentRoot;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(m) = ContentRoot::decode(data) {
-        let again = m.encode().unwrap();
-        assert_eq!(ContentRoot::decode(&again).unwrap(), m);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_content_root(data));

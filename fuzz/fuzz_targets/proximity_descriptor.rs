@@ -3,10 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::Descriptor;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(d) = Descriptor::decode(data) {
-        assert_eq!(d.encode().unwrap(), data);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_descriptor(data));

@@ -3,10 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::HnswNode;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(n) = HnswNode::decode(data) {
-        assert_eq!(n.encode().unwrap(), data);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_hnsn(data));

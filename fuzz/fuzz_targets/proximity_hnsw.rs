@@ -3,10 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::HnswManifest;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(m) = HnswManifest::decode(data) {
-        assert_eq!(m.encode().unwrap(), data);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_hnsw(data));

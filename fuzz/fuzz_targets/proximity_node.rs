@@ -3,13 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::ProxNode;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&d, rest)) = data.split_first() else { return };
-    let dims = u32::from(d % 8) + 1;
-    if let Ok(n) = ProxNode::decode(rest, dims) {
-        assert_eq!(n.encode().unwrap(), rest);
-        assert_eq!(n.encoded_len(dims as usize), rest.len());
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_node(data));

@@ -3,10 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::Quantizer;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(q) = Quantizer::decode(data) {
-        assert_eq!(q.encode().unwrap(), data);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_quantizer(data));

@@ -3,12 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::Record;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&d, rest)) = data.split_first() else { return };
-    let dims = u32::from(d % 8) + 1;
-    if let Ok(r) = Record::decode(rest, dims) {
-        assert_eq!(r.encode().unwrap(), rest);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_record(data));

@@ -3,10 +3,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prox_engine::proximity::ExternalVector;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(v) = ExternalVector::decode(data) {
-        assert_eq!(v.encode().unwrap(), data);
-    }
-});
+fuzz_target!(|data: &[u8]| prox_fuzz_bodies::proximity_vector(data));

@@ -120,9 +120,25 @@ impl Client {
     /// Encodes one whole request (head and body) for
     /// [`Client::send_prepared`], so a load generator pays for it once.
     pub fn prepare(&self, method: &str, path: &str, body: Option<&[u8]>) -> Vec<u8> {
+        self.prepare_with(method, path, body, &[])
+    }
+
+    fn prepare_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        extra: &[(&str, &str)],
+    ) -> Vec<u8> {
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
         if let Some(t) = &self.token {
             head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        // A name or value holding CR or LF would split the request: skipped.
+        for (n, v) in extra {
+            if !(n.contains(['\r', '\n']) || v.contains(['\r', '\n'])) {
+                head.push_str(&format!("{n}: {v}\r\n"));
+            }
         }
         if let Some(b) = body {
             head.push_str(&format!(
@@ -145,7 +161,18 @@ impl Client {
         path: &str,
         body: Option<&[u8]>,
     ) -> io::Result<Response> {
-        let msg = self.prepare(method, path, body);
+        self.request_with(method, path, body, &[])
+    }
+
+    /// [`Client::request`] with extra request headers (e.g. `If-Match`).
+    pub fn request_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) -> io::Result<Response> {
+        let msg = self.prepare_with(method, path, body, headers);
         let mut headers = Vec::new();
         let mut out = Vec::new();
         let status = self.exchange(&msg, &mut out, &mut |n, v| {

@@ -23,12 +23,15 @@
 //! * [`Server::start`]: binds, serves, refreshes; [`ServerHandle`] stops it.
 //! * [`ApiError`]: every rejection is a JSON body naming the field at
 //!   fault; nothing in a request can panic the server.
+//! * [`bodies`]: the request-body parsers as public functions (fuzzing).
 //! * [`client`]: a tiny blocking HTTP/1.1 client for tests and the load
 //!   generator.
 //!
 //! The endpoints and their JSON are documented in `docs/api.md`.
 
 mod api;
+mod auth;
+pub mod bodies;
 pub mod client;
 mod conn;
 mod error;
@@ -37,6 +40,7 @@ mod metrics;
 mod registry;
 mod server;
 mod snapshot;
+mod writes;
 
 pub use api::{filter_from_json, ApiError};
 pub use error::{Error, Result};

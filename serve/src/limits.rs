@@ -57,7 +57,7 @@ fn bad_host(msg: &str) -> ApiError {
 /// `application/octet-stream` are accepted (parameters such as `charset`
 /// allowed), so a web page cannot send a body without a CORS preflight.
 pub(crate) fn content_type_refused(req: &Request) -> Option<ApiError> {
-    if req.method() != Method::POST {
+    if req.method() != Method::POST && req.method() != Method::PUT {
         return None;
     }
     let ct = req
@@ -75,7 +75,7 @@ pub(crate) fn content_type_refused(req: &Request) -> Option<ApiError> {
         ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "POST bodies must be sent with Content-Type: application/json",
+            "POST and PUT bodies must be sent with Content-Type: application/json",
         )
         .at("content-type"),
     )

@@ -17,12 +17,14 @@
 //! and its answer stay on one thread without cross-worker wake-ups.
 
 use crate::api::{self, ApiError, Limits};
+use crate::auth::{self, Tokens};
 use crate::conn::{self, ConnLimits};
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::metrics::Metrics;
 use crate::registry::{MapRegistry, Refresher, Source};
 use crate::snapshot::Snapshot;
+use crate::writes::{self, Writer};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
@@ -47,6 +49,9 @@ pub struct Config {
     pub addr: SocketAddr,
     /// Bearer token every endpoint but `/healthz` requires, if set.
     pub token: Option<String>,
+    /// Bearer token the write endpoints require; `None` (the default):
+    /// writes are refused with 403. Needs a [`Source::Store`] to write to.
+    pub write_token: Option<String>,
     /// Largest `k` accepted.
     pub max_k: usize,
     /// Search jobs that may wait for a thread beyond those running.
@@ -97,6 +102,7 @@ impl Default for Config {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: None,
+            write_token: None,
             max_k: 1000,
             queue: 256,
             max_in_flight: 1024,
@@ -154,10 +160,21 @@ impl Config {
         if self.connection_threads > 1024 {
             return bad("connection_threads must be <= 1024");
         }
-        match &self.token {
-            Some(t) if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
-                bad("the token must be non-empty without whitespace")
+        let malformed =
+            |t: &str| t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control());
+        if let Some(w) = &self.write_token {
+            if malformed(w) {
+                return bad("the write token must be non-empty without whitespace");
             }
+            if self.token.as_deref() == Some(w.as_str()) {
+                return bad("the write token must differ from the read token");
+            }
+            if !matches!(self.source, Some(Source::Store(_))) {
+                return bad("writes need a writable store (Source::Store)");
+            }
+        }
+        match &self.token {
+            Some(t) if malformed(t) => bad("the token must be non-empty without whitespace"),
             None if !self.addr.ip().is_loopback() => Err(Error::TokenRequired { addr: self.addr }),
             _ => Ok(()),
         }
@@ -165,18 +182,20 @@ impl Config {
 }
 
 /// State shared by every request.
-struct Shared {
-    maps: MapRegistry,
+pub(crate) struct Shared {
+    pub(crate) maps: MapRegistry,
     pool: rayon::ThreadPool,
     metrics: Metrics,
-    limits: Limits,
+    pub(crate) limits: Limits,
     deadline: Duration,
     /// `search_threads + queue`: most jobs admitted at once.
     capacity: i64,
     /// Jobs admitted and not finished (waiting or running).
     pending: AtomicI64,
     max_in_flight: i64,
-    token: Option<String>,
+    tokens: Tokens,
+    /// The write endpoints' state; `None`: writes are off.
+    pub(crate) writer: Option<Writer>,
     allowed_hosts: Vec<String>,
     body_timeout: Duration,
     max_body: usize,
@@ -334,12 +353,14 @@ fn search_error(e: prox_engine::Error, q: &index::Request) -> ApiError {
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
     tracing::error!(%e, "request failed");
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
 }
 
-fn body(b: std::result::Result<Bytes, BytesRejection>) -> std::result::Result<Bytes, ApiError> {
+pub(crate) fn body(
+    b: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Bytes, ApiError> {
     b.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(r.status(), "body_too_large", r.body_text()).at("body")
@@ -349,7 +370,7 @@ fn body(b: std::result::Result<Bytes, BytesRejection>) -> std::result::Result<By
     })
 }
 
-fn micros(t: Instant) -> u64 {
+pub(crate) fn micros(t: Instant) -> u64 {
     t.elapsed().as_micros().min(u64::MAX as u128) as u64
 }
 
@@ -523,40 +544,6 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// Byte-wise comparison whose time does not depend on where they differ.
-fn same_token(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Why `req` may not pass the token check (when a token is set, every
-/// route but `/healthz` needs `Authorization: Bearer <token>`).
-fn unauthorized(st: &Shared, req: &Request) -> Option<ApiError> {
-    let token = st.token.as_ref()?;
-    if req.uri().path() == "/healthz" {
-        return None;
-    }
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if same_token(g.trim().as_bytes(), token.as_bytes()) => None,
-        Some(_) => Some(
-            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "wrong token")
-                .at("authorization"),
-        ),
-        None => Some(
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "missing Authorization: Bearer token",
-            )
-            .at("authorization"),
-        ),
-    }
-}
-
 /// The one layer around every routed request: checks the `Host`, the
 /// token and a POST's content type, reads the body within
 /// [`Config::body_timeout`], then counts the request in flight (503 beyond
@@ -568,14 +555,15 @@ async fn gate(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Respon
     let matched = req.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("other", |m| m.as_str());
     let refused = limits::host_refused(&st.allowed_hosts, &req)
-        .or_else(|| unauthorized(&st, &req))
+        .or_else(|| auth::refused(&st.tokens, &req))
         .or_else(|| limits::content_type_refused(&req));
     if let Some(e) = refused {
         let r = e.into_response();
         st.metrics.observe(route, r.status().as_u16(), t.elapsed());
         return r;
     }
-    let req = if req.method() == axum::http::Method::POST {
+    let req = if req.method() == axum::http::Method::POST || req.method() == axum::http::Method::PUT
+    {
         match limits::read_body(req, st.body_timeout, st.max_body).await {
             Ok(req) => req,
             Err(e) => {
@@ -610,7 +598,12 @@ fn router(st: Arc<Shared>, max_body: usize) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/v1/maps", get(list_maps))
-        .route("/v1/maps/{name}", get(get_map))
+        .route(
+            "/v1/maps/{name}",
+            get(get_map).put(writes::create).delete(writes::drop_map),
+        )
+        .route("/v1/maps/{name}/points:upsert", post(writes::upsert))
+        .route("/v1/maps/{name}/points:delete", post(writes::delete))
         .route("/v1/maps/{name}/search", post(search))
         .route("/v1/maps/{name}/search:batch", post(search_batch))
         .route("/v1/maps/{name}/records/{key}", get(get_record))
@@ -772,7 +765,14 @@ impl Server {
             capacity: (threads + config.queue) as i64,
             pending: AtomicI64::new(0),
             max_in_flight: config.max_in_flight as i64,
-            token: config.token.clone(),
+            tokens: Tokens {
+                read: config.token.clone(),
+                write: config.write_token.clone(),
+            },
+            writer: match (&config.write_token, &config.source) {
+                (Some(_), Some(Source::Store(store))) => Some(Writer::new(store.clone())),
+                _ => None,
+            },
             allowed_hosts: config.allowed_hosts.clone(),
             body_timeout: config.body_timeout,
             max_body: config.max_body,
@@ -926,12 +926,5 @@ mod tests {
             ..Config::default()
         };
         assert!(c.validate().is_err());
-    }
-
-    #[test]
-    fn token_compare() {
-        assert!(same_token(b"abc", b"abc"));
-        assert!(!same_token(b"abc", b"abd"));
-        assert!(!same_token(b"abc", b"abcd"));
     }
 }

@@ -3,7 +3,8 @@
 //! can drive a running daemon (which holds the store's write lock).
 //!
 //! Request: `{"id":1,"op":"pull","peer":"/ip4/…/p2p/…","name":"a","as":"b"}`
-//! (`op` one of `pull`, `push`, `status`, `peers`; `as` optional).
+//! (`op` one of `pull`, `push`, `status`, `peers`; `as` optional; a pull
+//! may add `max_bytes` and `deadline_ms`, its own limits).
 //! Reply: `{"id":1,"ok":true,"result":…}` or `{"id":1,"ok":false,"error":"…"}`.
 //! One request per line, at most [`MAX_LINE`] bytes; requests on one
 //! connection are answered in order. The socket file is created mode 0600
@@ -42,6 +43,14 @@ pub enum Op {
         /// Local root name.
         #[serde(rename = "as", default)]
         local: Option<String>,
+        /// Block bytes this pull may fetch (default: the daemon's
+        /// `limits.pull_max_bytes`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+        /// Deadline of the whole pull in milliseconds (default: the
+        /// daemon's `limits.pull_deadline`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline_ms: Option<u64>,
     },
     /// Ask `peer` to pull our root `name` into its root `as` (default
     /// `name`).
@@ -91,10 +100,20 @@ pub async fn execute<L: Linker>(node: &Node<L>, op: &Op) -> Result<serde_json::V
     let json =
         |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Error::Control(e.to_string()));
     match op {
-        Op::Pull { peer, name, local } => {
+        Op::Pull {
+            peer,
+            name,
+            local,
+            max_bytes,
+            deadline_ms,
+        } => {
             let addr = parse_addr(peer)?;
+            let limits = crate::protocol::limits::PullLimits {
+                max_bytes: *max_bytes,
+                deadline: deadline_ms.map(Duration::from_millis),
+            };
             let r = node
-                .pull(&addr, name, local.as_deref().unwrap_or(name))
+                .pull_with(&addr, name, local.as_deref().unwrap_or(name), limits)
                 .await?;
             json(serde_json::to_value(r))
         }

@@ -144,6 +144,15 @@ pub enum Error {
         /// The deadline.
         seconds: u64,
     },
+    /// The peer answered `BUSY` to the same pull this many times in a row
+    /// (each after a longer pause): it has too many requests in flight.
+    #[error("peer {peer} stayed busy after {attempts} requests")]
+    Busy {
+        /// The peer.
+        peer: PeerId,
+        /// Consecutive `BUSY` answers before the pull gave up.
+        attempts: u32,
+    },
     /// The local node is shutting down or its event loop has stopped.
     #[error("node is shut down")]
     Shutdown,

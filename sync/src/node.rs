@@ -9,7 +9,7 @@ use crate::follow::{FollowState, FollowTable};
 use crate::gate::Gate;
 use crate::links::Linker;
 use crate::pending::{self, PendingPull};
-use crate::protocol::limits::Limits;
+use crate::protocol::limits::{Limits, PullLimits};
 use crate::protocol::messages::{AnnounceOutcome, Request, Response};
 use crate::protocol::BLOCKS_PROTOCOL;
 use crate::server::{Access, ServeCtx};
@@ -165,7 +165,7 @@ impl<L: Linker> Node<L> {
         let access = Arc::new(access_from_config(config)?);
         let limits = config.limits.clone();
         // Nothing stages yet: collect what killed pulls left behind.
-        match pending::collect_staging(&stores, &linker) {
+        match pending::collect_staging(&stores, &linker, false) {
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
             Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
@@ -315,11 +315,15 @@ impl<L: Linker> Node<L> {
                 });
             }
         });
+        let collector = tokio::spawn(collect_staging_every(
+            Arc::downgrade(&node.inner),
+            node.inner.limits.staging_gc_interval,
+        ));
         node.inner
             .tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend([el, acceptor, announcer]);
+            .extend([el, acceptor, announcer, collector]);
         tracing::info!(%peer_id, listen = ?node.inner.listen, "sync node started");
         Ok(node)
     }
@@ -351,15 +355,48 @@ impl<L: Linker> Node<L> {
 
     /// Pulls the peer's root `name` at `addr` into local root `local`.
     pub async fn pull(&self, addr: &Multiaddr, name: &str, local: &str) -> Result<PullReport> {
-        let peer = self.connect(addr).await?;
-        self.pull_inner(peer, Some(addr), name, local, None).await
+        self.pull_with(addr, name, local, PullLimits::default())
+            .await
+    }
+
+    /// [`Node::pull`] with this pull's own byte budget and deadline in
+    /// place of the node's `Limits::pull_max_bytes` / `pull_deadline`. The
+    /// deadline covers the whole pull: dial, root exchange, fetch and
+    /// publication.
+    pub async fn pull_with(
+        &self,
+        addr: &Multiaddr,
+        name: &str,
+        local: &str,
+        limits: PullLimits,
+    ) -> Result<PullReport> {
+        limits.validate().map_err(Error::Config)?;
+        let bounds = self.bounds(limits);
+        let peer = tokio::time::timeout_at(bounds.until, self.connect(addr))
+            .await
+            .map_err(|_| bounds.expired(None))??;
+        self.pull_inner(peer, Some(addr), name, local, None, bounds)
+            .await
+    }
+
+    /// The node's per-pull limits with `over` applied, the deadline
+    /// starting now.
+    fn bounds(&self, over: PullLimits) -> PullBounds {
+        let limits = &self.inner.limits;
+        let deadline = over.deadline.unwrap_or(limits.pull_deadline);
+        PullBounds {
+            max_bytes: over.max_bytes.unwrap_or(limits.pull_max_bytes),
+            deadline,
+            until: tokio::time::Instant::now() + deadline,
+        }
     }
 
     /// Pulls root `name` of a connected `peer` into local root `local`:
     /// fetches the missing part of the closure, then compare-and-swaps the
     /// local root against the value it had when the pull started.
     pub async fn pull_from(&self, peer: PeerId, name: &str, local: &str) -> Result<PullReport> {
-        self.pull_inner(peer, None, name, local, None).await
+        let bounds = self.bounds(PullLimits::default());
+        self.pull_inner(peer, None, name, local, None, bounds).await
     }
 
     /// The pull. `known` is the remote value (and bulk offer) when the
@@ -371,6 +408,7 @@ impl<L: Linker> Node<L> {
         name: &str,
         local: &str,
         known: Option<(bytes::Bytes, bool)>,
+        bounds: PullBounds,
     ) -> Result<PullReport> {
         prox_engine::store::validate_root_name(name)?;
         prox_engine::store::validate_root_name(local)?;
@@ -385,15 +423,15 @@ impl<L: Linker> Node<L> {
                 bulk,
             },
             None => {
-                inner
-                    .client
-                    .request(
-                        peer,
-                        Request::GetRoot {
-                            name: name.to_string(),
-                        },
-                    )
-                    .await?
+                let ask = inner.client.request(
+                    peer,
+                    Request::GetRoot {
+                        name: name.to_string(),
+                    },
+                );
+                tokio::time::timeout_at(bounds.until, ask)
+                    .await
+                    .map_err(|_| bounds.expired(Some(peer)))??
             }
         };
         let (value, bulk_offered) = match answer {
@@ -445,16 +483,25 @@ impl<L: Linker> Node<L> {
             .gate
             .run(move || Ok(pending::record(&stores, &record)?))
             .await?;
-        let deadline = inner.limits.pull_deadline;
-        let result = tokio::time::timeout(
-            deadline,
-            self.fetch_and_publish(peer, name, local, value, bulk_offered, expected, start),
+        let limits = Limits {
+            pull_max_bytes: bounds.max_bytes,
+            ..inner.limits.clone()
+        };
+        let result = tokio::time::timeout_at(
+            bounds.until,
+            self.fetch_and_publish(
+                peer,
+                name,
+                local,
+                value,
+                bulk_offered,
+                expected,
+                start,
+                &limits,
+            ),
         )
         .await
-        .unwrap_or(Err(Error::PullDeadline {
-            peer,
-            seconds: deadline.as_secs(),
-        }));
+        .unwrap_or_else(|_| Err(bounds.expired(Some(peer))));
         // Keep the record only when a retry can finish the job (network,
         // timeout, shutdown); drop it when the outcome is final.
         let finished = match &result {
@@ -488,6 +535,7 @@ impl<L: Linker> Node<L> {
         bulk_offered: bool,
         expected: Option<bytes::Bytes>,
         start: Instant,
+        limits: &Limits,
     ) -> Result<PullReport> {
         let inner = &self.inner;
         let linker = inner.linker.clone();
@@ -532,7 +580,7 @@ impl<L: Linker> Node<L> {
                     }
                     Err(e) => return Err(Error::network(peer, e)),
                 };
-                match session::drive(planner, stream, &inner.limits, bulk.clone()).await {
+                match session::drive(planner, stream, limits, bulk.clone()).await {
                     Ok(p) => break p,
                     // The server dropped the stream before answering (its
                     // accept loop lagged): nothing was applied, try a fresh
@@ -720,7 +768,10 @@ impl<L: Linker> Node<L> {
             }
             Err(e) => return Err(e),
         };
-        let report = self.pull_inner(peer, Some(addr), name, name, known).await?;
+        let bounds = self.bounds(PullLimits::default());
+        let report = self
+            .pull_inner(peer, Some(addr), name, name, known, bounds)
+            .await?;
         Ok((!report.up_to_date).then_some(report))
     }
 
@@ -820,6 +871,59 @@ impl<L: Linker> Node<L> {
 }
 
 /// Registers a running pull for `status` while alive.
+/// Collects staging no pending-sync record can use every `interval` while
+/// the node runs (staged blocks of pulls that failed for good), skipping a
+/// round while any pull runs. The list of running pulls stays locked
+/// during the collection, so no pull starts (and walks staging) meanwhile.
+async fn collect_staging_every<L: Linker>(inner: std::sync::Weak<Inner<L>>, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(node) = inner.upgrade() else { break };
+        let job = node.clone();
+        let collected = node
+            .gate
+            .run(move || {
+                let running = job.pulls.lock().unwrap_or_else(|e| e.into_inner());
+                if !running.is_empty() {
+                    return Ok(0);
+                }
+                Ok(pending::collect_staging(&job.stores, &*job.linker, false)?)
+            })
+            .await;
+        match collected {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
+            Err(Error::Shutdown) => break,
+            Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
+        }
+    }
+}
+
+/// The per-pull limits in force for one pull.
+#[derive(Debug, Clone, Copy)]
+struct PullBounds {
+    max_bytes: u64,
+    deadline: Duration,
+    /// When the whole pull must have finished.
+    until: tokio::time::Instant,
+}
+
+impl PullBounds {
+    /// The error of a pull past its deadline (`peer` unknown while dialing).
+    fn expired(&self, peer: Option<PeerId>) -> Error {
+        match peer {
+            Some(peer) => Error::PullDeadline {
+                peer,
+                seconds: self.deadline.as_secs(),
+            },
+            None => Error::Timeout {
+                what: "dialing the peer within the pull's deadline".into(),
+                seconds: self.deadline.as_secs(),
+            },
+        }
+    }
+}
+
 struct PullGuard<'a> {
     list: &'a std::sync::Mutex<Vec<String>>,
     name: String,

@@ -87,12 +87,18 @@ pub(crate) fn now_unix() -> u64 {
 
 /// Removes staged blocks no pending-sync record can use: everything not
 /// reachable, through staged blocks only, from the target of a record.
-/// Run at node start-up, before any pull can stage; staging of pulls that
-/// were killed after their record was cleared (or whose record was
-/// replaced) is collected here. Returns the number of blocks removed.
-pub(crate) fn collect_staging<L: crate::links::Linker>(
+/// A node runs it at start-up and every `Limits::staging_gc_interval`
+/// while no pull runs (a pull that failed for good leaves staged blocks
+/// no record names); `prox gc` runs it on the store's staging. A running
+/// pull is safe: it records its target before staging anything, every
+/// block it stages hangs below a staged parent or that target, and the
+/// staging lock keeps its puts out between listing and retaining. With
+/// `dry_run` nothing is removed.
+/// Returns the number of blocks removed (or that would be).
+pub fn collect_staging<L: crate::links::Linker>(
     stores: &Stores,
     linker: &L,
+    dry_run: bool,
 ) -> Result<usize> {
     let _lock = stores.lock_staging();
     let staged = stores.staging.cids()?;
@@ -117,7 +123,7 @@ pub(crate) fn collect_staging<L: crate::links::Linker>(
         }
     }
     let removed = staged.len() - keep.len();
-    if removed > 0 {
+    if removed > 0 && !dry_run {
         stores.staging.retain(&keep)?;
         stores.staging.commit()?;
     }

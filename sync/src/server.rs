@@ -73,6 +73,8 @@ pub(crate) struct ServeCtx<L: Linker> {
     /// outlives `Node::shutdown`.
     gate: crate::gate::Gate,
     sessions: Mutex<HashMap<PeerId, PeerSessions>>,
+    /// Block requests in flight for all peers (`Limits::requests_total`).
+    requests: Arc<tokio::sync::Semaphore>,
 }
 
 /// What one peer holds on this server.
@@ -81,6 +83,8 @@ struct PeerSessions {
     open: usize,
     /// Its in-flight byte budget, in KiB permits.
     bytes: Arc<tokio::sync::Semaphore>,
+    /// Its block requests in flight (`Limits::requests_per_peer`).
+    requests: Arc<tokio::sync::Semaphore>,
 }
 
 impl<L: Linker> ServeCtx<L> {
@@ -95,9 +99,10 @@ impl<L: Linker> ServeCtx<L> {
             linker,
             store,
             access,
-            limits,
             gate,
             sessions: Mutex::new(HashMap::new()),
+            requests: Arc::new(tokio::sync::Semaphore::new(limits.requests_total as usize)),
+            limits,
         }
     }
 
@@ -120,15 +125,30 @@ impl<L: Linker> ServeCtx<L> {
             return Err(RefusedCode::Busy);
         }
         let kib = self.peer_budget_kib();
+        let per_peer = self.limits.requests_per_peer as usize;
         let entry = s.entry(peer).or_insert_with(|| PeerSessions {
             open: 0,
             bytes: Arc::new(tokio::sync::Semaphore::new(kib as usize)),
+            requests: Arc::new(tokio::sync::Semaphore::new(per_peer)),
         });
         entry.open += 1;
         Ok(SessionSlot {
             ctx: self,
             peer,
             bytes: entry.bytes.clone(),
+            requests: entry.requests.clone(),
+        })
+    }
+
+    /// Claims one block request of `slot`'s peer and one of the node, or
+    /// `None` when either cap is reached (the request is answered `BUSY`).
+    /// The claim is held until the answer is written.
+    fn claim_request(&self, slot: &SessionSlot<'_, L>) -> Option<RequestClaim> {
+        let peer = slot.requests.clone().try_acquire_owned().ok()?;
+        let node = self.requests.clone().try_acquire_owned().ok()?;
+        Some(RequestClaim {
+            _peer: peer,
+            _node: node,
         })
     }
 
@@ -143,6 +163,15 @@ struct SessionSlot<'a, L: Linker> {
     peer: PeerId,
     /// The peer's in-flight byte budget, shared by its sessions.
     bytes: Arc<tokio::sync::Semaphore>,
+    /// The peer's block requests in flight, shared by its sessions.
+    requests: Arc<tokio::sync::Semaphore>,
+}
+
+/// One block request counted against the peer's and the node's caps until
+/// its answer is written.
+struct RequestClaim {
+    _peer: tokio::sync::OwnedSemaphorePermit,
+    _node: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl<L: Linker> Drop for SessionSlot<'_, L> {
@@ -221,6 +250,16 @@ where
                         break;
                     }
                 };
+            let batch_id = match &frame {
+                ClientFrame::Want { batch, .. } | ClientFrame::WantClosure { batch, .. } => *batch,
+            };
+            let Some(claim) = ctx.claim_request(&slot) else {
+                tracing::debug!(%peer, batch = batch_id, "too many block requests in flight; BUSY");
+                if tx.send(Job::Busy(batch_id)).await.is_err() {
+                    break;
+                }
+                continue;
+            };
             let job = match frame {
                 ClientFrame::Want {
                     batch,
@@ -254,7 +293,7 @@ where
                     {
                         Ok(mut frames) => {
                             frames.push(ServerFrame::Done { batch });
-                            Job::Frames(frames, permit)
+                            Job::Frames(frames, permit, claim)
                         }
                         // Node shutting down (or the job failed): end the session.
                         Err(_) => break,
@@ -270,6 +309,7 @@ where
                     max_bytes,
                     value_cid,
                     name,
+                    _claim: claim,
                 },
             };
             if tx.send(job).await.is_err() {
@@ -281,14 +321,21 @@ where
     let write = async {
         while let Some(job) = rx.recv().await {
             let ok = match job {
-                Job::Frames(frames, _permit) => {
+                Job::Frames(frames, _permit, _claim) => {
                     write_frames(&mut writer, &frames).await.is_ok() && writer.flush().await.is_ok()
+                }
+                Job::Busy(batch) => {
+                    write_frames(&mut writer, &[ServerFrame::Busy { batch }])
+                        .await
+                        .is_ok()
+                        && writer.flush().await.is_ok()
                 }
                 Job::Closure {
                     batch,
                     max_bytes,
                     value_cid,
                     name,
+                    _claim,
                 } => stream_closure(&ctx, peer, &mut writer, batch, max_bytes, value_cid, name)
                     .await
                     .is_ok(),
@@ -307,14 +354,21 @@ where
 /// Work for the writer half of a block session, in request order.
 enum Job {
     /// A whole `WANT` answer, `DONE` included, with the share of the
-    /// peer's byte budget it holds until written.
-    Frames(Vec<ServerFrame>, tokio::sync::OwnedSemaphorePermit),
+    /// peer's byte budget and the request claim it holds until written.
+    Frames(
+        Vec<ServerFrame>,
+        tokio::sync::OwnedSemaphorePermit,
+        RequestClaim,
+    ),
+    /// A request not served: too many in flight.
+    Busy(u32),
     /// A `WANT_CLOSURE` to stream.
     Closure {
         batch: u32,
         max_bytes: u64,
         value_cid: Cid,
         name: String,
+        _claim: RequestClaim,
     },
 }
 

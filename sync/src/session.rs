@@ -18,6 +18,7 @@
 use crate::error::{Error, Result, Violation};
 use crate::gate::Gate;
 use crate::links::Linker;
+use crate::pacing::{batch_len, busy_pause, MAX_BUSY};
 use crate::protocol::frames::{ClientFrame, ClosureStatus, ReadError, RefusedCode, ServerFrame};
 use crate::protocol::limits::Limits;
 use crate::stores::Stores;
@@ -52,6 +53,8 @@ pub struct PullReport {
     pub seconds: f64,
     /// Whether the bulk (whole-closure) path was used.
     pub bulk: bool,
+    /// Requests the server answered `BUSY` (each asked again after a pause).
+    pub busy: u64,
     /// True when the local root already had this value.
     pub up_to_date: bool,
 }
@@ -588,23 +591,17 @@ impl<L: Linker> WantPlanner<L> {
     }
 }
 
-/// CIDs per `WANT` given the last answered batch (`blocks` blocks of
-/// `bytes` bytes): as many mean-sized blocks as fit `budget`, within
-/// `1..=max`; `max` before any answer.
-fn batch_len(max: usize, budget: u32, blocks: u64, bytes: u64) -> usize {
-    if blocks == 0 {
-        return max.max(1);
-    }
-    let mean = (bytes / blocks).max(1);
-    ((u64::from(budget) / mean) as usize).clamp(1, max.max(1))
-}
-
 /// A batch of frames as grouped by the reader task.
 enum Group {
-    Batch { id: u32, frames: Vec<ServerFrame> },
+    Batch {
+        id: u32,
+        frames: Vec<ServerFrame>,
+    },
     Closure(Vec<(Cid, Bytes)>),
     ClosureEnd(ClosureStatus),
     Refused(RefusedCode),
+    /// The request `id` was not served (too many in flight on the server).
+    Busy(u32),
 }
 
 /// Reads frames and groups them into whole `WANT` answers or closure chunks,
@@ -672,6 +669,17 @@ async fn read_groups<R: AsyncRead + Unpin>(
                 Some(Group::ClosureEnd(status))
             }
             ServerFrame::Refused(code) => Some(Group::Refused(code)),
+            ServerFrame::Busy { batch } => {
+                if !frames.is_empty() || !chunk.is_empty() {
+                    let _ = out
+                        .send(Err(ReadError::Violation(Violation::Protocol(
+                            "BUSY inside an answer".into(),
+                        ))))
+                        .await;
+                    return;
+                }
+                Some(Group::Busy(batch))
+            }
             f => {
                 bytes += f.payload().map_or(0, |p| p.len() as u64);
                 frames.push(f);
@@ -797,6 +805,12 @@ where
                         break;
                     }
                     Group::Refused(code) => return Err(refused(peer, code)),
+                    Group::Busy(_) => {
+                        // The bulk request was not served: fetch with WANTs.
+                        tracing::debug!(%peer, "closure request answered BUSY");
+                        refused_bulk = 1;
+                        break;
+                    }
                     Group::Batch { .. } => {
                         return Err(Error::Misbehaving {
                             peer,
@@ -810,8 +824,13 @@ where
             let p = planner_mut(&mut slot)?;
             p.report.round_trips = p.report.round_trips.max(1);
         }
+        // Requests the server answered BUSY in a row, and the window of
+        // batches in flight: a BUSY narrows it by one, an answer widens it
+        // back, so concurrent sessions to one server share its request cap.
+        let mut busy_streak = 0u32;
+        let mut window = limits.inflight_batches as usize;
         while !planner_mut(&mut slot)?.done() {
-            while inflight.len() < limits.inflight_batches as usize {
+            while inflight.len() < window {
                 let flush = inflight.is_empty();
                 let p = planner_mut(&mut slot)?;
                 let len = p.batch_len(limits.want_cids as usize, limits.batch_bytes);
@@ -840,8 +859,24 @@ where
             answered = true;
             match (group, inflight.pop_front()) {
                 (Group::Batch { id, frames }, Some(batch)) if id == expected => {
+                    busy_streak = 0;
+                    window = (window + 1).min(limits.inflight_batches as usize);
                     step(&mut slot, move |p| p.on_batch(batch, frames)).await?;
                     within_budget(&mut slot, limits)?;
+                }
+                (Group::Busy(id), Some(batch)) if id == expected => {
+                    let p = planner_mut(&mut slot)?;
+                    p.requeue(batch);
+                    p.report.busy += 1;
+                    busy_streak += 1;
+                    if busy_streak > MAX_BUSY {
+                        return Err(Error::Busy {
+                            peer,
+                            attempts: busy_streak,
+                        });
+                    }
+                    window = window.saturating_sub(1).max(1);
+                    tokio::time::sleep(busy_pause(busy_streak)).await;
                 }
                 (Group::Refused(code), _) => return Err(refused(peer, code)),
                 _ => {

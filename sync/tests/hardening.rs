@@ -1,5 +1,8 @@
-//! Hostile and careless setups of the sync daemon: a node started without
-//! an allowlist and without `open` serves nobody.
+//! Hostile and careless setups of the sync daemon, over real loopback
+//! connections: a node started without an allowlist and without `open`
+//! serves nobody; free identities cannot take every session; a peer that
+//! never reads loses its session; a server that only defers or is always
+//! busy cannot keep a pull looping; pulls stay within their own limits.
 
 use prox_engine::store::MemStore;
 use prox_sync::{Config, Node, RefsLinker, Stores};
@@ -89,6 +92,35 @@ impl Squatter {
             }
         });
         Squatter { control, task }
+    }
+
+    /// Opens a block stream and sends `n` `WANT`s for `cid` without ever
+    /// reading the answers; returns the stream (kept open).
+    async fn flood(
+        &mut self,
+        peer: libp2p::PeerId,
+        cid: prox_engine::Cid,
+        n: u32,
+    ) -> libp2p::Stream {
+        use futures::AsyncWriteExt;
+        let mut stream = self
+            .control
+            .open_stream(peer, prox_sync::protocol::BLOCKS_PROTOCOL)
+            .await
+            .expect("block stream opens");
+        let mut buf = Vec::new();
+        for batch in 0..n {
+            prox_sync::protocol::frames::ClientFrame::Want {
+                batch,
+                max_bytes: 4 << 20,
+                cids: vec![cid],
+            }
+            .encode(&mut buf)
+            .unwrap();
+        }
+        stream.write_all(&buf).await.unwrap();
+        stream.flush().await.unwrap();
+        stream
     }
 
     /// Opens a block stream and reports whether the server kept it (no
@@ -245,51 +277,418 @@ impl prox_sync::Linker for SlowLinker {
     }
 }
 
+/// Stages what a killed pull leaves in `stores`: the closure of "docs"
+/// under a pending-sync record, plus a block whose pull left no record.
+/// Returns the stray block and the CIDs of the record's closure.
+fn stage_pending_and_stray(stores: &Stores) -> (prox_engine::Cid, Vec<prox_engine::Cid>) {
+    let src = source();
+    let target = src.main.root("docs").unwrap().unwrap();
+    let closure = src.main.cids().unwrap();
+    for cid in &closure {
+        let block = src.main.get(cid).unwrap().unwrap();
+        stores.staging.put(&block).unwrap();
+    }
+    let record = prox_sync::pending::PendingPull {
+        local: "docs".into(),
+        name: "docs".into(),
+        peer: libp2p::identity::Keypair::generate_ed25519()
+            .public()
+            .to_peer_id()
+            .to_string(),
+        addr: None,
+        target: hex::encode(&target),
+        expected: None,
+        started_unix: 0,
+    };
+    stores
+        .staging
+        .set_root(
+            "pending-sync:docs",
+            Some(&serde_json::to_vec(&record).unwrap()),
+        )
+        .unwrap();
+    let stray = stores
+        .staging
+        .put(b"left by a pull without a record")
+        .unwrap();
+    (stray, closure)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staging_no_pending_record_can_use_is_collected_at_start() {
     tokio::time::timeout(Duration::from_secs(60), async {
-        // Staging as a killed pull leaves it: the closure of "docs" under
-        // a pending-sync record, plus a block whose pull left no record.
-        let src = source();
-        let target = src.main.root("docs").unwrap().unwrap();
         let stores = mem_stores();
-        for cid in src.main.cids().unwrap() {
-            let block = src.main.get(&cid).unwrap().unwrap();
-            stores.staging.put(&block).unwrap();
-        }
-        let record = prox_sync::pending::PendingPull {
-            local: "docs".into(),
-            name: "docs".into(),
-            peer: libp2p::identity::Keypair::generate_ed25519()
-                .public()
-                .to_peer_id()
-                .to_string(),
-            addr: None,
-            target: hex::encode(&target),
-            expected: None,
-            started_unix: 0,
-        };
-        stores
-            .staging
-            .set_root(
-                "pending-sync:docs",
-                Some(&serde_json::to_vec(&record).unwrap()),
-            )
-            .unwrap();
-        let stray = stores
-            .staging
-            .put(b"left by a pull without a record")
-            .unwrap();
+        let (stray, closure) = stage_pending_and_stray(&stores);
         let before = stores.staging.cids().unwrap().len();
         let node = start(false, stores.clone()).await;
         let after: std::collections::HashSet<_> =
             stores.staging.cids().unwrap().into_iter().collect();
         assert!(!after.contains(&stray), "abandoned block collected");
         assert_eq!(after.len(), before - 1, "the record's staged closure stays");
-        for cid in src.main.cids().unwrap() {
-            assert!(after.contains(&cid), "{cid:?} of the pending pull kept");
+        for cid in &closure {
+            assert!(after.contains(cid), "{cid:?} of the pending pull kept");
         }
         node.shutdown().await;
+    })
+    .await
+    .expect("bounded");
+}
+
+/// While a node runs, staging no record can use (a pull that failed for
+/// good leaves such blocks) is collected every `staging_gc_interval`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_no_pending_record_can_use_is_collected_while_the_node_runs() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let stores = mem_stores();
+        let limits = prox_sync::Limits {
+            staging_gc_interval: Duration::from_millis(200),
+            ..Default::default()
+        };
+        let node = start_with(limits, stores.clone()).await;
+        // Staged after start-up: only the running collection can take it.
+        let (stray, closure) = stage_pending_and_stray(&stores);
+        let mut gone = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if !stores.staging.has(&stray).unwrap() {
+                gone = true;
+                break;
+            }
+        }
+        assert!(gone, "abandoned block collected while the node runs");
+        for cid in &closure {
+            assert!(
+                stores.staging.has(cid).unwrap(),
+                "{cid:?} of the pending pull kept"
+            );
+        }
+        node.shutdown().await;
+    })
+    .await
+    .expect("bounded");
+}
+
+/// A peer that asks for blocks and never reads the answers: the serving
+/// side's writes stall, and the write timeout (the idle timeout) ends the
+/// session and frees its slot. Before block sessions timed out on writes,
+/// the slot stayed taken for as long as the peer kept the stream open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_loses_its_session_to_the_write_timeout() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let stores = mem_stores();
+        let big = stores.main.put(&vec![7u8; 1 << 20]).unwrap();
+        let mut cfg = Config {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+            open: true,
+            ..Config::default()
+        };
+        cfg.limits.idle_timeout = Duration::from_secs(3);
+        cfg.limits.sessions_per_peer = 1;
+        let key = libp2p::identity::Keypair::generate_ed25519();
+        let src = Node::start(&cfg, key, stores, RefsLinker).await.unwrap();
+        let mut s = Squatter::connect(&addr(&src)).await;
+        // 16 MiB of answers; the peer reads none of them.
+        let _flooded = s.flood(src.peer_id(), big, 16).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut held = Vec::new();
+        assert!(
+            !s.squat(src.peer_id(), &mut held).await,
+            "the stalled session holds the peer's only slot"
+        );
+        let started = std::time::Instant::now();
+        let mut freed = false;
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if s.squat(src.peer_id(), &mut held).await {
+                freed = true;
+                break;
+            }
+        }
+        assert!(
+            freed,
+            "slot still taken {:?} after the flood",
+            started.elapsed()
+        );
+        s.task.abort();
+        src.shutdown().await;
+    })
+    .await
+    .expect("bounded");
+}
+
+/// How the fake server answers every `WANT`.
+#[derive(Debug, Clone, Copy)]
+enum FakeAnswer {
+    /// `DEFER` for every CID, then `DONE`.
+    DeferAll,
+    /// `BUSY`.
+    Busy,
+}
+
+#[derive(libp2p::swarm::NetworkBehaviour)]
+struct FakeBehaviour {
+    ctl: libp2p::request_response::Behaviour<prox_sync::protocol::codec::CtlCodec>,
+    streams: libp2p_stream::Behaviour,
+}
+
+/// A hostile server speaking both protocols: it answers `GetRoot` with the
+/// value of [`source`]'s root "docs" and every `WANT` as `answer` says.
+/// Returns its address (with `/p2p/<id>`) and the task running it.
+async fn fake_server(answer: FakeAnswer) -> (libp2p::Multiaddr, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use libp2p::request_response::{self, ProtocolSupport};
+    use libp2p::swarm::SwarmEvent;
+    let value = source().main.root("docs").unwrap().unwrap();
+    let mut swarm =
+        libp2p::SwarmBuilder::with_existing_identity(libp2p::identity::Keypair::generate_ed25519())
+            .with_tokio()
+            .with_tcp(
+                libp2p::tcp::Config::default(),
+                libp2p::noise::Config::new,
+                libp2p::yamux::Config::default,
+            )
+            .unwrap()
+            .with_behaviour(|_| FakeBehaviour {
+                ctl: request_response::Behaviour::with_codec(
+                    prox_sync::protocol::codec::CtlCodec::default(),
+                    [(prox_sync::protocol::CTL_PROTOCOL, ProtocolSupport::Full)],
+                    request_response::Config::default(),
+                ),
+                streams: libp2p_stream::Behaviour::new(),
+            })
+            .unwrap()
+            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+            .build();
+    swarm
+        .listen_on("/ip4/127.0.0.1/tcp/0".parse().unwrap())
+        .unwrap();
+    let listen = loop {
+        if let SwarmEvent::NewListenAddr { address, .. } = swarm.select_next_some().await {
+            break address;
+        }
+    };
+    let me = *swarm.local_peer_id();
+    let mut incoming = swarm
+        .behaviour()
+        .streams
+        .new_control()
+        .accept(prox_sync::protocol::BLOCKS_PROTOCOL)
+        .unwrap();
+    let task = tokio::spawn(async move {
+        use prox_sync::protocol::messages::{ErrorCode, Request, Response};
+        loop {
+            tokio::select! {
+                ev = swarm.select_next_some() => {
+                    if let SwarmEvent::Behaviour(FakeBehaviourEvent::Ctl(
+                        request_response::Event::Message {
+                            message: request_response::Message::Request { request, channel, .. },
+                            ..
+                        },
+                    )) = ev
+                    {
+                        let response = match request {
+                            Request::GetRoot { .. } => Response::Root {
+                                value: Some(serde_bytes::ByteBuf::from(value.to_vec())),
+                                bulk: false,
+                            },
+                            _ => Response::Error {
+                                code: ErrorCode::BadRequest,
+                                message: "fake server".into(),
+                            },
+                        };
+                        let _ = swarm.behaviour_mut().ctl.send_response(channel, response);
+                    }
+                }
+                Some((_, stream)) = incoming.next() => {
+                    tokio::spawn(answer_wants(stream, answer));
+                }
+            }
+        }
+    });
+    (listen.with(libp2p::multiaddr::Protocol::P2p(me)), task)
+}
+
+/// Answers every `WANT` on `stream` as `answer` says, until it closes.
+async fn answer_wants(mut stream: libp2p::Stream, answer: FakeAnswer) {
+    use futures::AsyncWriteExt;
+    use prox_sync::protocol::frames::{ClientFrame, ServerFrame};
+    while let Ok(Some(ClientFrame::Want { batch, cids, .. })) = ClientFrame::read(&mut stream).await
+    {
+        let frames = match answer {
+            FakeAnswer::DeferAll => cids
+                .iter()
+                .map(|_| ServerFrame::Defer)
+                .chain([ServerFrame::Done { batch }])
+                .collect(),
+            FakeAnswer::Busy => vec![ServerFrame::Busy { batch }],
+        };
+        let mut buf = Vec::new();
+        for f in &frames {
+            f.encode_header(&mut buf);
+        }
+        if stream.write_all(&buf).await.is_err() || stream.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A server answering every `WANT` with `DEFER` only: the pull fails with
+/// a typed protocol violation at the first such answer instead of asking
+/// again forever, and nothing is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_deferring_every_want_ends_the_pull_with_a_violation() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (target, fake) = fake_server(FakeAnswer::DeferAll).await;
+        let dst = mem_stores();
+        let puller = start(false, dst.clone()).await;
+        let err = puller.pull(&target, "docs", "docs").await.unwrap_err();
+        assert!(matches!(err, prox_sync::Error::Misbehaving { .. }), "{err}");
+        assert!(err.to_string().contains("DEFER"), "{err}");
+        assert!(dst.main.root("docs").unwrap().is_none());
+        puller.shutdown().await;
+        fake.abort();
+    })
+    .await
+    .expect("a pull from a deferring server ends in bounded time");
+}
+
+/// A server answering every `WANT` with `BUSY`: the puller asks again
+/// after growing pauses, a bounded number of times, then fails with the
+/// typed `Busy` error; nothing is published and the pending record stays
+/// for a later retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stays_busy_ends_the_pull_with_a_typed_error() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (target, fake) = fake_server(FakeAnswer::Busy).await;
+        let dst = mem_stores();
+        let puller = start(false, dst.clone()).await;
+        let err = puller.pull(&target, "docs", "docs").await.unwrap_err();
+        assert!(
+            matches!(err, prox_sync::Error::Busy { attempts, .. } if attempts > 1),
+            "{err}"
+        );
+        assert!(dst.main.root("docs").unwrap().is_none());
+        assert_eq!(prox_sync::pending::list(&dst).unwrap().len(), 1);
+        puller.shutdown().await;
+        fake.abort();
+    })
+    .await
+    .expect("a pull from a busy server ends in bounded time");
+}
+
+/// A source with root "docs": a prolly tree of `n` entries.
+fn big_source(n: u32) -> Stores {
+    let s = mem_stores();
+    let cfg = prox_engine::prolly::Config::default();
+    let kv = (0..n)
+        .map(|i| (format!("k{i:06}").into_bytes(), vec![(i % 251) as u8; 64]))
+        .collect();
+    let root = prox_engine::prolly::build(&*s.main, &cfg, kv).unwrap();
+    let m = prox_engine::manifest::RootManifest::new(root, cfg).encode();
+    s.main.set_root("docs", Some(&m)).unwrap();
+    s
+}
+
+/// Block requests in flight are capped per peer and per node: a puller
+/// pipelining more `WANT`s than the server allows gets `BUSY` for the
+/// excess, narrows its window, asks again, and finishes with the whole
+/// closure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_the_per_peer_or_node_cap_are_answered_busy_and_retried() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        for (per_peer, total) in [(1u16, 64u16), (4, 1)] {
+            let src_stores = big_source(20_000);
+            let mut cfg = Config {
+                listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
+                open: true,
+                ..Config::default()
+            };
+            cfg.limits.requests_per_peer = per_peer;
+            cfg.limits.requests_total = total;
+            let key = libp2p::identity::Keypair::generate_ed25519();
+            let src = Node::start(&cfg, key, src_stores.clone(), RefsLinker)
+                .await
+                .unwrap();
+            let dst = mem_stores();
+            let limits = prox_sync::Limits {
+                want_cids: 4,
+                inflight_batches: 8,
+                ..Default::default()
+            };
+            let puller = start_with(limits, dst.clone()).await;
+            let report = puller.pull(&addr(&src), "docs", "docs").await.unwrap();
+            assert!(
+                report.busy > 0,
+                "cap {per_peer}/{total}: no BUSY answer in {report:?}"
+            );
+            assert_eq!(
+                dst.main.root("docs").unwrap(),
+                src_stores.main.root("docs").unwrap()
+            );
+            assert_eq!(
+                report.blocks_fetched as usize,
+                src_stores.main.cids().unwrap().len()
+            );
+            src.shutdown().await;
+            puller.shutdown().await;
+        }
+    })
+    .await
+    .expect("bounded");
+}
+
+/// `Node::pull_with` overrides the node's per-pull limits for one pull,
+/// and its deadline covers the whole pull (dial included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_with_its_own_limits_stops_at_them() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let src = start(true, source()).await;
+        let dst = mem_stores();
+        let puller = start(false, dst.clone()).await;
+        let tiny = prox_sync::PullLimits {
+            max_bytes: Some(1),
+            ..Default::default()
+        };
+        let err = puller
+            .pull_with(&addr(&src), "docs", "docs", tiny)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, prox_sync::Error::PullTooLarge { max: 1, .. }),
+            "{err}"
+        );
+        // A deadline shorter than a loopback dial: it stops the dial.
+        let instant = prox_sync::PullLimits {
+            deadline: Some(Duration::from_micros(1)),
+            ..Default::default()
+        };
+        let other = start(true, source()).await;
+        let err = puller
+            .pull_with(&addr(&other), "docs", "docs", instant)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("deadline"), "{err}");
+        assert!(dst.main.root("docs").unwrap().is_none());
+        let zero = prox_sync::PullLimits {
+            max_bytes: Some(0),
+            ..Default::default()
+        };
+        assert!(matches!(
+            puller.pull_with(&addr(&src), "docs", "docs", zero).await,
+            Err(prox_sync::Error::Config(_))
+        ));
+        let roomy = prox_sync::PullLimits {
+            max_bytes: Some(1 << 30),
+            deadline: Some(Duration::from_secs(30)),
+        };
+        puller
+            .pull_with(&addr(&src), "docs", "docs", roomy)
+            .await
+            .unwrap();
+        assert!(dst.main.root("docs").unwrap().is_some());
+        for n in [src, other, puller] {
+            n.shutdown().await;
+        }
     })
     .await
     .expect("bounded");

@@ -7,9 +7,9 @@
 //! Every test is bounded by a timeout; randomness is seeded (PROX_SEED).
 
 use prox_engine::{BlockStore, Cid, MemStore};
-use prox_sync::{Config, Error, Node, Stores, Violation};
+use prox_sync::{Config, Error, Linker, Node, Stores, Violation};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
@@ -125,6 +125,8 @@ mod support {
     pub(crate) trait Hook: Send + Sync {
         /// Runs before every store operation, with its name.
         fn before(&self, _op: &'static str) {}
+        /// Runs after `cids` listed and after each put stored.
+        fn after(&self, _op: &'static str) {}
         /// Sees every block read (through `get` or `get_many`) and may
         /// change what the caller gets.
         fn read(&self, _cid: &Cid, block: Option<Bytes>) -> Option<Bytes> {
@@ -156,15 +158,21 @@ mod support {
         }
         fn put(&self, data: &[u8]) -> Result<Cid> {
             self.hook.before("put");
-            self.inner.put(data)
+            let c = self.inner.put(data)?;
+            self.hook.after("put");
+            Ok(c)
         }
         fn put_many(&self, blocks: &[&[u8]]) -> Result<Vec<Cid>> {
             self.hook.before("put_many");
-            self.inner.put_many(blocks)
+            let c = self.inner.put_many(blocks)?;
+            self.hook.after("put_many");
+            Ok(c)
         }
         fn put_verified_many(&self, blocks: &[prox_engine::store::Verified]) -> Result<()> {
             self.hook.before("put_verified_many");
-            self.inner.put_verified_many(blocks)
+            self.inner.put_verified_many(blocks)?;
+            self.hook.after("put_verified_many");
+            Ok(())
         }
         fn has(&self, cid: &Cid) -> Result<bool> {
             self.hook.before("has");
@@ -176,7 +184,9 @@ mod support {
         }
         fn cids(&self) -> Result<Vec<Cid>> {
             self.hook.before("cids");
-            self.inner.cids()
+            let c = self.inner.cids()?;
+            self.hook.after("cids");
+            Ok(c)
         }
         fn commit(&self) -> Result<()> {
             self.hook.before("commit");
@@ -1331,6 +1341,150 @@ async fn a_closing_connection_never_satisfies_a_dial_or_carries_a_request() {
         assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root[..]));
         a.shutdown().await;
         b.shutdown().await;
+    })
+    .await;
+}
+
+/// Holds the reads of two sets of blocks, each until its own release;
+/// says when the first block of the first set is asked for.
+struct HoldReads {
+    held: HashSet<Cid>,
+    asked: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    later: HashSet<Cid>,
+    release_later: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Hook for HoldReads {
+    fn read(&self, cid: &Cid, block: Option<bytes::Bytes>) -> Option<bytes::Bytes> {
+        if self.held.contains(cid) {
+            if let Some(tx) = self.asked.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            if let Some(rx) = self.release.lock().unwrap().take() {
+                let _ = rx.recv_timeout(Duration::from_secs(30));
+            }
+        }
+        if self.later.contains(cid) {
+            if let Some(rx) = self.release_later.lock().unwrap().take() {
+                let _ = rx.recv_timeout(Duration::from_secs(30));
+            }
+        }
+        block
+    }
+}
+
+/// A staging store that, once armed, holds the next listing (`cids`) open:
+/// it lets the held source go, then waits (at most 3 s) for another put
+/// to land before the listing returns. That is the window between a
+/// finished pull's listing of staging and its `retain`.
+struct WidenCleanup {
+    armed: AtomicBool,
+    puts: AtomicU64,
+    release: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+}
+
+impl Hook for WidenCleanup {
+    fn after(&self, op: &'static str) {
+        if op != "cids" {
+            self.puts.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        if !self.armed.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let before = self.puts.load(Ordering::SeqCst);
+        if let Some(tx) = self.release.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while self.puts.load(Ordering::SeqCst) == before && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Two concurrent pulls into one store: pull B has staged its root and
+/// waits for its next level while pull A finishes; A's staging cleanup
+/// (list staging, keep what is not visible) must not drop the blocks B
+/// stages meanwhile. B's leaves are held until A is done, so B cannot
+/// publish (and so make visible) its staged blocks before A's cleanup. Before the staging lock, B's second level landed
+/// between A's listing and A's retain, was dropped, and B failed when it
+/// read those blocks back to publish them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pulls_keep_each_others_staged_blocks() {
+    bounded(async {
+        // Source A: one internal node over 8 leaves.
+        let a_src = mem_stores();
+        let (a_root, _) = build(&*a_src.main, &[1; 64]);
+        a_src.main.set_root("a", Some(&a_root)).unwrap();
+        // Source B: a root over 3 internal nodes over 48 leaves; reads of
+        // the internal nodes are held.
+        let b_mem = Arc::new(MemStore::new());
+        let (b_root, height) = build(&*b_mem, &[2; 384]);
+        assert_eq!(height, 2);
+        let l = TestLinker;
+        let (r, k) = l.root_links(&b_root).unwrap()[0];
+        let middle: Vec<(Cid, u8)> = l.links(&k, &b_mem.get(&r).unwrap().unwrap()).unwrap();
+        assert_eq!(middle.len(), 3);
+        let leaves: HashSet<Cid> = middle
+            .iter()
+            .flat_map(|(c, k)| l.links(k, &b_mem.get(c).unwrap().unwrap()).unwrap())
+            .map(|(c, _)| c)
+            .collect();
+        let (asked_tx, asked_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel();
+        let (leaves_tx, leaves_rx) = std::sync::mpsc::channel();
+        let b_store = Arc::new(Hooked {
+            inner: b_mem.clone(),
+            hook: HoldReads {
+                held: middle.iter().map(|(c, _)| *c).collect(),
+                asked: std::sync::Mutex::new(Some(asked_tx)),
+                release: std::sync::Mutex::new(Some(release_rx)),
+                later: leaves,
+                release_later: std::sync::Mutex::new(Some(leaves_rx)),
+            },
+        });
+        b_store.set_root("b", Some(&b_root)).unwrap();
+        let b_src = Stores::new(b_store, Arc::new(MemStore::new()));
+        let a_node = start(&config(), a_src.clone()).await;
+        let b_node = start(&config(), b_src.clone()).await;
+
+        let staging = Arc::new(Hooked {
+            inner: Arc::new(MemStore::new()),
+            hook: WidenCleanup {
+                armed: AtomicBool::new(false),
+                puts: AtomicU64::new(0),
+                release: std::sync::Mutex::new(Some(release_tx)),
+            },
+        });
+        let dst = Stores::new(Arc::new(MemStore::new()), staging.clone());
+        let puller = start(&config(), dst.clone()).await;
+        let b_addr = addr(&b_node);
+        let pull_b = {
+            let p = puller.clone();
+            tokio::spawn(async move { p.pull(&b_addr, "b", "b").await })
+        };
+        // B staged its root and asks for the held level.
+        tokio::task::spawn_blocking(move || asked_rx.recv_timeout(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .expect("pull B reached the held level");
+        staging.hook.armed.store(true, Ordering::SeqCst);
+        puller.pull(&addr(&a_node), "a", "a").await.unwrap();
+        assert!(
+            !staging.hook.armed.load(Ordering::SeqCst),
+            "pull A listed staging"
+        );
+        leaves_tx.send(()).unwrap();
+        let b = pull_b.await.unwrap();
+        assert!(b.is_ok(), "pull B lost staged blocks: {b:?}");
+        assert_eq!(dst.main.root("b").unwrap().as_deref(), Some(&b_root[..]));
+        assert_eq!(closure(&*dst.main, &b_root), closure(&*b_mem, &b_root));
+        assert_eq!(closure(&*dst.main, &a_root), closure(&*a_src.main, &a_root));
+        for n in [puller, a_node, b_node] {
+            n.shutdown().await;
+        }
     })
     .await;
 }

@@ -184,3 +184,162 @@ fn sync_pull_requires_the_peer_id_in_the_address() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("--insecure-any-peer"), "{err}");
 }
+
+/// `prox gc` also collects the sync staging store: a block staged by a pull
+/// that left no pending-sync record goes, the staged part of a pending
+/// pull stays; `--dry-run` only counts.
+#[test]
+fn gc_collects_abandoned_sync_staging_and_keeps_pending_pulls() {
+    use prox_engine::BlockStore;
+    let (_dir, store) = built_map();
+    let main = prox_engine::store::MmapStore::open_read_only(&store).unwrap();
+    let value = main.root("m").unwrap().expect("map m has a root");
+    let (first, _) = prox_engine::refs::root_links(&value).unwrap()[0];
+    let first_block = main.get(&first).unwrap().unwrap();
+    drop(main);
+    let staging_dir = store.join("sync-staging");
+    let stray = {
+        let staging = prox_engine::store::MmapStore::open(&staging_dir).unwrap();
+        staging.put(&first_block).unwrap();
+        let stray = staging
+            .put(b"staged by a pull that failed for good")
+            .unwrap();
+        let record = prox_sync::pending::PendingPull {
+            local: "m2".into(),
+            name: "m".into(),
+            peer: "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN".into(),
+            addr: None,
+            target: hex::encode(&value),
+            expected: None,
+            started_unix: 0,
+        };
+        staging
+            .set_root(
+                "pending-sync:m2",
+                Some(&serde_json::to_vec(&record).unwrap()),
+            )
+            .unwrap();
+        staging.commit().unwrap();
+        stray
+    };
+    let staged = || -> Vec<prox_engine::Cid> {
+        prox_engine::store::MmapStore::open_read_only(&staging_dir)
+            .unwrap()
+            .cids()
+            .unwrap()
+    };
+    let dry = json(&ok(&["gc", "--store", s(&store), "--dry-run", "--json"]));
+    assert_eq!(dry["staging_removed_blocks"], 1, "{dry}");
+    assert_eq!(staged().len(), 2, "a dry run removes nothing");
+    let real = json(&ok(&["gc", "--store", s(&store), "--json"]));
+    assert_eq!(real["staging_removed_blocks"], 1, "{real}");
+    let left = staged();
+    assert_eq!(left, vec![first], "the pending pull's staged block stays");
+    assert!(!left.contains(&stray));
+    // The map itself is untouched.
+    ok(&["verify", "m", "--store", s(&store)]);
+}
+
+/// A `prox daemon` child, killed when dropped.
+struct Daemon {
+    child: std::process::Child,
+    /// Its listen address with `/p2p/<peer id>`.
+    addr: String,
+}
+
+impl Daemon {
+    fn start(store: &Path, open: bool) -> Daemon {
+        use std::io::BufRead;
+        let mut args = vec!["daemon", "--store", s(store)];
+        if open {
+            args.push("--open");
+        }
+        let mut child = common::prox()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("daemon starts");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut d = Daemon {
+            child,
+            addr: String::new(),
+        };
+        // The daemon prints peer_id, listen and control lines, then logs
+        // to stderr: at most a handful of lines to read.
+        for line in out.lines().take(8) {
+            let line = line.unwrap();
+            if let Some(a) = line.strip_prefix("listen ") {
+                d.addr = a.to_string();
+            }
+            if line.starts_with("control ") {
+                break;
+            }
+        }
+        assert!(!d.addr.is_empty(), "daemon printed its listen address");
+        d
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `prox sync pull --max-pull-bytes/--pull-deadline` bound one pull, one-shot
+/// and through a running daemon's control socket; bad values are refused
+/// by the argument parser.
+#[test]
+fn sync_pull_flags_bound_one_pull() {
+    let (dir, src) = built_map();
+    let source = Daemon::start(&src, true);
+    let dst = dir.path().join("dst");
+    let pull_into = |store: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "sync",
+            "pull",
+            "--store",
+            s(store),
+            "--peer",
+            &source.addr,
+            "--name",
+            "m",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let pull = |extra: &[&str]| pull_into(&dst, extra);
+    let o = pull(&["--max-pull-bytes", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("over its budget of 1"), "{err}");
+    let o = pull(&["--pull-deadline", "1ms"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("deadline"), "{err}");
+    for bad in [
+        ["--pull-deadline", "0s"],
+        ["--pull-deadline", "soon"],
+        ["--max-pull-bytes", "0"],
+        ["--max-pull-bytes", "12Q"],
+    ] {
+        let o = pull(&bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?} accepted");
+    }
+    let o = pull(&["--max-pull-bytes", "1G", "--pull-deadline", "60s", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = json(&String::from_utf8_lossy(&o.stdout));
+    assert!(report["blocks_fetched"].as_u64().unwrap() > 0, "{report}");
+    // Through the control socket of a daemon running on a fresh store.
+    let dst2 = dir.path().join("dst2");
+    let _mirror = Daemon::start(&dst2, false);
+    let o = pull_into(&dst2, &["--max-pull-bytes", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("daemon:") && err.contains("over its budget of 1"),
+        "{err}"
+    );
+}

@@ -159,6 +159,12 @@ impl Index {
         self.searcher().warm()
     }
 
+    /// [`Index::warm`] for a caller whose requests only run exact native
+    /// searches: the adaptive layouts those never use are not built.
+    pub fn warm_exact(&self) -> Result<usize> {
+        self.searcher().warm_exact()
+    }
+
     /// The `PRXI` descriptor CID.
     pub fn descriptor(&self) -> Cid {
         self.descriptor

@@ -56,7 +56,6 @@ fn index(s: u64, n: u64, metric: Metric, layout: ExactLayout, fast_pq: bool) -> 
     };
     let options = Options {
         exact_layout: layout,
-        warm: true,
         ..Options::default()
     };
     Index::load(store, d, sidecars, &options).unwrap()

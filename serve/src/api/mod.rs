@@ -34,7 +34,9 @@ mod response;
 
 pub use error::ApiError;
 pub use request::filter_from_json;
-pub(crate) use request::{batch_request, search_request, Limits};
+pub(crate) use request::{
+    batch_request, batch_request_checked, search_request, search_request_checked, Limits,
+};
 pub(crate) use response::{
     BatchResponse, MapInfo, RecordResponse, SearchResponse, WireAnswer, WireSidecars,
 };

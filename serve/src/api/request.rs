@@ -169,6 +169,32 @@ pub(crate) fn batch_request(
     Ok((flat, n, q))
 }
 
+/// [`search_request`] with the checked reader only.
+pub(crate) fn search_request_checked(
+    body: &[u8],
+    dims: usize,
+    limits: Limits,
+) -> Result<(Vec<f32>, Request), ApiError> {
+    let mut v = Vec::new();
+    let (_, q) = parse_checked(body, Want::One { dims }, limits, &mut v)?;
+    Ok((v, q))
+}
+
+/// [`batch_request`] with the checked reader only.
+pub(crate) fn batch_request_checked(
+    body: &[u8],
+    dims: usize,
+    limits: Limits,
+) -> Result<(Vec<f32>, usize, Request), ApiError> {
+    let mut flat = Vec::new();
+    let want = Want::Rows {
+        dims,
+        max_batch: limits.max_batch,
+    };
+    let (n, q) = parse_checked(body, want, limits, &mut flat)?;
+    Ok((flat, n, q))
+}
+
 /// The first problem of a vector, in the order the checks apply (length
 /// first, then the first offending component).
 enum Bad<'a> {

@@ -19,7 +19,12 @@
 //! CBLOCK        07 | cid | len u32 | bytes  (closure stream, parent before child)
 //! CLOSURE_END   08 | batch u32 | status u8
 //! REFUSED       09 | code u8                 then the server closes the stream
+//! BUSY          0a | batch u32               request not served: too many in flight
 //! ```
+//!
+//! `BUSY` answers a whole `WANT` (or `WANT_CLOSURE`) in place of its frames
+//! when the peer (or the node) already has the most requests in flight the
+//! server allows; the client asks again after a pause.
 
 use crate::error::Violation;
 use bytes::Bytes;
@@ -36,6 +41,7 @@ const DONE: u8 = 6;
 const CBLOCK: u8 = 7;
 const CLOSURE_END: u8 = 8;
 const REFUSED: u8 = 9;
+const BUSY: u8 = 10;
 
 /// How a `WANT_CLOSURE` stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +134,12 @@ pub enum ServerFrame {
     },
     /// The server refuses the session.
     Refused(RefusedCode),
+    /// The request `batch` was not served: the peer or the node has the
+    /// most requests in flight the server allows. Ask again later.
+    Busy {
+        /// The batch id of the request not served.
+        batch: u32,
+    },
 }
 
 /// Failure reading a frame: transport error or protocol violation.
@@ -273,6 +285,10 @@ impl ServerFrame {
                 out.push(REFUSED);
                 out.push(*code as u8);
             }
+            ServerFrame::Busy { batch } => {
+                out.push(BUSY);
+                out.extend_from_slice(&batch.to_be_bytes());
+            }
         }
     }
 
@@ -331,6 +347,9 @@ impl ServerFrame {
                     }
                 })
             }
+            BUSY => ServerFrame::Busy {
+                batch: read_u32(io).await?,
+            },
             t => {
                 return Err(ReadError::Violation(Violation::Protocol(format!(
                     "unknown server frame tag {t}"
@@ -423,6 +442,7 @@ mod tests {
                     status: ClosureStatus::Budget,
                 },
                 ServerFrame::Refused(RefusedCode::Busy),
+                ServerFrame::Busy { batch: 7 },
             ];
             let bytes = server_bytes(&frames);
             let mut r: &[u8] = &bytes;

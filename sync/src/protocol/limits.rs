@@ -46,6 +46,13 @@ pub struct Limits {
     /// Block bytes a server holds in flight for one peer across all its
     /// sessions (answers read from the store and not yet written).
     pub peer_inflight_bytes: u64,
+    /// Block requests (`WANT`, `WANT_CLOSURE`) a server has in flight for
+    /// one peer across all its sessions (read and not yet answered); more
+    /// are answered `BUSY`.
+    pub requests_per_peer: u16,
+    /// Block requests a server has in flight for all peers together; more
+    /// are answered `BUSY`.
+    pub requests_total: u16,
     /// Server-side byte budget of one `WANT_CLOSURE` (bulk) request.
     pub bulk_budget_bytes: u64,
     /// Block bytes one pull may fetch in total (every stream and retry of
@@ -68,6 +75,10 @@ pub struct Limits {
     /// Idle connections are closed after this long.
     #[serde(with = "secs")]
     pub idle_connection: Duration,
+    /// While a node runs, staged blocks no pending-sync record can use
+    /// (left by pulls that failed for good) are collected this often.
+    #[serde(with = "secs")]
+    pub staging_gc_interval: Duration,
 }
 
 impl Default for Limits {
@@ -81,6 +92,8 @@ impl Default for Limits {
             sessions_total: 64,
             sessions_reserved: 16,
             peer_inflight_bytes: 32 << 20,
+            requests_per_peer: 4,
+            requests_total: 64,
             bulk_budget_bytes: 4 << 30,
             pull_max_bytes: 256 << 30,
             pull_deadline: Duration::from_secs(24 * 3600),
@@ -88,6 +101,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(20),
             announce_timeout: Duration::from_secs(600),
             idle_connection: Duration::from_secs(120),
+            staging_gc_interval: Duration::from_secs(600),
         }
     }
 }
@@ -113,6 +127,9 @@ impl Limits {
         if self.sessions_reserved >= self.sessions_total {
             return Err("sessions_reserved must be < sessions_total".into());
         }
+        if self.requests_per_peer == 0 || self.requests_total == 0 {
+            return Err("request caps must be > 0".into());
+        }
         if self.pull_max_bytes == 0 {
             return Err("pull_max_bytes must be > 0".into());
         }
@@ -125,6 +142,7 @@ impl Limits {
             ("request_timeout", self.request_timeout),
             ("announce_timeout", self.announce_timeout),
             ("idle_connection", self.idle_connection),
+            ("staging_gc_interval", self.staging_gc_interval),
         ] {
             if d.is_zero() {
                 return Err(format!("{what} must be > 0"));
@@ -145,5 +163,29 @@ mod secs {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let v = f64::deserialize(d)?;
         Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Bounds of one pull that override the node's [`Limits`] for that pull
+/// only (`prox sync pull --max-pull-bytes/--pull-deadline`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PullLimits {
+    /// Block bytes this pull may fetch (default `Limits::pull_max_bytes`).
+    pub max_bytes: Option<u64>,
+    /// Wall-clock limit of the whole pull, from the dial to the root update
+    /// (default `Limits::pull_deadline`).
+    pub deadline: Option<Duration>,
+}
+
+impl PullLimits {
+    /// Rejects a zero budget or deadline.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_bytes == Some(0) {
+            return Err("a pull's byte budget must be > 0".into());
+        }
+        if self.deadline.is_some_and(|d| d.is_zero()) {
+            return Err("a pull's deadline must be > 0".into());
+        }
+        Ok(())
     }
 }

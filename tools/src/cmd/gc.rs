@@ -2,6 +2,9 @@
 //!
 //! Marks from every named root with the engine's typed link extraction
 //! (`prox_engine::gc::collect_default`), then compacts the store's segments.
+//! Then collects the sync staging store (`<store>/sync-staging`): staged
+//! blocks no pending-sync record can use (left by pulls that failed or
+//! were killed) are removed, the staged part of pending pulls is kept.
 //! The store's write lock keeps a running daemon and `prox gc` apart, so no
 //! pull in progress can lose blocks to it.
 
@@ -24,7 +27,8 @@ Everything reachable from a named root is kept. A reachable block that is
 missing, damaged or cannot be decoded stops the collection before anything is
 removed (exit status 1, naming the block); fetch it again (`prox sync`) or put
 it back, then collect. `--dry-run` lists missing blocks and the damaged byte
-ranges the store found when it opened.";
+ranges the store found when it opened. Staged sync blocks no pending pull can
+use (<store>/sync-staging) are collected too.";
 
 /// Arguments of `prox gc`.
 #[derive(Debug, Clone, Args)]
@@ -45,11 +49,12 @@ pub fn run(args: &GcArgs) -> Result<()> {
     if !args.store.store.is_dir() {
         anyhow::bail!("{} does not exist", args.store);
     }
-    let store = args.store.open()?;
+    let store = std::sync::Arc::new(args.store.open()?);
     let before = store.stats();
-    let report = gc::collect_default(&store, &Pins::new(), args.dry_run)
+    let report = gc::collect_default(&*store, &Pins::new(), args.dry_run)
         .with_context(|| format!("garbage collection of {} failed", args.store))?;
     let after = store.stats();
+    let staging = collect_staging(&args.store, store.clone(), args.dry_run)?;
     let ranges = store.damaged_ranges();
     let damaged = store.damaged();
     let mut out = Stdout::new();
@@ -73,6 +78,7 @@ pub fn run(args: &GcArgs) -> Result<()> {
             "file_bytes_before": before.file_bytes,
             "file_bytes_after": after.file_bytes,
             "segments_after": after.segments,
+            "staging_removed_blocks": staging,
         }))?;
     } else {
         let verb = if report.dry_run {
@@ -109,6 +115,30 @@ pub fn run(args: &GcArgs) -> Result<()> {
                 before.file_bytes, after.file_bytes, after.segments
             ))?;
         }
+        if staging > 0 {
+            out.line(format!(
+                "sync staging: {verb} {staging} blocks no pending pull can use"
+            ))?;
+        }
     }
     out.flush()
+}
+
+/// Collects `<store>/sync-staging` when it exists (see
+/// `prox_sync::pending::collect_staging`); returns the blocks removed (or
+/// that would be, with `dry_run`).
+fn collect_staging(
+    store: &StoreArg,
+    main: std::sync::Arc<prox_engine::store::MmapStore>,
+    dry_run: bool,
+) -> Result<usize> {
+    let dir = store.store.join("sync-staging");
+    if !dir.is_dir() {
+        return Ok(0);
+    }
+    let staging = prox_engine::store::MmapStore::open(&dir)
+        .with_context(|| format!("cannot open staging store {}", dir.display()))?;
+    let stores = prox_sync::Stores::new(main, std::sync::Arc::new(staging));
+    prox_sync::pending::collect_staging(&stores, &prox_sync::RefsLinker, dry_run)
+        .with_context(|| format!("collecting staging store {}", dir.display()))
 }

@@ -215,7 +215,12 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     if may_run_native(&index, &req) {
         let sp = progress::spinner("loading the map");
         let t = Instant::now();
-        index.warm().context("loading the map's nodes")?;
+        if req.mode == QueryMode::Exact {
+            index.warm_exact()
+        } else {
+            index.warm()
+        }
+        .context("loading the map's nodes")?;
         load = Some(t.elapsed().as_secs_f64());
         sp.finish_and_clear();
     }

@@ -23,7 +23,9 @@ opened read-only and reopened whenever its roots change, so maps moved by
 restart. Prints `http <addr>` on stdout once listening; SIGINT/SIGTERM stop
 it after in-flight requests finish (at most --shutdown-grace-ms). Binding
 beyond loopback needs a token; requests must name a loopback host or one
-given with --allow-host, and POST bodies must be application/json.";
+given with --allow-host, and POST bodies must be application/json. Writes
+(points:upsert, points:delete, PUT and DELETE of a map) are off unless
+--write-token-file is given; then this server holds the store's writer lock.";
 
 /// The HTTP API's settings (`prox serve` and `prox daemon --http`).
 #[derive(Debug, Clone, Args)]
@@ -34,6 +36,12 @@ pub struct HttpArgs {
     /// File holding the bearer token clients must send (required beyond loopback).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// File holding the bearer token the write endpoints require
+    /// (upserts, deletes, creating and dropping maps). Without it the
+    /// server takes no writes; with it `prox serve` opens the store as its
+    /// one writer.
+    #[arg(long, value_name = "FILE")]
+    pub write_token_file: Option<PathBuf>,
     /// Largest k a query may ask for.
     #[arg(long, default_value_t = 1000)]
     pub max_k: usize,
@@ -81,21 +89,12 @@ pub struct HttpArgs {
 impl HttpArgs {
     /// The server config for `addr`, reading maps from `source`.
     pub fn config(&self, addr: SocketAddr, source: Source) -> Result<Config> {
-        let token = match &self.token_file {
-            Some(p) => {
-                let t = std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read token file {}", p.display()))?;
-                let t = t.trim().to_string();
-                if t.is_empty() {
-                    bail!("token file {} is empty", p.display());
-                }
-                Some(t)
-            }
-            None => None,
-        };
+        let token = read_token(self.token_file.as_deref())?;
+        let write_token = read_token(self.write_token_file.as_deref())?;
         let cfg = Config {
             addr,
             token,
+            write_token,
             max_k: self.max_k,
             queue: self.queue,
             max_in_flight: self.max_in_flight,
@@ -115,6 +114,18 @@ impl HttpArgs {
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// The token in `file` (trimmed), if a file is given.
+fn read_token(file: Option<&std::path::Path>) -> Result<Option<String>> {
+    let Some(p) = file else { return Ok(None) };
+    let t = std::fs::read_to_string(p)
+        .with_context(|| format!("cannot read token file {}", p.display()))?;
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        bail!("token file {} is empty", p.display());
+    }
+    Ok(Some(t))
 }
 
 /// Arguments of `prox serve`.
@@ -173,9 +184,15 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if !args.store.store.is_dir() {
         bail!("{} does not exist", args.store);
     }
-    let mut cfg = args
-        .http
-        .config(addr, Source::Directory(args.store.store.clone()))?;
+    // With writes on, this process is the store's one writer; otherwise the
+    // store is read-only here and reopened when another process moves a root.
+    let source = if args.http.write_token_file.is_some() {
+        let store = args.store.open()?;
+        Source::Store(std::sync::Arc::new(store))
+    } else {
+        Source::Directory(args.store.store.clone())
+    };
+    let mut cfg = args.http.config(addr, source)?;
     cfg.connection_threads = args.connection_threads;
     cfg.validate()?;
     let rt = match args.io_threads {

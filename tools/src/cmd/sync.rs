@@ -14,6 +14,7 @@ pub const EXAMPLES: &str = "\
 Examples:
   prox sync pull --store b/ --peer /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --name docs --json
   prox sync pull --store b/ --peer ADDR --name docs --as docs-mirror
+  prox sync pull --store b/ --peer ADDR --name docs --max-pull-bytes 20G --pull-deadline 2h
   prox sync push --store a/ --peer ADDR --name docs
   prox sync status --store b/
 
@@ -34,7 +35,7 @@ pub struct SyncArgs {
 #[derive(Debug, Subcommand)]
 pub enum SyncOp {
     /// Fetch a peer's named root (only the blocks missing here) and publish it.
-    Pull(TransferArgs),
+    Pull(PullArgs),
     /// Ask a peer to pull one of our roots.
     Push(TransferArgs),
     /// Identity, listen addresses, roots, running pulls.
@@ -68,6 +69,24 @@ pub struct TransferArgs {
     pub json: bool,
 }
 
+/// Arguments of `pull`: a transfer plus this pull's own limits.
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// Peer, names and output.
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    /// Most block bytes this pull may fetch (plain bytes or with a K, M, G
+    /// or T suffix, powers of 1024); default: the node's
+    /// `limits.pull_max_bytes` (256G).
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_pull_bytes: Option<u64>,
+    /// Deadline of the whole pull, dial to root update (`90s`, `500ms`,
+    /// `10m`, `2h` or plain seconds); default: the node's
+    /// `limits.pull_deadline` (24h).
+    #[arg(long, value_parser = parse_deadline)]
+    pub pull_deadline: Option<Duration>,
+}
+
 /// Arguments of `status` and `peers`.
 #[derive(Debug, Args)]
 pub struct LocalArgs {
@@ -95,18 +114,22 @@ pub fn open_stores(store: &StoreArg) -> Result<Stores> {
 
 /// Runs `prox sync`.
 pub fn run(args: &SyncArgs) -> Result<()> {
-    if let SyncOp::Pull(a) | SyncOp::Push(a) = &args.op {
+    if let SyncOp::Pull(PullArgs { transfer: a, .. }) | SyncOp::Push(a) = &args.op {
         check_peer_names_identity(&a.peer, a.insecure_any_peer)?;
     }
     let (store, op, json) = match &args.op {
-        SyncOp::Pull(a) => (
-            &a.store,
+        SyncOp::Pull(p) => (
+            &p.transfer.store,
             Op::Pull {
-                peer: a.peer.clone(),
-                name: a.name.clone(),
-                local: a.as_name.clone(),
+                peer: p.transfer.peer.clone(),
+                name: p.transfer.name.clone(),
+                local: p.transfer.as_name.clone(),
+                max_bytes: p.max_pull_bytes,
+                deadline_ms: p
+                    .pull_deadline
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)),
             },
-            a.json,
+            p.transfer.json,
         ),
         SyncOp::Push(a) => (
             &a.store,
@@ -121,7 +144,13 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         SyncOp::Peers(a) => (&a.store, Op::Peers, true),
     };
     let rt = runtime()?;
-    let timeout = prox_sync::Limits::default().announce_timeout;
+    // A pull with its own deadline ends by it (the daemon or the one-shot
+    // node enforces it); wait that long plus a margin for the answer.
+    let deadline = match &args.op {
+        SyncOp::Pull(p) => p.pull_deadline.map(|d| d + Duration::from_secs(30)),
+        _ => None,
+    };
+    let timeout = deadline.unwrap_or(prox_sync::Limits::default().announce_timeout);
     let value = rt.block_on(async {
         let socket = control::socket_path(&store.store);
         if socket.exists() {
@@ -132,16 +161,16 @@ pub fn run(args: &SyncArgs) -> Result<()> {
                 };
             }
         }
-        one_shot(store, &op).await
+        one_shot(store, &op, deadline.unwrap_or(Duration::from_secs(3600))).await
     })?;
     print(&op, &value, json)
 }
 
-async fn one_shot(store: &StoreArg, op: &Op) -> Result<serde_json::Value> {
+async fn one_shot(store: &StoreArg, op: &Op, timeout: Duration) -> Result<serde_json::Value> {
     let stores = open_stores(store)?;
     let key = prox_sync::identity::load_or_create(&store.store.join("sync.key"))?;
     let node = Node::start(&Config::default(), key, stores, RefsLinker).await?;
-    let out = tokio::time::timeout(Duration::from_secs(3600), control::execute(&node, op)).await;
+    let out = tokio::time::timeout(timeout, control::execute(&node, op)).await;
     node.shutdown().await;
     Ok(out.context("one-shot sync timed out")??)
 }
@@ -183,4 +212,86 @@ fn check_peer_names_identity(peer: &str, insecure: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Parses a byte count: plain bytes or with a `K`, `M`, `G` or `T` suffix
+/// (powers of 1024, an optional `iB`/`B` after it); must be > 0.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("bad byte count {s:?} (e.g. 1048576, 512M, 20G)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad byte count {s:?} (e.g. 1048576, 512M, 20G)"))?;
+    let v = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("byte count {s:?} is too large"))?;
+    if v == 0 {
+        return Err("the byte count must be > 0".into());
+    }
+    Ok(v)
+}
+
+/// Parses a deadline: `500ms`, `90s`, `10m`, `2h` or plain seconds; > 0.
+pub fn parse_deadline(s: &str) -> std::result::Result<Duration, String> {
+    let t = s.trim();
+    let (num, mul) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad deadline {s:?} (e.g. 500ms, 90s, 10m, 2h)"))?;
+    let d = Duration::try_from_secs_f64(v * mul).map_err(|e| format!("deadline {s:?}: {e}"))?;
+    if d.is_zero() {
+        return Err("the deadline must be > 0".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_and_deadlines_parse() {
+        assert_eq!(parse_bytes("1000").unwrap(), 1000);
+        assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("20GiB").unwrap(), 20 << 30);
+        assert_eq!(parse_bytes("1kB").unwrap(), 1024);
+        for bad in ["0", "x", "12Q", "", "99999999T"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_deadline("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_deadline("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_deadline("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_deadline("1.5").unwrap(), Duration::from_millis(1500));
+        for bad in ["0s", "-1", "x", ""] {
+            assert!(parse_deadline(bad).is_err(), "{bad}");
+        }
+    }
 }

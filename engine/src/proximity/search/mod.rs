@@ -515,6 +515,15 @@ impl<'s> Searcher<'s> {
     /// frames), so later searches do no I/O,
     /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {
+        let nodes = self.walk_nodes()?;
+        self.fast4()?;
+        self.rotated()?;
+        self.frames()?;
+        Ok(nodes)
+    }
+
+    /// Loads every node of the hierarchy into the cache, in parallel.
+    fn walk_nodes(&self) -> Result<usize> {
         fn walk(node: &Node, loader: &Loader<'_>) -> Result<usize> {
             if node.leafy {
                 return Ok(1);
@@ -524,10 +533,20 @@ impl<'s> Searcher<'s> {
                 .map(|i| walk(node.child(i, loader)?, loader))
                 .try_reduce(|| 1, |a, b| Ok(a + b))
         }
-        let nodes = walk(&self.root, &self.loader)?;
-        self.fast4()?;
-        self.rotated()?;
-        self.frames()?;
+        walk(&self.root, &self.loader)
+    }
+
+    /// [`Searcher::warm`] for a caller that only runs exact searches: the
+    /// nodes and, on L2 maps, the scan arena with its exact layout; the
+    /// adaptive sub-lists and 4-bit codebooks are left to be built on first
+    /// use. Returns the number of nodes.
+    pub fn warm_exact(&self) -> Result<usize> {
+        let nodes = self.walk_nodes()?;
+        if self.metric() == Metric::L2 {
+            self.arena()?;
+            self.rotated()?;
+            self.frames()?;
+        }
         Ok(nodes)
     }
 

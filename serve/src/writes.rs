@@ -1,0 +1,440 @@
+//! The write endpoints: `points:upsert`, `points:delete`, `PUT` (create a
+//! map from a config) and `DELETE` (drop a map's root).
+//!
+//! Writes to one map are serialized by an async lock per name; each runs off
+//! the executor: [`prox_engine::Index::apply`] on the served snapshot, then
+//! [`prox_engine::Index::commit`], which moves the root by compare-and-swap
+//! on that snapshot's descriptor, then the new snapshot is published, so the
+//! 200 comes after the write is durable and the next request reads it.
+//! Searches keep running on the previous snapshot until the swap. A root
+//! moved meanwhile by another writer (a sync pull) is a 409; `If-Match:
+//! <descriptor>` that does not name the served descriptor is a 412.
+
+use crate::api::ApiError;
+use crate::server::{body, internal, micros, Shared};
+use crate::snapshot::Snapshot;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use prox_engine::index::{Batch, CanonicalHnsw, SidecarWrite, WriteOptions, WriteReport};
+use prox_engine::proximity::{self, ProximityConfig, ProximityMap, Sidecars};
+use prox_engine::{BlockStore, Cid, Error as EngineError};
+use prox_kernels::Metric;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The write side of a server: the store written to and one lock per map
+/// name.
+pub(crate) struct Writer {
+    store: Arc<dyn BlockStore>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Writer {
+    pub(crate) fn new(store: Arc<dyn BlockStore>) -> Writer {
+        Writer {
+            store,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut l = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        l.entry(name.to_string()).or_default().clone()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpsertBody {
+    points: Vec<PointIn>,
+    #[serde(default)]
+    canonical_hnsw: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PointIn {
+    key: String,
+    vector: Vec<f32>,
+    #[serde(default)]
+    value: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteBody {
+    keys: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    dims: u32,
+    #[serde(default)]
+    metric: Option<String>,
+    #[serde(default)]
+    sq8_group_size: Option<u32>,
+}
+
+/// The answer to a write.
+#[derive(Serialize)]
+struct WriteResponse {
+    name: String,
+    /// The descriptor now served and named by the root.
+    descriptor: String,
+    generation: u64,
+    inserted: u64,
+    moved: u64,
+    value_only: u64,
+    deleted: u64,
+    absent_deletes: u64,
+    blocks_written: u64,
+    bytes_written: u64,
+    hnsw: &'static str,
+    pq: &'static str,
+    took_us: u64,
+}
+
+fn sidecar_word(s: SidecarWrite) -> &'static str {
+    match s {
+        SidecarWrite::Absent => "absent",
+        SidecarWrite::Unchanged => "unchanged",
+        SidecarWrite::Rebound => "rebound",
+        SidecarWrite::Updated { .. } => "updated",
+        SidecarWrite::Rebuilt => "rebuilt",
+        SidecarWrite::Dropped(_) => "dropped",
+        _ => "changed",
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    raw: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<T, ApiError> {
+    let raw = body(raw)?;
+    let binary = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/octet-stream"));
+    if binary {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "write bodies are JSON only (application/json)",
+        )
+        .at("content-type"));
+    }
+    serde_json::from_slice(&raw)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_body", e.to_string()).at("body"))
+}
+
+fn hex_field(field: &str, s: &str) -> std::result::Result<Vec<u8>, ApiError> {
+    hex::decode(s).map_err(|e| ApiError::field(field, format!("bad hex: {e}")))
+}
+
+/// The descriptor named by `If-Match` (quotes and a `W/` prefix allowed).
+fn if_match(headers: &HeaderMap) -> std::result::Result<Option<Cid>, ApiError> {
+    let Some(v) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let s = v.to_str().unwrap_or("").trim();
+    let s = s.strip_prefix("W/").unwrap_or(s).trim_matches('"');
+    s.parse::<Cid>()
+        .map(Some)
+        .map_err(|e| ApiError::field("if-match", format!("not a descriptor CID: {e}")))
+}
+
+fn writer(st: &Shared) -> std::result::Result<&Writer, ApiError> {
+    st.writer.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "writes_disabled",
+            "this server takes no writes (start it with a write token)",
+        )
+    })
+}
+
+fn precondition_failed(expected: Cid, served: Cid) -> ApiError {
+    ApiError::new(
+        StatusCode::PRECONDITION_FAILED,
+        "precondition_failed",
+        format!("If-Match names {expected}, the map is at {served}"),
+    )
+    .at("if-match")
+}
+
+/// Maps an engine error of a write to a response.
+fn write_error(e: EngineError) -> ApiError {
+    let field = |code: &'static str, f: &str, e: &EngineError| ApiError {
+        code,
+        ..ApiError::field(f, e.to_string())
+    };
+    match &e {
+        EngineError::WrongDimension { .. } => field("wrong_dimension", "points", &e),
+        EngineError::NonFiniteVector { .. } => field("not_finite", "points", &e),
+        EngineError::ZeroCosineVector { .. }
+        | EngineError::KeyTooLong { .. }
+        | EngineError::InvalidRootName { .. } => field("invalid_field", "points", &e),
+        EngineError::DuplicateKey { .. } => field("duplicate_key", "points", &e),
+        EngineError::InvalidConfig(_) => field("invalid_field", "config", &e),
+        EngineError::CanonicalHnsw { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "canonical_hnsw",
+            format!("{e} (send \"canonical_hnsw\": \"rebuild\" or \"drop\")"),
+        ),
+        EngineError::Conflict { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("{e}; the map moved meanwhile, retry"),
+        ),
+        _ => internal(e),
+    }
+}
+
+fn answer(status: StatusCode, r: &WriteResponse) -> Response {
+    let mut resp = (status, Json(r)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", r.descriptor)) {
+        resp.headers_mut().insert(header::ETAG, v);
+    }
+    resp
+}
+
+/// Applies `batch` to the served map `name` and publishes the result.
+async fn apply(
+    st: Arc<Shared>,
+    name: String,
+    expected: Option<Cid>,
+    batch: Batch,
+    options: WriteOptions,
+    t: Instant,
+) -> std::result::Result<Response, ApiError> {
+    let lock = writer(&st)?.lock_for(&name);
+    let _serial = lock.lock().await;
+    let snap = st
+        .maps
+        .get(&name)
+        .ok_or_else(|| ApiError::unknown_map(&name))?;
+    let served = snap.index().descriptor();
+    if let Some(e) = expected.filter(|e| *e != served) {
+        return Err(precondition_failed(e, served));
+    }
+    let index = snap.index().clone();
+    let n = name.clone();
+    let (applied, cid) = tokio::task::spawn_blocking(move || {
+        let applied = index.apply(&batch, &options)?;
+        let cid = applied.index.commit(&n, Some(served))?;
+        Ok::<_, EngineError>((applied, cid))
+    })
+    .await
+    .map_err(internal)?
+    .map_err(write_error)?;
+    let report: WriteReport = applied.report;
+    let generation = st
+        .maps
+        .publish(&name, Snapshot::new(Arc::new(applied.index)));
+    Ok(answer(
+        StatusCode::OK,
+        &WriteResponse {
+            name,
+            descriptor: cid.to_string(),
+            generation,
+            inserted: report.inserted,
+            moved: report.moved,
+            value_only: report.value_only,
+            deleted: report.deleted,
+            absent_deletes: report.absent_deletes,
+            blocks_written: report.blocks_written,
+            bytes_written: report.bytes_written,
+            hnsw: sidecar_word(report.hnsw),
+            pq: sidecar_word(report.pq),
+            took_us: micros(t),
+        },
+    ))
+}
+
+/// `POST /v1/maps/{name}/points:upsert`.
+pub(crate) async fn upsert(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    raw: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Response, ApiError> {
+    let t = Instant::now();
+    writer(&st)?;
+    let expected = if_match(&headers)?;
+    let b: UpsertBody = parse(&headers, raw)?;
+    if b.points.is_empty() || b.points.len() > st.limits.max_batch {
+        return Err(ApiError::field(
+            "points",
+            format!("must hold 1 to {} points", st.limits.max_batch),
+        ));
+    }
+    let mut options = WriteOptions::default();
+    if let Some(p) = &b.canonical_hnsw {
+        options.canonical_hnsw = p
+            .parse::<CanonicalHnsw>()
+            .map_err(|e| ApiError::field("canonical_hnsw", e.to_string()))?;
+    }
+    let mut batch = Batch::new();
+    for (i, p) in b.points.into_iter().enumerate() {
+        let key = hex_field(&format!("points[{i}].key"), &p.key)?;
+        let value = match &p.value {
+            Some(v) => hex_field(&format!("points[{i}].value"), v)?,
+            None => Vec::new(),
+        };
+        batch.upsert(key, p.vector, value);
+    }
+    apply(st, name, expected, batch, options, t).await
+}
+
+/// `POST /v1/maps/{name}/points:delete`.
+pub(crate) async fn delete(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    raw: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Response, ApiError> {
+    let t = Instant::now();
+    writer(&st)?;
+    let expected = if_match(&headers)?;
+    let b: DeleteBody = parse(&headers, raw)?;
+    if b.keys.is_empty() || b.keys.len() > st.limits.max_batch {
+        return Err(ApiError::field(
+            "keys",
+            format!("must hold 1 to {} keys", st.limits.max_batch),
+        ));
+    }
+    let mut batch = Batch::new();
+    for (i, k) in b.keys.iter().enumerate() {
+        batch.delete(hex_field(&format!("keys[{i}]"), k)?);
+    }
+    apply(st, name, expected, batch, WriteOptions::default(), t).await
+}
+
+fn parse_metric(s: &str) -> std::result::Result<Metric, ApiError> {
+    match s {
+        "l2" => Ok(Metric::L2),
+        "ip" => Ok(Metric::InnerProduct),
+        "cosine" => Ok(Metric::Cosine),
+        other => Err(ApiError::field(
+            "metric",
+            format!("{other:?} (expected l2, ip or cosine)"),
+        )),
+    }
+}
+
+/// `PUT /v1/maps/{name}`: creates an empty map from a config (201); 409
+/// when the name already names a map.
+pub(crate) async fn create(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    raw: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Response, ApiError> {
+    let t = Instant::now();
+    let w = writer(&st)?;
+    let b: CreateBody = parse(&headers, raw)?;
+    let mut config = ProximityConfig::new(b.dims);
+    if let Some(m) = &b.metric {
+        config.metric = parse_metric(m)?;
+    }
+    config.sq8_group_size = b.sq8_group_size;
+    let lock = w.lock_for(&name);
+    let _serial = lock.lock().await;
+    let store = w.store.clone();
+    let n = name.clone();
+    let snap = tokio::task::spawn_blocking(move || {
+        prox_engine::store::validate_root_name(&n)?;
+        if let Some((found, _)) = proximity::resolve(&*store, &n)? {
+            return Err(EngineError::Conflict {
+                name: n,
+                expected: None,
+                found: Some(found),
+            });
+        }
+        let cid = ProximityMap::build(&*store, &config, Vec::new())?.descriptor_cid();
+        proximity::publish_expecting(&*store, &n, cid, &Sidecars::default(), None)?;
+        Snapshot::load(store, cid, Sidecars::default())
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| match e {
+        EngineError::Conflict { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            "map_exists",
+            format!("{name:?} already names a map; DELETE it first"),
+        )
+        .at("name"),
+        EngineError::InvalidRootName { .. } => ApiError::field("name", e.to_string()),
+        e => write_error(e),
+    })?;
+    let cid = snap.index().descriptor();
+    let generation = st.maps.publish(&name, snap);
+    Ok(answer(
+        StatusCode::CREATED,
+        &WriteResponse {
+            name,
+            descriptor: cid.to_string(),
+            generation,
+            inserted: 0,
+            moved: 0,
+            value_only: 0,
+            deleted: 0,
+            absent_deletes: 0,
+            blocks_written: 0,
+            bytes_written: 0,
+            hnsw: "absent",
+            pq: "absent",
+            took_us: micros(t),
+        },
+    ))
+}
+
+/// `DELETE /v1/maps/{name}`: removes the root (the blocks stay until
+/// `prox gc`) and stops serving the map.
+pub(crate) async fn drop_map(
+    State(st): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> std::result::Result<Json<serde_json::Value>, ApiError> {
+    let w = writer(&st)?;
+    let expected = if_match(&headers)?;
+    let lock = w.lock_for(&name);
+    let _serial = lock.lock().await;
+    let snap = st
+        .maps
+        .get(&name)
+        .ok_or_else(|| ApiError::unknown_map(&name))?;
+    let served = snap.index().descriptor();
+    if let Some(e) = expected.filter(|e| *e != served) {
+        return Err(precondition_failed(e, served));
+    }
+    let store = w.store.clone();
+    let n = name.clone();
+    tokio::task::spawn_blocking(move || {
+        let before = store.root(&n)?;
+        let found = proximity::resolve(&*store, &n)?.map(|r| r.0);
+        if found != Some(served) || !store.cas_root(&n, before.as_deref(), None)? {
+            return Err(EngineError::Conflict {
+                name: n,
+                expected: Some(served),
+                found,
+            });
+        }
+        Ok(())
+    })
+    .await
+    .map_err(internal)?
+    .map_err(write_error)?;
+    st.maps.remove(&name);
+    Ok(Json(serde_json::json!({
+        "name": name,
+        "dropped": served.to_string(),
+    })))
+}
