@@ -294,3 +294,44 @@ fn canonical_hnsw_needs_a_policy() {
     assert!(published(&store, "m")["hnsw"].is_null());
     let _ = succeeds(&["verify", "--store", st, "m"]);
 }
+
+#[test]
+fn bench_churn_reports_rounds_and_the_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = datagen(dir.path(), "a", 600, &seed());
+    let queries = dir.path().join("a").join("query.fvecs");
+    let store = dir.path().join("store");
+    let out = json_lines(&ok(&[
+        "bench",
+        "churn",
+        "--store",
+        s(&store),
+        "--input",
+        s(&base),
+        "--queries",
+        s(&queries),
+        "--rounds",
+        "3",
+        "--churn",
+        "0.1",
+        "--hnsw",
+        "m=6",
+        "--ef",
+        "32",
+        "--passes",
+        "1",
+    ]));
+    assert_eq!(out.len(), 4, "{out:?}");
+    for (i, r) in out[..3].iter().enumerate() {
+        assert_eq!(r["round"], i as u64, "{r}");
+        assert!(r["bytes_written"].as_u64().unwrap() > 0, "{r}");
+    }
+    let sum = &out[3];
+    assert_eq!(sum["same_descriptor"], true, "{sum}");
+    let (c, f) = (
+        sum["recall_churned"].as_f64().unwrap(),
+        sum["recall_fresh"].as_f64().unwrap(),
+    );
+    assert!(c > 0.5 && f > 0.5, "{sum}");
+    assert!(sum["qps_churned"].as_f64().unwrap() > 0.0, "{sum}");
+}
