@@ -26,6 +26,7 @@ mod event_loop;
 mod follow;
 mod gate;
 pub mod identity;
+pub mod local;
 mod links;
 mod node;
 pub mod pending;

@@ -45,5 +45,9 @@ pub use open::{Index, Options, Scratch};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
 
+// Building and publishing a map from records.
+mod build;
+pub use build::{build, Build, Built};
+
 #[cfg(test)]
 mod tests;
