@@ -9,6 +9,10 @@ use crate::proximity::{self, InputRecord, ProximityConfig, ProximityMap, Sidecar
 use crate::store::{validate_root_name, BlockStore};
 use std::time::Instant;
 
+/// SQ8 group size (components per scale) when SQ8 codes are asked for
+/// without one (`prox build --sq8`, Python `sq8=True`).
+pub const DEFAULT_SQ8_GROUP: u32 = 32;
+
 /// What to build besides the records.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Build {

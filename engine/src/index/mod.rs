@@ -47,7 +47,7 @@ pub use response::{Counters, Neighbour, Response};
 
 // Building and publishing a map from records.
 mod build;
-pub use build::{build, Build, Built};
+pub use build::{build, Build, Built, DEFAULT_SQ8_GROUP};
 
 #[cfg(test)]
 mod tests;

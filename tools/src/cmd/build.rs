@@ -30,7 +30,7 @@ before anything is built; a malformed row aborts with its row number and the
 named root is left untouched. Prints the descriptor CID last.";
 
 /// Default SQ8 group size when `--sq8` is given without `--sq8-group`.
-pub const DEFAULT_SQ8_GROUP: u32 = 32;
+pub use prox_engine::index::DEFAULT_SQ8_GROUP;
 
 /// Arguments of `prox build`.
 #[derive(Debug, Clone, Args)]
