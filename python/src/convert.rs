@@ -58,9 +58,10 @@ impl<'py> Matrix<'py> {
 
     /// The components, row-major: borrowed when the array is C-contiguous.
     pub(crate) fn data(&self) -> Cow<'_, [f32]> {
+        // `as_slice` also accepts Fortran order (memory order, not row order).
         match self.array.as_slice() {
-            Ok(s) => Cow::Borrowed(s),
-            Err(_) => Cow::Owned(self.array.as_array().iter().copied().collect()),
+            Ok(s) if self.array.is_c_contiguous() => Cow::Borrowed(s),
+            _ => Cow::Owned(self.array.as_array().iter().copied().collect()),
         }
     }
 }

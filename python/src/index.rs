@@ -119,7 +119,7 @@ fn object_array<'py>(
     }
     let np = py.import("numpy")?;
     let kwargs = PyDict::new(py);
-    kwargs.set_item("dtype", np.getattr("object")?)?;
+    kwargs.set_item("dtype", "O")?;
     let flat = np.getattr("array")?.call((list,), Some(&kwargs))?;
     flat.call_method1("reshape", (PyTuple::new(py, shape)?,))
 }

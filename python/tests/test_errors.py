@@ -71,7 +71,7 @@ def test_bad_shapes_and_dtypes(index):
         (dict(mode="fastest"), "mode"),
         (dict(path="ivf"), "path"),
         (dict(path="hnsw"), "path"),
-        (dict(path="native", mode="exact", budget=0), None),
+        (dict(path="pq", mode="exact"), "path"),
         (dict(filter={"prefix": b"a", "keys": []}), "filter"),
         (dict(filter={"range": (1,)}), "filter.range"),
         (dict(filter={"suffix": b"a"}), "filter"),

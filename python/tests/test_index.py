@@ -45,6 +45,15 @@ def test_one_query_matches_its_batch_row(rng):
         np.testing.assert_array_equal(s, bs[i])
 
 
+@pytest.fixture(scope="module")
+def approx():
+    """One map with both sidecars, built once for the path tests."""
+    rng = np.random.default_rng(seed())
+    x = data(rng, n=2000, d=16)
+    q = rng.standard_normal((40, 16)).astype(np.float32)
+    return x, q, prox.Index.build(x, hnsw=True, pq={"subquantizers": 4, "centroids": 64})
+
+
 @pytest.mark.parametrize(
     "opts",
     [
@@ -58,10 +67,8 @@ def test_one_query_matches_its_batch_row(rng):
         dict(),
     ],
 )
-def test_approximate_paths_have_recall(rng, opts):
-    x = data(rng, n=2000, d=16)
-    q = rng.standard_normal((40, 16)).astype(np.float32)
-    index = prox.Index.build(x, hnsw=True, pq={"subquantizers": 4, "centroids": 64})
+def test_approximate_paths_have_recall(approx, opts):
+    x, q, index = approx
     assert index.sidecars["hnsw"] and index.sidecars["pq"]
     _, keys = index.search(q, k=10, **opts)
     ids, _ = brute_force(x, q, 10, "l2")
@@ -87,7 +94,8 @@ def test_build_is_deterministic_and_thread_independent(rng):
 def test_padding_when_fewer_hits_than_k(rng):
     x = data(rng, n=5)
     scores, keys = prox.Index.build(x).search(x[0], k=8, mode="exact")
-    assert keys[:5].tolist() == sorted(keys[:5].tolist(), key=lambda k: scores[keys[:5].tolist().index(k)])
+    assert sorted(keys[:5].tolist()) == [0, 1, 2, 3, 4] and keys[0] == 0
+    assert (np.diff(scores[:5]) >= 0).all()
     assert (keys[5:] == prox.NO_KEY).all() and np.isnan(scores[5:]).all()
     assert not np.isnan(scores[:5]).any()
 
@@ -183,9 +191,9 @@ def test_budget_and_timeout(rng):
 
 
 def test_search_releases_the_gil(rng):
-    x = data(rng, n=20000, d=64)
+    x = data(rng, n=5000, d=32)
     index = prox.Index.build(x)
-    q = rng.standard_normal((400, 64)).astype(np.float32)
+    q = rng.standard_normal((300, 32)).astype(np.float32)
     t0 = time.perf_counter()
     index.search(q, k=10, mode="exact", threads=1)
     alone = time.perf_counter() - t0
