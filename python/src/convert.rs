@@ -84,8 +84,9 @@ pub(crate) fn key(obj: &Bound<'_, PyAny>, field: &'static str) -> PyResult<Vec<u
     }
 }
 
-/// Keys from a sequence or array of ints or bytes.
-pub(crate) fn keys(obj: &Bound<'_, PyAny>, field: &'static str) -> PyResult<Vec<Vec<u8>>> {
+/// Keys from a sequence or array of ints or bytes, and whether every one
+/// was an int.
+pub(crate) fn keys(obj: &Bound<'_, PyAny>, field: &'static str) -> PyResult<(Vec<Vec<u8>>, bool)> {
     if obj.cast::<PyBytes>().is_ok() {
         return Err(invalid(
             field,
@@ -108,15 +109,18 @@ pub(crate) fn keys(obj: &Bound<'_, PyAny>, field: &'static str) -> PyResult<Vec<
         }
     }
     let mut out = Vec::new();
+    let mut all_int = true;
     for item in obj.try_iter().map_err(|_| {
         invalid(
             field,
             format!("{field} must be a sequence of keys (ints or bytes)"),
         )
     })? {
-        out.push(key(&item?, field)?);
+        let item = item?;
+        all_int &= item.cast::<PyBytes>().is_err();
+        out.push(key(&item, field)?);
     }
-    Ok(out)
+    Ok((out, all_int))
 }
 
 /// Values from a sequence of `bytes` (or `str`, UTF-8 encoded).
@@ -179,7 +183,7 @@ pub(crate) fn filter(obj: &Bound<'_, PyAny>) -> PyResult<Filter> {
             };
             Ok(Filter::Range { start, end })
         }
-        "keys" => Ok(Filter::keys(keys(&arg, "filter.keys")?)),
+        "keys" => Ok(Filter::keys(keys(&arg, "filter.keys")?.0)),
         other => Err(invalid(
             "filter",
             format!("unknown filter {other:?} (prefix, range or keys)"),

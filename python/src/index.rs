@@ -198,13 +198,7 @@ impl PyIndex {
         })?;
         let (keys, int_keys) = match keys.filter(|k| !k.is_none()) {
             None => ((0..m.rows as u64).map(|i| i.to_be_bytes().to_vec()).collect(), true),
-            Some(k) => {
-                let all_int = k
-                    .try_iter()
-                    .map(|it| it.flatten().all(|x| x.cast::<PyBytes>().is_err()))
-                    .unwrap_or(true);
-                (convert::keys(k, "keys")?, all_int)
-            }
+            Some(k) => convert::keys(k, "keys")?,
         };
         if keys.len() != m.rows {
             return Err(invalid(

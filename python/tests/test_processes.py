@@ -5,9 +5,10 @@ fail under CI=true."""
 
 import gc
 import os
-import select
+import queue
 import signal
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -36,16 +37,25 @@ class Running:
         )
 
     def lines(self, want, timeout=60):
-        """Stdout lines until one starting with each prefix in `want` was seen."""
-        found, buf, deadline = {}, "", time.monotonic() + timeout
+        """Stdout lines until one starting with each prefix in `want` was seen
+        (read by a thread: a buffered pipe and select() do not mix)."""
+        found, lines = {}, queue.Queue()
+
+        def pump():
+            for line in self.proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
         while set(want) - set(found):
             left = deadline - time.monotonic()
             assert left > 0, f"no {want} line within {timeout} s (got {found})"
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
-            if not ready:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
                 continue
-            line = self.proc.stdout.readline()
-            assert line, f"prox exited early (code {self.proc.poll()})"
+            assert line is not None, f"prox exited early (code {self.proc.poll()})"
             word, _, rest = line.strip().partition(" ")
             found.setdefault(word, rest)
         return found
@@ -108,7 +118,9 @@ def test_pull_from_a_daemon(store, tmp_path):
     path, x, desc = store
     with Running("daemon", "--store", path, "--open", "--serve", "m") as d:
         seen = d.lines(["peer_id", "listen"])
-        peer = f"{seen['listen']}/p2p/{seen['peer_id']}"
+        peer = seen["listen"]
+        if "/p2p/" not in peer:
+            peer += f"/p2p/{seen['peer_id']}"
         report = prox.sync.pull(tmp_path / "b", peer, "m", local="copy")
         assert report["blocks_fetched"] > 0 and not report["up_to_date"]
         again = prox.sync.pull(tmp_path / "b", peer, "m", local="copy")
