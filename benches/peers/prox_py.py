@@ -19,7 +19,11 @@ Three uses:
   rows.
 
   python benches/peers/prox_py.py overhead --prox target/release/prox --data DATA \\
-      --store db/minilm --name minilm --ef 32,64,128 --reps 3 [--build]
+      --store db/minilm --name minilm --ef 32,64,128 --reps 3 [--build] \\
+      [--rust-call target/release/examples/index_call]
+
+  `--rust-call` adds the bare engine call one query at a time
+  (benches/examples/index_call.rs) as the floor of the per-call overhead.
 """
 import argparse
 import json
@@ -119,19 +123,33 @@ def rust_bench(a, ef):
     return rec["qps"], rec["recall"]
 
 
+def rust_call(a, ef):
+    """The bare engine call per query (benches/examples/index_call.rs): (qps, recall)."""
+    out = subprocess.run(
+        [a.rust_call, "--store", a.store, "--name", a.name, "--query", str(a.data / "query.fvecs"),
+         "--gt", str(a.data / "gt.ivecs"), "--k", str(a.k), "--ef", str(ef), "--reps", "1"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    rec = json.loads(out.splitlines()[-1])
+    return rec["qps"], rec["recall"]
+
+
 def overhead(a):
     q = np.ascontiguousarray(read_fvecs(a.data / "query.fvecs"))
     gt = read_ivecs(a.data / "gt.ivecs")
     index = prox.Index.open(a.store, a.name)
     rows = []
-    for ef in [int(e) for e in a.ef.split(",")]:
-        best = {"rust": 0.0, "batch": 0.0, "single": 0.0}
+    for ef in [int(e) for e in a.ef.split(",") if e]:
+        best = {"rust": 0.0, "call": 0.0, "batch": 0.0, "single": 0.0}
         rec = {}
         loads = []
+        # Each repetition runs all four, so a change of load hits them alike.
         for _ in range(a.reps):
-            qps, r = rust_bench(a, ef)
+            qps, rec["rust"] = rust_bench(a, ef)
             best["rust"] = max(best["rust"], qps)
-            rec["rust"] = r
+            if a.rust_call:
+                qps, rec["call"] = rust_call(a, ef)
+                best["call"] = max(best["call"], qps)
             index.search(q[:100], k=a.k, path="hnsw", ef=ef, threads=1)  # warm-up
             t = time.perf_counter()
             _, keys = index.search(q, k=a.k, path="hnsw", ef=ef, threads=1)
@@ -146,12 +164,10 @@ def overhead(a):
             loads.append(loadavg())
         row = {
             "ef": ef,
-            "rust_qps": round(best["rust"]),
-            "py_batch_qps": round(best["batch"]),
-            "py_single_qps": round(best["single"]),
-            "batch_ratio": round(best["batch"] / best["rust"], 3),
-            "single_overhead_us": round(1e6 / best["single"] - 1e6 / best["rust"], 2),
+            "qps": {k: round(v) for k, v in best.items() if v},
             "recall": {k: round(v, 4) for k, v in rec.items()},
+            "batch_vs_bench": round(best["batch"] / best["rust"], 3),
+            "single_overhead_us": round(1e6 / best["single"] - 1e6 / (best["call"] or best["rust"]), 2),
             "load1": loads,
         }
         rows.append(row)
@@ -200,6 +216,7 @@ def main():
     o.add_argument("--k", type=int, default=10)
     o.add_argument("--ef", default="32,64,128")
     o.add_argument("--reps", type=int, default=3)
+    o.add_argument("--rust-call", help="the index_call example binary: per-call floor of the engine")
     o.add_argument("--build", action="store_true", help="also compare build times")
     o.add_argument("--build-hnsw", action="store_true", help="builds include the HNSW sidecar")
     o.add_argument("--tmp", default=None, help="directory for the build comparison's stores")

@@ -31,6 +31,7 @@ class Index:
         store: Optional[StorePath] = None,
         name: Optional[str] = None,
         threads: Optional[int] = None,
+        warm: bool = False,
     ) -> "Index": ...
     @staticmethod
     def open(
@@ -60,6 +61,7 @@ class Index:
         """``(scores, keys)`` or ``(scores, keys, values)``."""
     def get(self, key: Key) -> Optional[Tuple[npt.NDArray[np.float32], bytes]]: ...
     def verify(self) -> Dict[str, int]: ...
+    def warm(self) -> int: ...
     def upsert(self, keys: Keys, vectors: npt.ArrayLike, values: Optional[Sequence[bytes]] = None) -> None:
         """Raises UnsupportedError (no write path yet)."""
     def delete(self, keys: Keys) -> None:

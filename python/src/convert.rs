@@ -233,8 +233,12 @@ impl Options<'_, '_> {
             req.filter = Some(filter(f)?);
         }
         if let Some(t) = self.timeout {
-            let d = std::time::Duration::try_from_secs_f64(t)
-                .map_err(|_| invalid("timeout", "timeout must be a non-negative number of seconds"))?;
+            let d = std::time::Duration::try_from_secs_f64(t).map_err(|_| {
+                invalid(
+                    "timeout",
+                    "timeout must be a non-negative number of seconds",
+                )
+            })?;
             req.deadline = Some(std::time::Instant::now() + d);
         }
         Ok(req)
@@ -243,7 +247,10 @@ impl Options<'_, '_> {
 
 /// `k=v,...` engine parameters from `True` (the defaults), a `str` or a
 /// `dict`; `None`/`False`: not asked for.
-pub(crate) fn params(obj: Option<&Bound<'_, PyAny>>, field: &'static str) -> PyResult<Option<String>> {
+pub(crate) fn params(
+    obj: Option<&Bound<'_, PyAny>>,
+    field: &'static str,
+) -> PyResult<Option<String>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(None);
     };

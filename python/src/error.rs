@@ -57,7 +57,9 @@ pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> PyErr 
 }
 
 fn key_attr(key: &Option<Vec<u8>>) -> Vec<(&'static str, Attr)> {
-    key.iter().map(|k| ("key", Attr::Bytes(k.clone()))).collect()
+    key.iter()
+        .map(|k| ("key", Attr::Bytes(k.clone())))
+        .collect()
 }
 
 /// The exception for an engine error.
@@ -84,10 +86,9 @@ pub(crate) fn engine(e: Error) -> PyErr {
         | Error::NodeTooLarge { .. } => ("InvalidInputError", vec![]),
         Error::UnknownMap { .. } => ("UnknownMapError", vec![]),
         Error::DeadlineExceeded => ("DeadlineExceededError", vec![]),
-        Error::Corrupt { cid, .. } | Error::NotFound { cid } => (
-            "CorruptError",
-            vec![("cid", Attr::Str(cid.to_hex()))],
-        ),
+        Error::Corrupt { cid, .. } | Error::NotFound { cid } => {
+            ("CorruptError", vec![("cid", Attr::Str(cid.to_hex()))])
+        }
         Error::Truncated { .. }
         | Error::TrailingBytes { .. }
         | Error::Varint { .. }

@@ -6,7 +6,7 @@
 
 use crate::convert::{self, Matrix};
 use crate::error::{self, invalid, raise};
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArray1;
 use prox_engine::accel::{HnswParams, PqParams};
 use prox_engine::index::{self, Response, Scratch, DEFAULT_SQ8_GROUP};
 use prox_engine::proximity::{InputRecord, Sidecars};
@@ -74,9 +74,17 @@ impl Hits {
         let n = rows * k;
         Hits {
             scores: vec![f64::NAN; n],
-            int_keys: if int_keys { vec![NO_KEY; n] } else { Vec::new() },
+            int_keys: if int_keys {
+                vec![NO_KEY; n]
+            } else {
+                Vec::new()
+            },
             byte_keys: if int_keys { Vec::new() } else { vec![None; n] },
-            values: if with_values { vec![None; n] } else { Vec::new() },
+            values: if with_values {
+                vec![None; n]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -159,7 +167,9 @@ impl PyIndex {
     /// string (the keys of ``prox build --hnsw/--pq``). ``store``:
     /// ``None`` for an in-memory store, or a directory (created if absent)
     /// where the map is published under ``name``. ``threads``: build
-    /// threads (default all cores). The GIL is released while building.
+    /// threads (default all cores). ``warm``: build the native search
+    /// layouts now (else the first native search or ``warm()`` does). The
+    /// GIL is released while building.
     ///
     /// >>> import numpy as np, prox
     /// >>> x = np.random.default_rng(0).random((1000, 16), dtype=np.float32)
@@ -168,7 +178,7 @@ impl PyIndex {
     /// >>> keys[:, 0].tolist()
     /// [0, 1]
     #[staticmethod]
-    #[pyo3(signature = (vectors, keys=None, values=None, *, metric="l2", sq8=None, hnsw=None, pq=None, store=None, name=None, threads=None))]
+    #[pyo3(signature = (vectors, keys=None, values=None, *, metric="l2", sq8=None, hnsw=None, pq=None, store=None, name=None, threads=None, warm=false))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -182,6 +192,7 @@ impl PyIndex {
         store: Option<PathBuf>,
         name: Option<String>,
         threads: Option<usize>,
+        warm: bool,
     ) -> PyResult<PyIndex> {
         let m = Matrix::extract(vectors, "vectors")?;
         if m.single {
@@ -197,7 +208,12 @@ impl PyIndex {
             )
         })?;
         let (keys, int_keys) = match keys.filter(|k| !k.is_none()) {
-            None => ((0..m.rows as u64).map(|i| i.to_be_bytes().to_vec()).collect(), true),
+            None => (
+                (0..m.rows as u64)
+                    .map(|i| i.to_be_bytes().to_vec())
+                    .collect(),
+                true,
+            ),
             Some(k) => convert::keys(k, "keys")?,
         };
         if keys.len() != m.rows {
@@ -222,9 +238,10 @@ impl PyIndex {
             None => None,
             Some(s) => match s.extract::<bool>() {
                 Ok(b) => b.then_some(DEFAULT_SQ8_GROUP),
-                Err(_) => Some(s.extract::<u32>().map_err(|_| {
-                    invalid("sq8", "sq8 must be True, False or a group size")
-                })?),
+                Err(_) => Some(
+                    s.extract::<u32>()
+                        .map_err(|_| invalid("sq8", "sq8 must be True, False or a group size"))?,
+                ),
             },
         };
         if let Some(s) = convert::params(hnsw, "hnsw")? {
@@ -259,12 +276,11 @@ impl PyIndex {
                     .map(|(i, (k, v))| (k, data[i * dims..(i + 1) * dims].to_vec(), v))
                     .collect();
                 let built = index::build(store_handle.as_ref(), root, &build, records)?;
-                Index::load(
-                    store_handle,
-                    built.descriptor,
-                    built.sidecars,
-                    &index::Options::default(),
-                )
+                let options = index::Options {
+                    warm,
+                    ..index::Options::default()
+                };
+                Index::load(store_handle, built.descriptor, built.sidecars, &options)
             })
             .map_err(error::engine)?;
         Ok(PyIndex {
@@ -298,10 +314,7 @@ impl PyIndex {
             })?),
         };
         if name.is_none() == descriptor.is_none() {
-            return Err(invalid(
-                "name",
-                "give exactly one of name and descriptor",
-            ));
+            return Err(invalid("name", "give exactly one of name and descriptor"));
         }
         if !store.is_dir() {
             return Err(raise(
@@ -320,15 +333,11 @@ impl PyIndex {
                 match (&name, descriptor) {
                     (Some(n), _) => Index::open(handle, n, &options),
                     (None, Some(d)) => Index::load(handle, d, Sidecars::default(), &options),
-                    (None, None) => Err(prox_engine::Error::InvalidArgument(
-                        "no map named".into(),
-                    )),
+                    (None, None) => Err(prox_engine::Error::InvalidArgument("no map named".into())),
                 }
             })
             .map_err(error::engine)?;
-        let int_keys = py
-            .detach(|| parse_key_type(keys, &inner))?
-            .unwrap_or(false);
+        let int_keys = py.detach(|| parse_key_type(keys, &inner))?.unwrap_or(false);
         Ok(PyIndex {
             inner: Arc::new(inner),
             int_keys,
@@ -431,13 +440,17 @@ impl PyIndex {
             })
             .map_err(error::engine)?;
         let shape: Vec<usize> = if single { vec![k] } else { vec![rows, k] };
-        let scores = PyArray1::from_vec(py, hits.scores)
-            .reshape(shape.clone())?
-            .into_any();
+        // One query: the flat arrays already have the answer's shape.
+        let shaped = |a: Bound<'py, PyAny>| -> PyResult<Bound<'py, PyAny>> {
+            if single {
+                Ok(a)
+            } else {
+                a.call_method1("reshape", ((rows, k),))
+            }
+        };
+        let scores = shaped(PyArray1::from_vec(py, hits.scores).into_any())?;
         let keys = if int_keys {
-            PyArray1::from_vec(py, hits.int_keys)
-                .reshape(shape.clone())?
-                .into_any()
+            shaped(PyArray1::from_vec(py, hits.int_keys).into_any())?
         } else {
             object_array(py, hits.byte_keys, &shape)?
         };
@@ -503,6 +516,14 @@ impl PyIndex {
     fn delete(&self, keys: &Bound<'_, PyAny>) -> PyResult<()> {
         let _ = keys;
         Err(unsupported("delete"))
+    }
+
+    /// Builds the native search layouts now (decoded nodes, scan arena,
+    /// sub-lists) so no later search pays for them; returns the node count.
+    /// Idempotent; the GIL is released.
+    fn warm(&self, py: Python<'_>) -> PyResult<usize> {
+        let inner = &*self.inner;
+        py.detach(|| inner.warm()).map_err(error::engine)
     }
 
     /// Records in the map.

@@ -37,7 +37,11 @@ fn builds_publishes_and_opens_the_same_map() {
     // The map alone is what ProximityMap::build makes.
     let plain = MemStore::new();
     let direct = ProximityMap::build(&plain, &build.config, recs.clone()).unwrap();
-    assert_eq!(direct.descriptor_cid(), built.descriptor, "PROX_SEED={seed}");
+    assert_eq!(
+        direct.descriptor_cid(),
+        built.descriptor,
+        "PROX_SEED={seed}"
+    );
     let index = Index::open(store, "m", &Options::default()).unwrap();
     assert_eq!(index.descriptor(), built.descriptor);
     assert_eq!(index.sidecars(), built.sidecars);
@@ -62,7 +66,11 @@ fn unnamed_builds_publish_nothing_and_threads_do_not_change_the_map() {
             threads,
             ..Build::new(5)
         };
-        cids.push(index::build(&store, None, &build, recs.clone()).unwrap().descriptor);
+        cids.push(
+            index::build(&store, None, &build, recs.clone())
+                .unwrap()
+                .descriptor,
+        );
         assert!(store.root("m").unwrap().is_none());
     }
     assert!(cids.windows(2).all(|w| w[0] == w[1]), "PROX_SEED={seed}");
@@ -81,11 +89,17 @@ fn bad_input_is_refused_before_anything_is_written() {
     nan[3].1[1] = f32::NAN;
     assert!(matches!(
         check(&Build::new(4), "m", nan),
-        Error::NonFiniteVector { index: 1, key: Some(_) }
+        Error::NonFiniteVector {
+            index: 1,
+            key: Some(_)
+        }
     ));
     let mut dup = recs.clone();
     dup[5].0 = dup[4].0.clone();
-    assert!(matches!(check(&Build::new(4), "m", dup), Error::DuplicateKey { .. }));
+    assert!(matches!(
+        check(&Build::new(4), "m", dup),
+        Error::DuplicateKey { .. }
+    ));
     assert!(matches!(
         check(&Build::new(4), "", recs.clone()),
         Error::InvalidRootName { .. }
@@ -111,6 +125,10 @@ fn bad_input_is_refused_before_anything_is_written() {
     ));
     assert!(matches!(
         check(&Build::new(3), "m", recs),
-        Error::WrongDimension { expected: 3, got: 4, .. }
+        Error::WrongDimension {
+            expected: 3,
+            got: 4,
+            ..
+        }
     ));
 }

@@ -200,7 +200,8 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         pq: args.pq,
         threads: args.threads,
     };
-    let built = build_and_publish(&store, &args.name, &build, records).with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
+    let built = build_and_publish(&store, &args.name, &build, records)
+        .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
     let p = &built.published;
     let mut out = Stdout::new();
     if args.json {
