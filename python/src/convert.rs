@@ -284,7 +284,7 @@ fn describe(obj: &Bound<'_, PyAny>) -> String {
         Ok(r) => {
             let r = r.to_string();
             if r.len() > 40 {
-                format!("{ty}")
+                ty
             } else {
                 format!("{ty} {r}")
             }

@@ -30,7 +30,8 @@ thread_local! {
 /// Rayon pools by thread count, kept for the life of the process (a batch
 /// search with `threads=n` reuses the pool of `n`).
 fn pool(n: usize) -> PyResult<Arc<rayon::ThreadPool>> {
-    static POOLS: OnceLock<Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>> = OnceLock::new();
+    type Pools = Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
     if n == 0 {
         return Err(invalid("threads", "threads must be at least 1"));
     }

@@ -57,6 +57,7 @@ fn index(s: u64, n: u64, metric: Metric, layout: ExactLayout, fast_pq: bool) -> 
     let options = Options {
         exact_layout: layout,
         warm: true,
+        sidecars: true,
     };
     Index::load(store, d, sidecars, &options).unwrap()
 }
