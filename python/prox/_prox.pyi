@@ -1,6 +1,7 @@
 """Type stubs of the native module (prox._prox)."""
 
 from os import PathLike
+from pathlib import Path
 from typing import Any, Dict, Literal, Mapping, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
@@ -78,7 +79,7 @@ class Index:
     @property
     def key_type(self) -> Literal["int", "bytes"]: ...
     @property
-    def store(self) -> Optional[str]: ...
+    def store(self) -> Optional[Path]: ...
     @property
     def name(self) -> Optional[str]: ...
 
