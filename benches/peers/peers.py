@@ -19,6 +19,9 @@ Peers (select with --peers, comma-separated):
   usearch         USearch HNSW, f32, connectivity=16, expansion_add=128;
                   sweep expansion_search
   brute           FAISS IndexFlat (exact; one point)
+  prox            prox's Python package (benches/peers/prox_py.py), HNSW
+                  sidecar M=16, ef_construction=200; sweep ef (engine
+                  "prox-python": the same call overhead as the peers)
 
 Measurement: each setting runs the whole query set in one batch call
 (after one untimed warm-up call), once per thread count in --threads; QPS
@@ -26,6 +29,7 @@ Measurement: each setting runs the whole query set in one batch call
 
 Example:
   python3 benches/peers/peers.py --data data/gmm-100k --out peers.jsonl
+  python3 benches/peers/peers.py --data DIR --peers prox,hnswlib,faiss-hnsw,usearch  (one process)
 """
 import argparse
 import json
@@ -225,7 +229,30 @@ class Usearch(Engine):
         self.idx.save(p)
 
 
+class ProxPython(Engine):
+    """prox through its Python package (prox_py.ProxAnn: HNSW sidecar, M16 efC200),
+    in this process like the other peers."""
+    engine, path = "prox-python", "hnsw"
+
+    def build(self, x, threads):
+        from prox_py import ProxAnn
+        self.ann = ProxAnn(self.metric, threads=1)
+        self.ann.fit(x, threads=threads)
+
+    def set(self, ef):
+        self.ann.set_query_arguments(ef)
+
+    def search(self, q, k, threads):
+        self.ann.threads = threads
+        self.ann.batch_query(q, k)
+        return self.ann.get_batch_results()
+
+    def index_bytes(self):
+        return None  # an in-memory store: no file to measure
+
+
 PEERS = {
+    "prox": ProxPython,
     "hnswlib": Hnswlib,
     "faiss-hnsw": FaissHnsw,
     "faiss-ivfpq-fs": FaissIvfPqFs,

@@ -27,6 +27,7 @@ mod follow;
 mod gate;
 pub mod identity;
 mod links;
+pub mod local;
 mod node;
 mod pacing;
 pub mod pending;

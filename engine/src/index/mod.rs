@@ -49,5 +49,9 @@ pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
 pub use write::{Applied, DropReason, SidecarWrite, WriteReport};
 
+// Building and publishing a map from records.
+mod build;
+pub use build::{build, Build, Built, DEFAULT_SQ8_GROUP};
+
 #[cfg(test)]
 mod tests;

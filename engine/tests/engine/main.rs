@@ -7,6 +7,7 @@
 //! itself as child processes, is the separate `crash` binary.
 
 mod accel;
+mod build;
 mod corruption;
 mod deadline;
 mod mutate;

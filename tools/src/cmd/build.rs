@@ -3,12 +3,13 @@
 
 use super::store_arg::StoreArg;
 use crate::io::{Row, VectorReader};
-use crate::map::{self, Published};
+use crate::map::Published;
 use crate::{out::Stdout, progress};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use prox_engine::accel::{build_sidecars, HnswParams, PqParams};
-use prox_engine::proximity::{InputRecord, ProximityConfig, ProximityMap};
+use prox_engine::accel::{HnswParams, PqParams};
+use prox_engine::index;
+use prox_engine::proximity::{InputRecord, ProximityConfig};
 use prox_engine::BlockStore;
 use prox_kernels::Metric;
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ before anything is built; a malformed row aborts with its row number and the
 named root is left untouched. Prints the descriptor CID last.";
 
 /// Default SQ8 group size when `--sq8` is given without `--sq8-group`.
-pub const DEFAULT_SQ8_GROUP: u32 = 32;
+pub use prox_engine::index::DEFAULT_SQ8_GROUP;
 
 /// Arguments of `prox build`.
 #[derive(Debug, Clone, Args)]
@@ -160,46 +161,27 @@ pub struct Built {
 }
 
 /// Builds a map (and sidecars) from records into `store` and publishes it
-/// as `name`.
+/// as `name`, through the engine's one build path
+/// ([`prox_engine::index::build()`]).
 pub fn build_and_publish(
     store: &dyn BlockStore,
     name: &str,
-    config: &ProximityConfig,
+    build: &index::Build,
     records: Vec<InputRecord>,
-    hnsw: Option<&HnswParams>,
-    pq: Option<&PqParams>,
 ) -> Result<Built> {
-    prox_engine::store::validate_root_name(name)?;
-    let n = records.len() as u64;
-    let t = Instant::now();
-    let sp = progress::spinner(&format!("building map of {n} records"));
-    let built = ProximityMap::build(store, config, records);
+    let sp = progress::spinner(&format!("building map of {} records", records.len()));
+    let built = index::build(store, Some(name), build, records);
     sp.finish_and_clear();
-    let descriptor = built?.descriptor_cid();
-    store.commit()?;
-    let map_seconds = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let (mut h, mut q) = (None, None);
-    if hnsw.is_some() || pq.is_some() {
-        let sp = progress::spinner("building sidecars");
-        let side = build_sidecars(store, descriptor, hnsw, pq);
-        sp.finish_and_clear();
-        let side = side.with_context(|| format!("building sidecars of {descriptor}"))?;
-        h = side.hnsw.map(|s| s.manifest_cid);
-        q = side.pq.map(|s| s.manifest_cid);
-        store.commit()?;
-    }
-    let published = Published {
-        descriptor,
-        hnsw: h,
-        pq: q,
-    };
-    map::publish(store, name, &published)?;
+    let built = built?;
     Ok(Built {
-        published,
-        records: n,
-        map_seconds,
-        sidecar_seconds: t.elapsed().as_secs_f64(),
+        published: Published {
+            descriptor: built.descriptor,
+            hnsw: built.sidecars.hnsw,
+            pq: built.sidecars.pq,
+        },
+        records: built.records,
+        map_seconds: built.map_seconds,
+        sidecar_seconds: built.sidecar_seconds,
     })
 }
 
@@ -212,17 +194,14 @@ pub fn run(args: &BuildArgs) -> Result<()> {
     let config = args.config(dim as u32);
     config.validate().context("invalid map configuration")?;
     let store = args.store.open()?;
-    let built = with_threads(args.threads, || {
-        build_and_publish(
-            &store,
-            &args.name,
-            &config,
-            records,
-            args.hnsw.as_ref(),
-            args.pq.as_ref(),
-        )
-    })?
-    .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
+    let build = index::Build {
+        config,
+        hnsw: args.hnsw,
+        pq: args.pq,
+        threads: args.threads,
+    };
+    let built = build_and_publish(&store, &args.name, &build, records)
+        .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
     let p = &built.published;
     let mut out = Stdout::new();
     if args.json {

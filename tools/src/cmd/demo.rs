@@ -136,18 +136,17 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     config.metric = spec.metric;
     let hnsw = (!args.no_hnsw).then(HnswParams::default);
     let pq = args.pq.then(PqParams::default);
-    let built = super::build::build_and_publish(
-        &store,
-        "demo",
-        &config,
-        records,
-        hnsw.as_ref(),
-        pq.as_ref(),
-    )?;
+    let build = index::Build {
+        config,
+        hnsw,
+        pq,
+        threads: None,
+    };
+    let built = super::build::build_and_publish(&store, "demo", &build, records)?;
     progress::note(format_args!(
         "build: map {:.1}s{}; descriptor {}",
         built.map_seconds,
-        if hnsw.is_some() || pq.is_some() {
+        if build.hnsw.is_some() || build.pq.is_some() {
             format!(", sidecars {:.1}s", built.sidecar_seconds)
         } else {
             String::new()
@@ -167,7 +166,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             "path", "setting", "recall@10", "QPS"
         ))?;
     }
-    for (qs, label) in settings(hnsw.is_some(), pq.is_some()) {
+    for (qs, label) in settings(build.hnsw.is_some(), build.pq.is_some()) {
         let (answers, secs) = super::query::run_all(&map, &data.queries, &qs)?;
         let found = answers
             .iter()

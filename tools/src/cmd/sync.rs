@@ -2,11 +2,10 @@
 //! control socket, or do the same operation one-shot when none runs.
 
 use crate::cmd::store_arg::StoreArg;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use prox_sync::control::{self, Op};
-use prox_sync::{Config, Node, RefsLinker, Stores};
-use std::sync::Arc;
+use prox_sync::control::Op;
+use prox_sync::Stores;
 use std::time::Duration;
 
 /// Examples for `prox sync --help`.
@@ -103,13 +102,11 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Opens the store and its staging area (`<store>/sync-staging`).
+/// Opens the store and its staging area (`<store>/sync-staging`)
+/// ([`prox_sync::local::open_stores`]).
 pub fn open_stores(store: &StoreArg) -> Result<Stores> {
-    let main = store.open()?;
-    let staging_dir = store.store.join("sync-staging");
-    let staging = prox_engine::store::MmapStore::open(&staging_dir)
-        .with_context(|| format!("cannot open staging store {}", staging_dir.display()))?;
-    Ok(Stores::new(Arc::new(main), Arc::new(staging)))
+    prox_sync::local::open_stores(&store.store)
+        .with_context(|| format!("cannot open {store} and its staging area"))
 }
 
 /// Runs `prox sync`.
@@ -144,35 +141,8 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         SyncOp::Peers(a) => (&a.store, Op::Peers, true),
     };
     let rt = runtime()?;
-    // A pull with its own deadline ends by it (the daemon or the one-shot
-    // node enforces it); wait that long plus a margin for the answer.
-    let deadline = match &args.op {
-        SyncOp::Pull(p) => p.pull_deadline.map(|d| d + Duration::from_secs(30)),
-        _ => None,
-    };
-    let timeout = deadline.unwrap_or(prox_sync::Limits::default().announce_timeout);
-    let value = rt.block_on(async {
-        let socket = control::socket_path(&store.store);
-        if socket.exists() {
-            if let Some(reply) = control::request(&socket, op.clone(), timeout).await? {
-                return match (reply.ok, reply.result, reply.error) {
-                    (true, Some(v), _) => Ok(v),
-                    (_, _, e) => bail!("daemon: {}", e.unwrap_or_else(|| "no result".into())),
-                };
-            }
-        }
-        one_shot(store, &op, deadline.unwrap_or(Duration::from_secs(3600))).await
-    })?;
+    let value = rt.block_on(prox_sync::local::execute(&store.store, &op))?;
     print(&op, &value, json)
-}
-
-async fn one_shot(store: &StoreArg, op: &Op, timeout: Duration) -> Result<serde_json::Value> {
-    let stores = open_stores(store)?;
-    let key = prox_sync::identity::load_or_create(&store.store.join("sync.key"))?;
-    let node = Node::start(&Config::default(), key, stores, RefsLinker).await?;
-    let out = tokio::time::timeout(timeout, control::execute(&node, op)).await;
-    node.shutdown().await;
-    Ok(out.context("one-shot sync timed out")??)
 }
 
 fn print(op: &Op, v: &serde_json::Value, json: bool) -> Result<()> {

@@ -1,0 +1,125 @@
+//! Building a map from records: the map, its sidecars and (optionally) the
+//! named root that publishes them. The one build path of every front end
+//! (`prox build`, `prox demo`, the Python `Index.build`).
+
+use crate::accel::{build_sidecars, HnswParams, PqParams};
+use crate::cid::Cid;
+use crate::error::{Error, Result};
+use crate::proximity::{self, InputRecord, ProximityConfig, ProximityMap, Sidecars};
+use crate::store::{validate_root_name, BlockStore};
+use std::time::Instant;
+
+/// SQ8 group size (components per scale) when SQ8 codes are asked for
+/// without one (`prox build --sq8`, Python `sq8=True`).
+pub const DEFAULT_SQ8_GROUP: u32 = 32;
+
+/// What to build besides the records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Build {
+    /// The map's configuration (dimensions, metric, paging, SQ8).
+    pub config: ProximityConfig,
+    /// Also build an HNSW sidecar with these parameters.
+    pub hnsw: Option<HnswParams>,
+    /// Also train a PQ sidecar with these parameters.
+    pub pq: Option<PqParams>,
+    /// Build threads (`None`: rayon's global pool, i.e. every core).
+    pub threads: Option<usize>,
+}
+
+impl Build {
+    /// A map of `dims` dimensions with the default configuration, no
+    /// sidecars, every core.
+    pub fn new(dims: u32) -> Build {
+        Build {
+            config: ProximityConfig::new(dims),
+            hnsw: None,
+            pq: None,
+            threads: None,
+        }
+    }
+}
+
+/// What a build produced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Built {
+    /// The `PRXI` descriptor.
+    pub descriptor: Cid,
+    /// The sidecar manifests built with it.
+    pub sidecars: Sidecars,
+    /// Records in the map.
+    pub records: u64,
+    /// Seconds spent building the map.
+    pub map_seconds: f64,
+    /// Seconds spent building the sidecars.
+    pub sidecar_seconds: f64,
+}
+
+/// Builds a map of `records` (and the sidecars `build` asks for) into
+/// `store`, commits it and, when `name` is given, publishes it under that
+/// root. Every record and parameter is checked before anything is written
+/// (the errors of [`ProximityMap::build`], [`Error::InvalidRootName`],
+/// [`Error::InvalidConfig`] for sidecar parameters, [`Error::InvalidArgument`]
+/// for zero threads); a failure leaves the root untouched. The descriptor
+/// depends only on the records and the configuration, not on the thread
+/// count.
+pub fn build(
+    store: &dyn BlockStore,
+    name: Option<&str>,
+    build: &Build,
+    records: Vec<InputRecord>,
+) -> Result<Built> {
+    if let Some(name) = name {
+        validate_root_name(name)?;
+    }
+    build.config.validate()?;
+    if let Some(h) = &build.hnsw {
+        h.validate()?;
+    }
+    if let Some(p) = &build.pq {
+        p.validate(build.config.dims as usize)?;
+    }
+    match build.threads {
+        None => run(store, name, build, records),
+        Some(0) => Err(Error::InvalidArgument(
+            "build threads must be at least 1".into(),
+        )),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("cannot start {n} build threads: {e}")))?
+            .install(|| run(store, name, build, records)),
+    }
+}
+
+fn run(
+    store: &dyn BlockStore,
+    name: Option<&str>,
+    build: &Build,
+    records: Vec<InputRecord>,
+) -> Result<Built> {
+    let n = records.len() as u64;
+    let t = Instant::now();
+    let map = ProximityMap::build(store, &build.config, records)?;
+    let descriptor = map.descriptor_cid();
+    store.commit()?;
+    let map_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut sidecars = Sidecars::default();
+    if build.hnsw.is_some() || build.pq.is_some() {
+        let side = build_sidecars(store, descriptor, build.hnsw.as_ref(), build.pq.as_ref())?;
+        sidecars.hnsw = side.hnsw.map(|s| s.manifest_cid);
+        sidecars.pq = side.pq.map(|s| s.manifest_cid);
+        store.commit()?;
+    }
+    let sidecar_seconds = t.elapsed().as_secs_f64();
+    if let Some(name) = name {
+        proximity::publish(store, name, &map, &sidecars)?;
+    }
+    Ok(Built {
+        descriptor,
+        sidecars,
+        records: n,
+        map_seconds,
+        sidecar_seconds,
+    })
+}
