@@ -12,7 +12,7 @@ if ! command -v python3 >/dev/null 2>&1; then
   exit 0
 fi
 status=0
-for src in kernels/src engine/src sync/src serve/src tools/src; do
+for src in kernels/src engine/src sync/src serve/src python/src tools/src; do
   [ -d "$src" ] || continue
   python3 - "$src" <<'PY' || status=1
 import os, re, sys
@@ -58,7 +58,7 @@ src = {m: strip(open(p).read()) for m, p in files.items()}
 reexp = defaultdict(dict)  # module -> name -> absolute path
 uses = defaultdict(list)
 for m, s in src.items():
-    for pub, body in re.findall(r"(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", s):
+    for pub, body in re.findall(r"(pub(?:\([^)]*\))?\s+)?\buse\s+([^;]+);", s):
         body = re.sub(r"\s+as\s+\w+", "", body)  # a rename keeps the target
         for path in expand(re.sub(r"\s+", "", body)):
             name = path.split("::")[-1]

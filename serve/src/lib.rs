@@ -40,6 +40,7 @@ mod metrics;
 mod registry;
 mod server;
 mod snapshot;
+mod state;
 mod writes;
 
 pub use api::{filter_from_json, ApiError};

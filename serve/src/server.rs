@@ -24,7 +24,8 @@ use crate::limits;
 use crate::metrics::Metrics;
 use crate::registry::{MapRegistry, Refresher, Source};
 use crate::snapshot::Snapshot;
-use crate::writes::{self, Writer};
+use crate::state::{body, internal, micros, Shared, Writer};
+use crate::writes;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
@@ -181,26 +182,6 @@ impl Config {
     }
 }
 
-/// State shared by every request.
-pub(crate) struct Shared {
-    pub(crate) maps: MapRegistry,
-    pool: rayon::ThreadPool,
-    metrics: Metrics,
-    pub(crate) limits: Limits,
-    deadline: Duration,
-    /// `search_threads + queue`: most jobs admitted at once.
-    capacity: i64,
-    /// Jobs admitted and not finished (waiting or running).
-    pending: AtomicI64,
-    max_in_flight: i64,
-    tokens: Tokens,
-    /// The write endpoints' state; `None`: writes are off.
-    pub(crate) writer: Option<Writer>,
-    allowed_hosts: Vec<String>,
-    body_timeout: Duration,
-    max_body: usize,
-}
-
 thread_local! {
     /// Each search thread's reusable buffers.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
@@ -351,27 +332,6 @@ fn search_error(e: prox_engine::Error, q: &index::Request) -> ApiError {
         }
         e => internal(e),
     }
-}
-
-pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(%e, "request failed");
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-}
-
-pub(crate) fn body(
-    b: std::result::Result<Bytes, BytesRejection>,
-) -> std::result::Result<Bytes, ApiError> {
-    b.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(r.status(), "body_too_large", r.body_text()).at("body")
-        } else {
-            ApiError::new(StatusCode::BAD_REQUEST, "bad_body", r.body_text()).at("body")
-        }
-    })
-}
-
-pub(crate) fn micros(t: Instant) -> u64 {
-    t.elapsed().as_micros().min(u64::MAX as u128) as u64
 }
 
 /// Serializes `v` straight into one buffer of about the right size (axum's

@@ -11,8 +11,8 @@
 //! <descriptor>` that does not name the served descriptor is a 412.
 
 use crate::api::ApiError;
-use crate::server::{body, internal, micros, Shared};
 use crate::snapshot::Snapshot;
+use crate::state::{body, internal, micros, Shared, Writer};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -21,33 +21,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use prox_engine::index::{Batch, CanonicalHnsw, SidecarWrite, WriteOptions, WriteReport};
 use prox_engine::proximity::{self, ProximityConfig, ProximityMap, Sidecars};
-use prox_engine::{BlockStore, Cid, Error as EngineError};
+use prox_engine::{Cid, Error as EngineError};
 use prox_kernels::Metric;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
-
-/// The write side of a server: the store written to and one lock per map
-/// name.
-pub(crate) struct Writer {
-    store: Arc<dyn BlockStore>,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl Writer {
-    pub(crate) fn new(store: Arc<dyn BlockStore>) -> Writer {
-        Writer {
-            store,
-            locks: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut l = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        l.entry(name.to_string()).or_default().clone()
-    }
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

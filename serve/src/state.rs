@@ -1,0 +1,82 @@
+//! [`Shared`]: the state every request handler sees (the map registry,
+//! the search pool, admission counters, tokens, the write side), and the
+//! small reply helpers the handler modules share.
+
+use crate::api::{ApiError, Limits};
+use crate::auth::Tokens;
+use crate::metrics::Metrics;
+use crate::registry::MapRegistry;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use prox_engine::BlockStore;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// State shared by every request.
+pub(crate) struct Shared {
+    pub(crate) maps: MapRegistry,
+    pub(crate) pool: rayon::ThreadPool,
+    pub(crate) metrics: Metrics,
+    pub(crate) limits: Limits,
+    pub(crate) deadline: Duration,
+    /// `search_threads + queue`: most jobs admitted at once.
+    pub(crate) capacity: i64,
+    /// Jobs admitted and not finished (waiting or running).
+    pub(crate) pending: AtomicI64,
+    pub(crate) max_in_flight: i64,
+    pub(crate) tokens: Tokens,
+    /// The write endpoints' state; `None`: writes are off.
+    pub(crate) writer: Option<Writer>,
+    pub(crate) allowed_hosts: Vec<String>,
+    pub(crate) body_timeout: Duration,
+    pub(crate) max_body: usize,
+}
+
+/// The write side of a server: the store written to and one lock per map
+/// name (writes to one map are serialized).
+pub(crate) struct Writer {
+    pub(crate) store: Arc<dyn BlockStore>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Writer {
+    pub(crate) fn new(store: Arc<dyn BlockStore>) -> Writer {
+        Writer {
+            store,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The lock serializing writes to `name`.
+    pub(crate) fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut l = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        l.entry(name.to_string()).or_default().clone()
+    }
+}
+
+/// A 500 for an unexpected failure (logged).
+pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(%e, "request failed");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+/// The body, or the error for one that could not be read.
+pub(crate) fn body(
+    b: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Bytes, ApiError> {
+    b.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(r.status(), "body_too_large", r.body_text()).at("body")
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "bad_body", r.body_text()).at("body")
+        }
+    })
+}
+
+/// Microseconds since `t`.
+pub(crate) fn micros(t: Instant) -> u64 {
+    t.elapsed().as_micros().min(u64::MAX as u128) as u64
+}
