@@ -25,6 +25,7 @@ from ._prox import NO_KEY, Index, __version__
 from .client import Client
 from .errors import (
     ClientError,
+    ConflictError,
     CorruptError,
     DeadlineExceededError,
     InvalidInputError,
@@ -48,6 +49,7 @@ __all__ = [
     "StoreError",
     "DeadlineExceededError",
     "UnsupportedError",
+    "ConflictError",
     "SyncError",
     "ClientError",
     "__version__",

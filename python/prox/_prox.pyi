@@ -42,6 +42,7 @@ class Index:
         descriptor: Optional[str] = None,
         keys: Literal["auto", "int", "bytes"] = "auto",
         warm: bool = True,
+        writable: bool = False,
     ) -> "Index": ...
     def search(
         self,
@@ -63,10 +64,17 @@ class Index:
     def get(self, key: Key) -> Optional[Tuple[npt.NDArray[np.float32], bytes]]: ...
     def verify(self) -> Dict[str, int]: ...
     def warm(self) -> int: ...
-    def upsert(self, keys: Keys, vectors: npt.ArrayLike, values: Optional[Sequence[bytes]] = None) -> None:
-        """Raises UnsupportedError (no write path yet)."""
-    def delete(self, keys: Keys) -> None:
-        """Raises UnsupportedError (no write path yet)."""
+    def upsert(
+        self,
+        keys: Keys,
+        vectors: npt.ArrayLike,
+        values: Optional[Sequence[Union[bytes, str]]] = None,
+        *,
+        canonical_hnsw: str = "refuse",
+    ) -> Dict[str, Any]:
+        """One atomic batch of inserts/replacements; the write report."""
+    def delete(self, keys: Keys) -> Dict[str, Any]:
+        """One atomic batch of deletes; the write report."""
     def __len__(self) -> int: ...
     @property
     def dim(self) -> int: ...

@@ -17,7 +17,7 @@ import urllib.parse
 import numpy as np
 
 from ._prox import NO_KEY
-from .errors import ClientError, UnsupportedError
+from .errors import ClientError
 
 #: Rows per ``search:batch`` request (the server's limit).
 BATCH_ROWS = 4096
@@ -52,7 +52,9 @@ class Client:
     """A client of one ``prox serve`` (or ``prox daemon --http``) server.
 
     ``url``: ``http://host:port``; ``token``: the bearer token when the
-    server has one; ``timeout``: seconds per request.
+    server has one (for :meth:`upsert` and :meth:`delete`, the server's
+    write token, which also authorizes reads); ``timeout``: seconds per
+    request.
     """
 
     def __init__(self, url, token=None, timeout=30.0):
@@ -81,8 +83,9 @@ class Client:
     def __repr__(self):
         return f"prox.Client({self.url!r})"
 
-    def _request(self, method, path, body=None):
+    def _request(self, method, path, body=None, extra=None):
         headers = {"accept": "application/json"}
+        headers.update(extra or {})
         if self._token is not None:
             headers["authorization"] = f"Bearer {self._token}"
         data = None
@@ -200,10 +203,46 @@ class Client:
             scores, out_keys, values = scores[0], out_keys[0], values[0]
         return (scores, out_keys, values) if with_values else (scores, out_keys)
 
-    def upsert(self, name, keys, vectors, values=None):
-        """Not available: the HTTP API has no write endpoint yet."""
-        raise UnsupportedError("Client.upsert is not available yet: prox serve has no write endpoint in this build")
+    def upsert(self, name, keys, vectors, values=None, *, canonical_hnsw=None, if_match=None):
+        """Inserts or replaces records in map ``name`` (the arguments of
+        :meth:`prox.Index.upsert`), as one atomic write of at most 4096
+        points. Needs a client made with the server's write token
+        (``prox serve --write-token-file``). ``if_match``: a descriptor the
+        map must be at (else ``ClientError`` with status 412). Returns the
+        server's write report (``descriptor``, counts, bytes written)."""
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim == 1:
+            v = v[None, :]
+        if v.ndim != 2:
+            raise ValueError(f"vectors must have shape (d,) or (n, d), got {v.ndim} dimensions")
+        keys = list(keys)
+        if len(keys) != v.shape[0]:
+            raise ValueError(f"{len(keys)} keys for {v.shape[0]} vectors")
+        if values is not None:
+            values = list(values)
+            if len(values) != len(keys):
+                raise ValueError(f"{len(values)} values for {len(keys)} vectors")
+        if not np.isfinite(v).all():
+            raise ValueError("vectors must be finite (no NaN or inf)")
+        points = []
+        for i, key in enumerate(keys):
+            p = {"key": _key_hex(key), "vector": v[i].tolist()}
+            if values is not None:
+                val = values[i]
+                p["value"] = (val.encode() if isinstance(val, str) else bytes(val)).hex()
+            points.append(p)
+        body = {"points": points}
+        if canonical_hnsw is not None:
+            body["canonical_hnsw"] = canonical_hnsw
+        return self._write(f"/v1/maps/{urllib.parse.quote(name, safe='')}/points:upsert", body, if_match)
 
-    def delete(self, name, keys):
-        """Not available: the HTTP API has no write endpoint yet."""
-        raise UnsupportedError("Client.delete is not available yet: prox serve has no write endpoint in this build")
+    def delete(self, name, keys, *, if_match=None):
+        """Deletes records of map ``name`` by key (one atomic write of at
+        most 4096 keys; absent keys are counted, not an error). Needs the
+        write token, as :meth:`upsert`. Returns the server's write report."""
+        body = {"keys": [_key_hex(k) for k in keys]}
+        return self._write(f"/v1/maps/{urllib.parse.quote(name, safe='')}/points:delete", body, if_match)
+
+    def _write(self, path, body, if_match):
+        extra = {} if if_match is None else {"if-match": f'"{if_match}"'}
+        return self._request("POST", path, body, extra)

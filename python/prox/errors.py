@@ -47,6 +47,11 @@ class UnsupportedError(ProxError, NotImplementedError):
     says why)."""
 
 
+class ConflictError(ProxError):
+    """A write lost a race: another writer moved the map's root since this
+    index was opened (reopen it and retry). Nothing was published."""
+
+
 class SyncError(ProxError):
     """A pull failed: the peer is unreachable, misbehaved, refused, or has no
     such root."""
@@ -74,6 +79,7 @@ __all__ = [
     "StoreError",
     "DeadlineExceededError",
     "UnsupportedError",
+    "ConflictError",
     "SyncError",
     "ClientError",
 ]

@@ -84,6 +84,9 @@ pub(crate) fn engine(e: Error) -> PyErr {
         | Error::InvalidConfig(_)
         | Error::InvalidRootName { .. }
         | Error::NodeTooLarge { .. } => ("InvalidInputError", vec![]),
+        Error::KeyTooLong { .. } => ("InvalidInputError", vec![]),
+        Error::Conflict { .. } => ("ConflictError", vec![]),
+        Error::CanonicalHnsw { .. } => ("UnsupportedError", vec![]),
         Error::UnknownMap { .. } => ("UnknownMapError", vec![]),
         Error::DeadlineExceeded => ("DeadlineExceededError", vec![]),
         Error::Corrupt { cid, .. } | Error::NotFound { cid } => {

@@ -8,7 +8,9 @@ use crate::convert::{self, Matrix};
 use crate::error::{self, invalid, raise};
 use numpy::PyArray1;
 use prox_engine::accel::{HnswParams, PqParams};
-use prox_engine::index::{self, Response, Scratch, DEFAULT_SQ8_GROUP};
+use prox_engine::index::{
+    self, Batch, Response, Scratch, WriteOptions, WriteReport, DEFAULT_SQ8_GROUP,
+};
 use prox_engine::proximity::{InputRecord, Sidecars};
 use prox_engine::{BlockStore, Cid, Index, MemStore, MmapStore};
 use prox_kernels::Metric;
@@ -16,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::cell::RefCell;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// Key padding of integer-keyed results: `2**64 - 1` (no hit).
 pub(crate) const NO_KEY: u64 = u64::MAX;
@@ -55,7 +57,13 @@ fn pool(n: usize) -> PyResult<Arc<rayon::ThreadPool>> {
 /// A proximity map opened for search (see `help(prox.Index)`).
 #[pyclass(frozen, module = "prox", name = "Index")]
 pub(crate) struct PyIndex {
-    inner: Arc<Index>,
+    /// The current snapshot; a write swaps it.
+    inner: RwLock<Arc<Index>>,
+    /// Serializes writes (one apply + commit at a time).
+    writing: Mutex<()>,
+    /// The store handle accepts writes (built here, or opened with
+    /// `writable=True`).
+    writable: bool,
     /// Keys are 8-byte big-endian integers (results as uint64).
     int_keys: bool,
     store: Option<PathBuf>,
@@ -285,7 +293,9 @@ impl PyIndex {
             })
             .map_err(error::engine)?;
         Ok(PyIndex {
-            inner: Arc::new(inner),
+            inner: RwLock::new(Arc::new(inner)),
+            writing: Mutex::new(()),
+            writable: true,
             int_keys,
             store,
             name,
@@ -297,9 +307,12 @@ impl PyIndex {
     /// (a CID in hex; no sidecars). ``keys``: ``"auto"`` (integer results
     /// when every key is 8 bytes, found by one pass over the keys),
     /// ``"int"`` or ``"bytes"``. ``warm``: build the search layouts now
-    /// rather than in the first search.
+    /// rather than in the first search. ``writable``: open the store for
+    /// writing (``upsert`` / ``delete``; this process then holds the
+    /// store's writer lock); by default it is opened read-only.
     #[staticmethod]
-    #[pyo3(signature = (store, name=None, *, descriptor=None, keys="auto", warm=true))]
+    #[pyo3(signature = (store, name=None, *, descriptor=None, keys="auto", warm=true, writable=false))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         store: PathBuf,
@@ -307,7 +320,14 @@ impl PyIndex {
         descriptor: Option<&str>,
         keys: &str,
         warm: bool,
+        writable: bool,
     ) -> PyResult<PyIndex> {
+        if writable && name.is_none() {
+            return Err(invalid(
+                "writable",
+                "a writable index needs a name: writes are published under it",
+            ));
+        }
         let descriptor = match descriptor {
             None => None,
             Some(d) => Some(d.parse::<Cid>().map_err(|e| {
@@ -330,7 +350,11 @@ impl PyIndex {
         };
         let inner = py
             .detach(|| -> prox_engine::Result<Index> {
-                let handle: Arc<dyn BlockStore> = Arc::new(MmapStore::open_read_only(&store)?);
+                let handle: Arc<dyn BlockStore> = if writable {
+                    Arc::new(MmapStore::open(&store)?)
+                } else {
+                    Arc::new(MmapStore::open_read_only(&store)?)
+                };
                 match (&name, descriptor) {
                     (Some(n), _) => Index::open(handle, n, &options),
                     (None, Some(d)) => Index::load(handle, d, Sidecars::default(), &options),
@@ -340,7 +364,9 @@ impl PyIndex {
             .map_err(error::engine)?;
         let int_keys = py.detach(|| parse_key_type(keys, &inner))?.unwrap_or(false);
         Ok(PyIndex {
-            inner: Arc::new(inner),
+            inner: RwLock::new(Arc::new(inner)),
+            writing: Mutex::new(()),
+            writable,
             int_keys,
             store: Some(store),
             name,
@@ -397,7 +423,8 @@ impl PyIndex {
         }
         .request()?;
         let m = Matrix::extract(queries, "queries")?;
-        let dims = self.inner.dims();
+        let current = self.current();
+        let dims = current.dims();
         if m.dims != dims {
             return Err(error::engine(prox_engine::Error::WrongDimension {
                 expected: dims,
@@ -408,7 +435,7 @@ impl PyIndex {
         let pool = threads.map(pool).transpose()?;
         let data = m.data();
         let data: &[f32] = &data;
-        let inner = &*self.inner;
+        let inner = &*current;
         let (rows, int_keys, single) = (m.rows, self.int_keys, m.single);
         let hits = py
             .detach(|| -> prox_engine::Result<Hits> {
@@ -471,7 +498,8 @@ impl PyIndex {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let key = convert::key(key, "key")?;
-        let inner = &*self.inner;
+        let current = self.current();
+        let inner = &*current;
         let found = py.detach(|| inner.get(&key)).map_err(error::engine)?;
         match found {
             None => Ok(None),
@@ -490,7 +518,8 @@ impl PyIndex {
     /// checked when the index was loaded). Returns counts as a dict;
     /// raises ``CorruptError`` naming the first broken object.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let inner = &*self.inner;
+        let current = self.current();
+        let inner = &*current;
         let r = py.detach(|| inner.map().verify()).map_err(error::engine)?;
         let d = PyDict::new(py);
         d.set_item("records", r.records)?;
@@ -501,59 +530,120 @@ impl PyIndex {
         Ok(d)
     }
 
-    /// Not available yet: raises ``prox.UnsupportedError``.
-    #[pyo3(signature = (keys, vectors, values=None))]
-    fn upsert(
+    /// Inserts or replaces records: ``keys`` as in :meth:`build` (ints or
+    /// ``bytes``), ``vectors`` a float32 matrix with one row per key,
+    /// ``values`` ``None`` (empty) or one ``bytes`` / ``str`` per key. One
+    /// atomic batch: every check (dimension, NaN/inf, key length, a key
+    /// twice) runs before anything is written. The HNSW and PQ sidecars
+    /// are carried forward; a canonical HNSW sidecar follows
+    /// ``canonical_hnsw`` (``"refuse"``, ``"rebuild"`` or ``"drop"``). A
+    /// named index publishes the result under its name by compare-and-swap
+    /// (``ConflictError`` if another writer moved it). Returns the write
+    /// report as a dict. The GIL is released.
+    ///
+    /// >>> import numpy as np, prox
+    /// >>> index = prox.Index.build(np.eye(4, dtype=np.float32))
+    /// >>> index.upsert([7], np.ones((1, 4), dtype=np.float32))["inserted"]
+    /// 1
+    /// >>> len(index)
+    /// 5
+    #[pyo3(signature = (keys, vectors, values=None, *, canonical_hnsw="refuse"))]
+    fn upsert<'py>(
         &self,
-        keys: &Bound<'_, PyAny>,
-        vectors: &Bound<'_, PyAny>,
-        values: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let _ = (keys, vectors, values);
-        Err(unsupported("upsert"))
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        vectors: &Bound<'py, PyAny>,
+        values: Option<&Bound<'py, PyAny>>,
+        canonical_hnsw: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let m = Matrix::extract(vectors, "vectors")?;
+        let (keys, _) = convert::keys(keys, "keys")?;
+        let rows = if m.single { 1 } else { m.rows };
+        if keys.len() != rows {
+            return Err(invalid(
+                "keys",
+                format!("{} keys for {rows} vectors", keys.len()),
+            ));
+        }
+        let values = match values.filter(|v| !v.is_none()) {
+            None => vec![Vec::new(); rows],
+            Some(v) => convert::values(v)?,
+        };
+        if values.len() != rows {
+            return Err(invalid(
+                "values",
+                format!("{} values for {rows} vectors", values.len()),
+            ));
+        }
+        let options = WriteOptions {
+            canonical_hnsw: canonical_hnsw
+                .parse()
+                .map_err(|e: prox_engine::Error| invalid("canonical_hnsw", e.to_string()))?,
+            ..WriteOptions::default()
+        };
+        let data = m.data();
+        let dims = m.dims;
+        let mut batch = Batch::new();
+        for (i, (k, v)) in keys.into_iter().zip(values).enumerate() {
+            batch.upsert(k, data[i * dims..(i + 1) * dims].to_vec(), v);
+        }
+        let report = self.write(py, batch, options)?;
+        report_dict(py, &report, &self.current().descriptor().to_hex())
     }
 
-    /// Not available yet: raises ``prox.UnsupportedError``.
-    fn delete(&self, keys: &Bound<'_, PyAny>) -> PyResult<()> {
-        let _ = keys;
-        Err(unsupported("delete"))
+    /// Deletes records by key (ints or ``bytes``); absent keys are counted,
+    /// not an error. Atomic and published as :meth:`upsert`; returns the
+    /// write report as a dict.
+    fn delete<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (keys, _) = convert::keys(keys, "keys")?;
+        let mut batch = Batch::new();
+        for k in keys {
+            batch.delete(k);
+        }
+        let report = self.write(py, batch, WriteOptions::default())?;
+        report_dict(py, &report, &self.current().descriptor().to_hex())
     }
 
     /// Builds the native search layouts now (decoded nodes, scan arena,
     /// sub-lists) so no later search pays for them; returns the node count.
     /// Idempotent; the GIL is released.
     fn warm(&self, py: Python<'_>) -> PyResult<usize> {
-        let inner = &*self.inner;
+        let current = self.current();
+        let inner = &*current;
         py.detach(|| inner.warm()).map_err(error::engine)
     }
 
     /// Records in the map.
     fn __len__(&self) -> usize {
-        self.inner.len() as usize
+        self.current().len() as usize
     }
 
     /// Vector dimensions.
     #[getter]
     fn dim(&self) -> usize {
-        self.inner.dims()
+        self.current().dims()
     }
 
     /// ``"l2"``, ``"cosine"`` or ``"ip"``.
     #[getter]
     fn metric(&self) -> &'static str {
-        self.inner.metric().name()
+        self.current().metric().name()
     }
 
     /// The map version: its ``PRXI`` descriptor CID (hex).
     #[getter]
     fn descriptor(&self) -> String {
-        self.inner.descriptor().to_hex()
+        self.current().descriptor().to_hex()
     }
 
     /// The sidecars loaded with the map: ``{"hnsw": cid or None, "pq": cid or None}``.
     #[getter]
     fn sidecars<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.sidecars();
+        let s = self.current().sidecars();
         let d = PyDict::new(py);
         d.set_item("hnsw", s.hnsw.map(|c| c.to_hex()))?;
         d.set_item("pq", s.pq.map(|c| c.to_hex()))?;
@@ -585,11 +675,11 @@ impl PyIndex {
     fn __repr__(&self) -> String {
         format!(
             "prox.Index(len={}, dim={}, metric={:?}, keys={:?}, descriptor={:?}{})",
-            self.inner.len(),
-            self.inner.dims(),
-            self.inner.metric().name(),
+            self.current().len(),
+            self.current().dims(),
+            self.current().metric().name(),
             self.key_type(),
-            self.inner.descriptor().to_hex(),
+            self.current().descriptor().to_hex(),
             self.name
                 .as_ref()
                 .map(|n| format!(", name={n:?}"))
@@ -598,13 +688,55 @@ impl PyIndex {
     }
 }
 
-fn unsupported(op: &str) -> PyErr {
-    raise(
-        "UnsupportedError",
-        format!(
-            "Index.{op} is not available yet: the engine has no index write path in this build \
-             (it is being added); rebuild the map with Index.build to change its records"
-        ),
-        vec![],
-    )
+impl PyIndex {
+    /// The current snapshot.
+    fn current(&self) -> Arc<Index> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies `batch` to the current snapshot, publishes it under the
+    /// index's name (if any) and swaps it in. Writes are serialized;
+    /// searches keep the snapshot they started with.
+    fn write(&self, py: Python<'_>, batch: Batch, options: WriteOptions) -> PyResult<WriteReport> {
+        if !self.writable {
+            return Err(raise(
+                "UnsupportedError",
+                "this index was opened read-only: open it with writable=True to write".into(),
+                vec![],
+            ));
+        }
+        let name = self.name.clone();
+        py.detach(|| -> prox_engine::Result<WriteReport> {
+            let _serial = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+            let current = self.current();
+            let applied = current.apply(&batch, &options)?;
+            if let Some(n) = &name {
+                applied.index.commit(n, Some(current.descriptor()))?;
+            }
+            *self.inner.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(applied.index);
+            Ok(applied.report)
+        })
+        .map_err(error::engine)
+    }
+}
+
+/// A write report as a dict.
+fn report_dict<'py>(
+    py: Python<'py>,
+    r: &WriteReport,
+    descriptor: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("descriptor", descriptor)?;
+    d.set_item("inserted", r.inserted)?;
+    d.set_item("moved", r.moved)?;
+    d.set_item("value_only", r.value_only)?;
+    d.set_item("deleted", r.deleted)?;
+    d.set_item("absent_deletes", r.absent_deletes)?;
+    d.set_item("blocks_written", r.blocks_written)?;
+    d.set_item("bytes_written", r.bytes_written)?;
+    d.set_item("hnsw", format!("{:?}", r.hnsw))?;
+    d.set_item("pq", format!("{:?}", r.pq))?;
+    d.set_item("seconds", r.elapsed.as_secs_f64())?;
+    Ok(d)
 }

@@ -236,12 +236,61 @@ def test_concurrent_searches_from_python_threads(rng):
     assert errors == []
 
 
-def test_writes_raise_unsupported(rng):
-    index = prox.Index.build(data(rng, n=10))
-    with pytest.raises(prox.UnsupportedError, match="not available yet"):
-        index.upsert([1], np.zeros((1, D), np.float32))
-    with pytest.raises(NotImplementedError):
-        index.delete([1])
+def test_upsert_and_delete_equal_a_fresh_build(rng):
+    x = data(rng, n=200)
+    index = prox.Index.build(x, values=[b"v%d" % i for i in range(200)], hnsw=True)
+    new = data(rng, n=5)
+    r = index.upsert([1000 + i for i in range(5)], new, values=[b"n"] * 5)
+    assert (r["inserted"], r["deleted"]) == (5, 0)
+    assert r["descriptor"] == index.descriptor
+    r = index.delete([0, 1, 2, 10**9])
+    assert (r["deleted"], r["absent_deletes"]) == (3, 1)
+    assert len(index) == 202
+    assert index.get(1) is None and index.get(1002)[1] == b"n"
+    for opts in [dict(mode="exact"), dict(path="hnsw", ef=64)]:
+        _, keys = index.search(new[2], k=1, **opts)
+        assert keys[0] == 1002, opts
+    keys = list(range(3, 200)) + [1000 + i for i in range(5)]
+    vals = [b"v%d" % i for i in range(3, 200)] + [b"n"] * 5
+    fresh = prox.Index.build(np.vstack([x[3:], new]), keys=keys, values=vals)
+    assert fresh.descriptor == index.descriptor
+
+
+def test_bad_writes_change_nothing(rng):
+    index = prox.Index.build(data(rng, n=20))
+    before = index.descriptor
+    bad = [
+        lambda: index.upsert([1], np.zeros((1, D + 1), np.float32)),
+        lambda: index.upsert([1], np.full((1, D), np.nan, np.float32)),
+        lambda: index.upsert([1, 1], np.zeros((2, D), np.float32)),
+        lambda: index.upsert([1, 2], np.zeros((1, D), np.float32)),
+        lambda: index.upsert([b"x" * 5000], np.zeros((1, D), np.float32)),
+        lambda: index.upsert([1], np.zeros((1, D), np.float32), canonical_hnsw="maybe"),
+    ]
+    for f in bad:
+        with pytest.raises(ValueError):
+            f()
+    assert index.descriptor == before and len(index) == 20
+
+
+def test_writes_publish_to_the_store_and_reopen(rng, tmp_path):
+    x = data(rng, n=50)
+    index = prox.Index.build(x, store=tmp_path / "s", name="m")
+    index.upsert([777], x[:1] + 1)
+    desc = index.descriptor
+    del index
+    import gc
+
+    gc.collect()
+    ro = prox.Index.open(tmp_path / "s", "m")
+    assert ro.descriptor == desc and len(ro) == 51
+    with pytest.raises(prox.UnsupportedError, match="writable=True"):
+        ro.delete([777])
+    del ro
+    gc.collect()
+    rw = prox.Index.open(tmp_path / "s", "m", writable=True)
+    assert rw.delete([777])["deleted"] == 1
+    assert prox.Index.open(tmp_path / "s", "m").get(777) is None
 
 
 def test_help_reads_well():

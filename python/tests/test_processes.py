@@ -110,8 +110,36 @@ def test_client_matches_the_local_index(store, rng):
             with pytest.raises(prox.ClientError) as e:
                 c.search("nope", q[0])
             assert (e.value.status, e.value.code) == (404, "unknown_map")
-            with pytest.raises(prox.UnsupportedError):
+            with pytest.raises(prox.ClientError) as e:
                 c.upsert("m", [1], q[:1])
+            assert (e.value.status, e.value.code) == (403, "writes_disabled")
+
+
+def test_client_writes_through_a_server_with_a_write_token(store, rng, tmp_path):
+    path, x, desc = store
+    token = tmp_path / "write-token"
+    token.write_text("w-secret")
+    args = ("serve", "--store", path, "--http", "127.0.0.1:0", "--write-token-file", token)
+    with Running(*args) as s:
+        url = s.lines(["http"])["http"]
+        with prox.Client(url) as ro:
+            with pytest.raises(prox.ClientError) as e:
+                ro.upsert("m", [5000], x[:1])
+            assert e.value.status == 401
+        with prox.Client(url, token="w-secret") as c:
+            v = rng.standard_normal((3, D)).astype(np.float32)
+            r = c.upsert("m", [5000, 5001, 5002], v, values=[b"a", b"b", b"c"])
+            assert r["inserted"] == 3 and r["hnsw"] == "updated"
+            _, keys = c.search("m", v[1], k=1, mode="exact")
+            assert keys[0] == 5001
+            assert c.get("m", 5002)[1] == b"c"
+            with pytest.raises(prox.ClientError) as e:
+                c.delete("m", [5000], if_match=desc)
+            assert e.value.status == 412
+            r = c.delete("m", [5000], if_match=r["descriptor"])
+            assert r["deleted"] == 1 and c.get("m", 5000) is None
+            with pytest.raises(ValueError):
+                c.upsert("m", [1], np.full((1, D), np.inf, np.float32))
 
 
 def test_pull_from_a_daemon(store, tmp_path):
