@@ -236,6 +236,17 @@ async fn apply(
     ))
 }
 
+/// A write's list `field` holds 1 to `max` items.
+fn bounded(n: usize, field: &str, max: usize) -> std::result::Result<(), ApiError> {
+    if n == 0 || n > max {
+        return Err(ApiError::field(
+            field,
+            format!("must hold 1 to {max} items, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
 /// `POST /v1/maps/{name}/points:upsert`.
 pub(crate) async fn upsert(
     State(st): State<Arc<Shared>>,
@@ -247,12 +258,7 @@ pub(crate) async fn upsert(
     writer(&st)?;
     let expected = if_match(&headers)?;
     let b: UpsertBody = parse(&headers, raw)?;
-    if b.points.is_empty() || b.points.len() > st.limits.max_batch {
-        return Err(ApiError::field(
-            "points",
-            format!("must hold 1 to {} points", st.limits.max_batch),
-        ));
-    }
+    bounded(b.points.len(), "points", st.limits.max_batch)?;
     let mut options = WriteOptions::default();
     if let Some(p) = &b.canonical_hnsw {
         options.canonical_hnsw = p
@@ -282,12 +288,7 @@ pub(crate) async fn delete(
     writer(&st)?;
     let expected = if_match(&headers)?;
     let b: DeleteBody = parse(&headers, raw)?;
-    if b.keys.is_empty() || b.keys.len() > st.limits.max_batch {
-        return Err(ApiError::field(
-            "keys",
-            format!("must hold 1 to {} keys", st.limits.max_batch),
-        ));
-    }
+    bounded(b.keys.len(), "keys", st.limits.max_batch)?;
     let mut batch = Batch::new();
     for (i, k) in b.keys.iter().enumerate() {
         batch.delete(hex_field(&format!("keys[{i}]"), k)?);
