@@ -72,6 +72,9 @@ pub struct Scratch {
 pub struct Index {
     pub(super) descriptor: Cid,
     pub(super) sidecars: Sidecars,
+    /// Opened with [`Options::sidecars`] false although sidecars were
+    /// named: a write from it would publish the map without them.
+    pub(super) sidecars_skipped: bool,
     pub(super) accel: Accelerators,
     pub(super) cell: Cell,
 }
@@ -106,6 +109,8 @@ impl Index {
         sidecars: Sidecars,
         options: &Options,
     ) -> Result<Index> {
+        let sidecars_skipped =
+            !options.sidecars && (sidecars.hnsw.is_some() || sidecars.pq.is_some());
         let sidecars = if options.sidecars {
             sidecars
         } else {
@@ -143,6 +148,7 @@ impl Index {
         let index = Index {
             descriptor,
             sidecars,
+            sidecars_skipped,
             accel,
             cell,
         };

@@ -135,8 +135,18 @@ impl Index {
     /// [`Error::WrongDimension`], [`Error::NonFiniteVector`],
     /// [`Error::ZeroCosineVector`], [`Error::DuplicateKey`] (a key twice
     /// in the batch), [`Error::CanonicalHnsw`] (a canonical HNSW sidecar
-    /// under [`CanonicalHnsw::Refuse`]).
+    /// under [`CanonicalHnsw::Refuse`]), [`Error::InvalidArgument`] (the
+    /// index was opened with [`super::Options::sidecars`] false although
+    /// its root names sidecars).
     pub fn apply(&self, batch: &Batch, options: &WriteOptions) -> Result<Applied> {
+        if self.sidecars_skipped {
+            return Err(Error::InvalidArgument(
+                "this index was opened without the sidecars its root names \
+                 (Options::sidecars = false); a write from it would publish the map \
+                 without them: reopen it with sidecars to write"
+                    .into(),
+            ));
+        }
         let start = Instant::now();
         let store = Arc::clone(self.store());
         let counting = Counting::new(&*store);
@@ -365,6 +375,7 @@ fn assemble(
     let index = Index {
         descriptor,
         sidecars,
+        sidecars_skipped: false,
         accel,
         cell,
     };

@@ -463,6 +463,17 @@ fn commit_is_a_compare_and_swap() {
     // A new name: expected none.
     b.commit("y", None).unwrap();
     assert!(matches!(b.commit("y", None), Err(Error::Conflict { .. })));
+    // An index opened without the sidecars its root names cannot write
+    // (it would publish the map without them).
+    let bare = Options {
+        sidecars: false,
+        ..Options::default()
+    };
+    let partial = Index::open(Arc::clone(&store), "x", &bare).unwrap();
+    assert!(matches!(
+        partial.apply(&one, &WriteOptions::default()),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
