@@ -26,9 +26,9 @@ use crate::registry::{MapRegistry, Refresher, Source};
 use crate::snapshot::Snapshot;
 use crate::writes::{self, Writer};
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -199,6 +199,8 @@ pub(crate) struct Shared {
     allowed_hosts: Vec<String>,
     body_timeout: Duration,
     max_body: usize,
+    /// The OpenAPI document served at `/openapi.json`.
+    openapi: Bytes,
 }
 
 thread_local! {
@@ -391,16 +393,44 @@ fn json_bytes<T: serde::Serialize>(v: &T, capacity: usize) -> Response {
     }
 }
 
-/// `POST /v1/maps/{name}/search`.
+/// The query-string options of a search: `Some` for an
+/// `application/octet-stream` body (its options are there), `None` for a
+/// JSON body (which carries them itself; a query string is refused).
+type QueryPairs = std::result::Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+fn binary_options(
+    headers: &HeaderMap,
+    query: QueryPairs,
+) -> std::result::Result<Option<Vec<(String, String)>>, ApiError> {
+    let Query(pairs) = query.map_err(|e| ApiError::field("query", e.body_text()))?;
+    if limits::is_octet_stream(headers) {
+        return Ok(Some(pairs));
+    }
+    if let Some((name, _)) = pairs.first() {
+        return Err(ApiError::field(
+            name,
+            "query-string options go with application/octet-stream bodies; a JSON body carries its own",
+        ));
+    }
+    Ok(None)
+}
+
+/// `POST /v1/maps/{name}/search`: a JSON body, or one little-endian f32
+/// row (`application/octet-stream`) with the options in the query string.
 async fn search(
     State(st): State<Arc<Shared>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
+    query: QueryPairs,
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<Response, ApiError> {
     let t = Instant::now();
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
-    let (vector, q) = api::search_request(&raw, snap.dims(), st.limits)?;
+    let (vector, q) = match binary_options(&headers, query)? {
+        Some(pairs) => api::search_binary(&raw, &pairs, snap.dims(), st.limits)?,
+        None => api::search_request(&raw, snap.dims(), st.limits)?,
+    };
     let s = snap.clone();
     let k = q.k;
     let answer = st
@@ -421,17 +451,24 @@ async fn search(
     ))
 }
 
-/// `POST /v1/maps/{name}/search:batch`.
+/// `POST /v1/maps/{name}/search:batch`: a JSON body, or rows of
+/// little-endian f32 (`application/octet-stream`) with the options in the
+/// query string.
 async fn search_batch(
     State(st): State<Arc<Shared>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
+    query: QueryPairs,
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<Json<api::BatchResponse>, ApiError> {
     let t = Instant::now();
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
     let dims = snap.dims();
-    let (flat, n, q) = api::batch_request(&raw, dims, st.limits)?;
+    let (flat, n, q) = match binary_options(&headers, query)? {
+        Some(pairs) => api::batch_binary(&raw, &pairs, dims, st.limits)?,
+        None => api::batch_request(&raw, dims, st.limits)?,
+    };
     let s = snap.clone();
     let answers = st
         .run(t, move |cancel| {
@@ -522,6 +559,16 @@ async fn healthz(State(st): State<Arc<Shared>>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "maps": st.maps.snapshots().len()}))
 }
 
+/// `GET /openapi.json` (no token needed): the document built at start.
+async fn openapi(State(st): State<Arc<Shared>>) -> Response {
+    let mut r = Response::new(axum::body::Body::from(st.openapi.clone()));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
 /// `GET /metrics` (Prometheus text format).
 async fn metrics(State(st): State<Arc<Shared>>) -> Response {
     let mut r = st.metrics.render(&st.maps).into_response();
@@ -594,19 +641,23 @@ async fn gate(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Respon
 }
 
 fn router(st: Arc<Shared>, max_body: usize) -> Router {
+    use crate::api::openapi::{
+        DELETE, HEALTHZ, MAP, MAPS, METRICS, OPENAPI, RECORD, SEARCH, SEARCH_BATCH, UPSERT,
+    };
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/v1/maps", get(list_maps))
+        .route(HEALTHZ, get(healthz))
+        .route(METRICS, get(metrics))
+        .route(OPENAPI, get(openapi))
+        .route(MAPS, get(list_maps))
         .route(
-            "/v1/maps/{name}",
+            MAP,
             get(get_map).put(writes::create).delete(writes::drop_map),
         )
-        .route("/v1/maps/{name}/points:upsert", post(writes::upsert))
-        .route("/v1/maps/{name}/points:delete", post(writes::delete))
-        .route("/v1/maps/{name}/search", post(search))
-        .route("/v1/maps/{name}/search:batch", post(search_batch))
-        .route("/v1/maps/{name}/records/{key}", get(get_record))
+        .route(UPSERT, post(writes::upsert))
+        .route(DELETE, post(writes::delete))
+        .route(SEARCH, post(search))
+        .route(SEARCH_BATCH, post(search_batch))
+        .route(RECORD, get(get_record))
         .route_layer(middleware::from_fn_with_state(st.clone(), gate))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -776,6 +827,16 @@ impl Server {
             allowed_hosts: config.allowed_hosts.clone(),
             body_timeout: config.body_timeout,
             max_body: config.max_body,
+            openapi: Bytes::from(
+                api::openapi::document(&api::openapi::Facts {
+                    max_k: config.max_k,
+                    max_batch: config.max_batch,
+                    max_body: config.max_body,
+                    read_token: config.token.is_some(),
+                    write_token: config.write_token.is_some(),
+                })
+                .to_string(),
+            ),
         });
         let refresher = match config.source.clone() {
             Some(src) => {

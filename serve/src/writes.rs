@@ -10,7 +10,7 @@
 //! moved meanwhile by another writer (a sync pull) is a 409; `If-Match:
 //! <descriptor>` that does not name the served descriptor is a 412.
 
-use crate::api::ApiError;
+use crate::api::{openapi, ApiError};
 use crate::server::{body, internal, micros, Shared};
 use crate::snapshot::Snapshot;
 use axum::body::Bytes;
@@ -118,11 +118,7 @@ fn parse<T: serde::de::DeserializeOwned>(
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<T, ApiError> {
     let raw = body(raw)?;
-    let binary = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("application/octet-stream"));
-    if binary {
+    if crate::limits::is_octet_stream(headers) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -339,7 +335,19 @@ pub(crate) async fn create(
 ) -> std::result::Result<Response, ApiError> {
     let t = Instant::now();
     let w = writer(&st)?;
+    if !openapi::creatable_name(&name) {
+        return Err(ApiError::field(
+            "name",
+            format!("{name:?}: a new map's name is 1 to 255 of A-Z a-z 0-9 . _ - (not starting with .)"),
+        ));
+    }
     let b: CreateBody = parse(&headers, raw)?;
+    if !(1..=openapi::MAX_CREATE_DIMS).contains(&b.dims) {
+        return Err(ApiError::field(
+            "dims",
+            format!("must be in 1..={}", openapi::MAX_CREATE_DIMS),
+        ));
+    }
     let mut config = ProximityConfig::new(b.dims);
     if let Some(m) = &b.metric {
         config.metric = parse_metric(m)?;

@@ -27,13 +27,16 @@
 //! does not parse or is not an object). Unknown fields are rejected, so a
 //! typo never silently falls back to a default.
 
+mod binary;
 mod error;
 mod number;
+pub(crate) mod openapi;
 mod request;
 mod response;
 
 pub use error::ApiError;
 pub use request::filter_from_json;
+pub(crate) use binary::{batch_binary, search_binary};
 pub(crate) use request::{
     batch_request, batch_request_checked, search_request, search_request_checked, Limits,
 };

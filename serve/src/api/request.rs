@@ -96,7 +96,7 @@ fn flag(m: &mut Map<String, Value>, field: &str) -> Result<bool, ApiError> {
 
 /// Reads the query options shared by single and batch searches from `m`
 /// (removing them), rejecting anything left but `vector_field`.
-fn query(
+pub(super) fn query(
     m: &mut Map<String, Value>,
     vector_field: &str,
     limits: Limits,
