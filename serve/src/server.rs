@@ -199,8 +199,9 @@ pub(crate) struct Shared {
     allowed_hosts: Vec<String>,
     body_timeout: Duration,
     max_body: usize,
-    /// The OpenAPI document served at `/openapi.json`.
-    openapi: Bytes,
+    /// What the OpenAPI document at `/openapi.json` states besides the
+    /// served maps.
+    openapi: api::openapi::Facts,
 }
 
 thread_local! {
@@ -393,26 +394,14 @@ fn json_bytes<T: serde::Serialize>(v: &T, capacity: usize) -> Response {
     }
 }
 
-/// The query-string options of a search: `Some` for an
-/// `application/octet-stream` body (its options are there), `None` for a
-/// JSON body (which carries them itself; a query string is refused).
+/// The decoded query string of a search: its options (for a binary body
+/// all of them; for a JSON body they replace the body's).
 type QueryPairs = std::result::Result<Query<Vec<(String, String)>>, QueryRejection>;
 
-fn binary_options(
-    headers: &HeaderMap,
-    query: QueryPairs,
-) -> std::result::Result<Option<Vec<(String, String)>>, ApiError> {
-    let Query(pairs) = query.map_err(|e| ApiError::field("query", e.body_text()))?;
-    if limits::is_octet_stream(headers) {
-        return Ok(Some(pairs));
-    }
-    if let Some((name, _)) = pairs.first() {
-        return Err(ApiError::field(
-            name,
-            "query-string options go with application/octet-stream bodies; a JSON body carries its own",
-        ));
-    }
-    Ok(None)
+fn query_pairs(query: QueryPairs) -> std::result::Result<Vec<(String, String)>, ApiError> {
+    query
+        .map(|Query(p)| p)
+        .map_err(|e| ApiError::field("query", e.body_text()))
 }
 
 /// `POST /v1/maps/{name}/search`: a JSON body, or one little-endian f32
@@ -427,9 +416,13 @@ async fn search(
     let t = Instant::now();
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
-    let (vector, q) = match binary_options(&headers, query)? {
-        Some(pairs) => api::search_binary(&raw, &pairs, snap.dims(), st.limits)?,
-        None => api::search_request(&raw, snap.dims(), st.limits)?,
+    let pairs = query_pairs(query)?;
+    let (vector, q) = if limits::is_octet_stream(&headers) {
+        api::search_binary(&raw, &pairs, snap.dims(), st.limits)?
+    } else {
+        let (v, mut q) = api::search_request(&raw, snap.dims(), st.limits)?;
+        api::overlay(&mut q, &pairs, st.limits)?;
+        (v, q)
     };
     let s = snap.clone();
     let k = q.k;
@@ -465,9 +458,13 @@ async fn search_batch(
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
     let dims = snap.dims();
-    let (flat, n, q) = match binary_options(&headers, query)? {
-        Some(pairs) => api::batch_binary(&raw, &pairs, dims, st.limits)?,
-        None => api::batch_request(&raw, dims, st.limits)?,
+    let pairs = query_pairs(query)?;
+    let (flat, n, q) = if limits::is_octet_stream(&headers) {
+        api::batch_binary(&raw, &pairs, dims, st.limits)?
+    } else {
+        let (flat, n, mut q) = api::batch_request(&raw, dims, st.limits)?;
+        api::overlay(&mut q, &pairs, st.limits)?;
+        (flat, n, q)
     };
     let s = snap.clone();
     let answers = st
@@ -559,14 +556,18 @@ async fn healthz(State(st): State<Arc<Shared>>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "maps": st.maps.snapshots().len()}))
 }
 
-/// `GET /openapi.json` (no token needed): the document built at start.
+/// `GET /openapi.json` (no token needed): the document for this server's
+/// limits, tokens and the maps it serves now.
 async fn openapi(State(st): State<Arc<Shared>>) -> Response {
-    let mut r = Response::new(axum::body::Body::from(st.openapi.clone()));
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    let served = api::openapi::Served::of(st.maps.snapshots().iter().map(|s| {
+        let side = s.sidecars();
+        (s.dims(), side.hnsw.is_some(), side.pq.is_some())
+    }));
+    let facts = api::openapi::Facts {
+        served,
+        ..st.openapi
+    };
+    json_bytes(&api::openapi::document(&facts), 32 << 10)
 }
 
 /// `GET /metrics` (Prometheus text format).
@@ -827,16 +828,14 @@ impl Server {
             allowed_hosts: config.allowed_hosts.clone(),
             body_timeout: config.body_timeout,
             max_body: config.max_body,
-            openapi: Bytes::from(
-                api::openapi::document(&api::openapi::Facts {
-                    max_k: config.max_k,
-                    max_batch: config.max_batch,
-                    max_body: config.max_body,
-                    read_token: config.token.is_some(),
-                    write_token: config.write_token.is_some(),
-                })
-                .to_string(),
-            ),
+            openapi: api::openapi::Facts {
+                max_k: config.max_k,
+                max_batch: config.max_batch,
+                max_body: config.max_body,
+                read_token: config.token.is_some(),
+                write_token: config.write_token.is_some(),
+                served: api::openapi::Served::default(),
+            },
         });
         let refresher = match config.source.clone() {
             Some(src) => {

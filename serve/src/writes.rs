@@ -277,14 +277,19 @@ pub(crate) async fn upsert(
             .parse::<CanonicalHnsw>()
             .map_err(|e| ApiError::field("canonical_hnsw", e.to_string()))?;
     }
-    let mut batch = Batch::new();
+    // A key given twice: the later point wins (one record per key).
+    let mut points = std::collections::BTreeMap::new();
     for (i, p) in b.points.into_iter().enumerate() {
         let key = hex_field(&format!("points[{i}].key"), &p.key)?;
         let value = match &p.value {
             Some(v) => hex_field(&format!("points[{i}].value"), v)?,
             None => Vec::new(),
         };
-        batch.upsert(key, p.vector, value);
+        points.insert(key, (p.vector, value));
+    }
+    let mut batch = Batch::new();
+    for (key, (vector, value)) in points {
+        batch.upsert(key, vector, value);
     }
     apply(st, name, expected, batch, options, t).await
 }
@@ -306,9 +311,14 @@ pub(crate) async fn delete(
             format!("must hold 1 to {} keys", st.limits.max_batch),
         ));
     }
-    let mut batch = Batch::new();
+    // A key given twice is deleted once.
+    let mut keys = std::collections::BTreeSet::new();
     for (i, k) in b.keys.iter().enumerate() {
-        batch.delete(hex_field(&format!("keys[{i}]"), k)?);
+        keys.insert(hex_field(&format!("keys[{i}]"), k)?);
+    }
+    let mut batch = Batch::new();
+    for k in keys {
+        batch.delete(k);
     }
     apply(st, name, expected, batch, WriteOptions::default(), t).await
 }

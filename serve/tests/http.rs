@@ -1077,8 +1077,11 @@ fn binary_bodies_answer_like_json_bodies() {
         .request_with("POST", "/v1/maps/m/search", Some(&nan), &octet)
         .unwrap();
     assert_eq!(r.json().unwrap()["error"]["code"], "not_finite");
-    // A JSON body does not take query-string options.
-    let body = json!({"vector": rows[0]}).to_string();
+    // With a JSON body, a query-string option replaces the body's.
+    let body = json!({"vector": rows[0], "k": 9}).to_string();
     let r = c.post("/v1/maps/m/search?k=3", body.as_bytes()).unwrap();
-    expect(r, 400, Some("k"), "JSON body with a query string");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json().unwrap()["results"].as_array().unwrap().len(), 3);
+    let r = c.post("/v1/maps/m/search?k=0", body.as_bytes()).unwrap();
+    expect(r, 400, Some("k"), "JSON body with a bad query option");
 }

@@ -5,7 +5,9 @@
 //! The query string carries the same options as a JSON body, one per name
 //! (`k`, `mode`, `path`, `budget`, `ef`, `rerank`, `nprobe`, `with_values`,
 //! `with_vectors`, and `filter` as its JSON text); each value is read as
-//! the JSON member of that name would be, by the same checks.
+//! the JSON member of that name would be, by the same checks. With a JSON
+//! body the query string may carry options too; each replaces the body's
+//! member of the same name ([`overlay`]).
 
 use super::error::ApiError;
 use super::request::{query, Limits};
@@ -33,6 +35,33 @@ fn options(pairs: &[(String, String)], limits: Limits) -> Result<Request, ApiErr
         }
     }
     query(&mut m, "", limits)
+}
+
+/// Applies the query-string options to `q` (read from a JSON body): each
+/// option given in the query string replaces the body's.
+pub(crate) fn overlay(
+    q: &mut Request,
+    pairs: &[(String, String)],
+    limits: Limits,
+) -> Result<(), ApiError> {
+    let from = options(pairs, limits)?;
+    for (name, _) in pairs {
+        match name.as_str() {
+            "k" => q.k = from.k,
+            "mode" => q.mode = from.mode,
+            "path" => q.path = from.path,
+            "budget" => q.budget = from.budget,
+            "ef" => q.ef = from.ef,
+            "rerank" => q.rerank = from.rerank,
+            "nprobe" => q.nprobe = from.nprobe,
+            "filter" => q.filter = from.filter.clone(),
+            "with_values" => q.with_values = from.with_values,
+            "with_vectors" => q.with_vectors = from.with_vectors,
+            // `options` rejected every other name.
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Decodes `body` as rows of `dims` little-endian f32, each finite.

@@ -36,7 +36,7 @@ mod response;
 
 pub use error::ApiError;
 pub use request::filter_from_json;
-pub(crate) use binary::{batch_binary, search_binary};
+pub(crate) use binary::{batch_binary, overlay, search_binary};
 pub(crate) use request::{
     batch_request, batch_request_checked, search_request, search_request_checked, Limits,
 };

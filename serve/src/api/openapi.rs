@@ -84,6 +84,53 @@ pub(crate) struct Facts {
     pub(crate) read_token: bool,
     /// A write token is set: the write endpoints are on.
     pub(crate) write_token: bool,
+    /// What the maps served now share.
+    pub(crate) served: Served,
+}
+
+/// What every map served when the document is asked for has in common:
+/// the document states it, since a request body must fit the map it names.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Served {
+    /// Their dimension, if they all have the same.
+    pub(crate) dims: Option<usize>,
+    /// Every one has an HNSW sidecar (`path` may be `hnsw`).
+    pub(crate) hnsw: bool,
+    /// Every one has a PQ sidecar (`path` may be `pq`).
+    pub(crate) pq: bool,
+}
+
+impl Served {
+    /// From the served maps' (dims, has HNSW, has PQ); no maps: nothing
+    /// is known, every path is listed.
+    pub(crate) fn of(maps: impl IntoIterator<Item = (usize, bool, bool)>) -> Served {
+        let mut out: Option<(Option<usize>, bool, bool)> = None;
+        for (d, h, p) in maps {
+            out = Some(match out {
+                None => (Some(d), h, p),
+                Some((dims, hh, pp)) => (dims.filter(|x| *x == d), hh && h, pp && p),
+            });
+        }
+        match out {
+            None => Served {
+                dims: None,
+                hnsw: true,
+                pq: true,
+            },
+            Some((dims, hnsw, pq)) => Served { dims, hnsw, pq },
+        }
+    }
+
+    fn paths(&self) -> Vec<&'static str> {
+        let mut p = vec!["auto", "native"];
+        if self.hnsw {
+            p.push("hnsw");
+        }
+        if self.pq {
+            p.push("pq");
+        }
+        p
+    }
 }
 
 fn hex(max_bytes: Option<usize>) -> Value {
@@ -204,12 +251,18 @@ fn schemas(f: &Facts) -> Value {
     let positive = |max: u64| json!({"type": "integer", "minimum": 1, "maximum": max, "nullable": true});
     let number = json!({"type": "number"});
     let f32_range = json!({"type": "number", "minimum": -F32_MAX, "maximum": F32_MAX});
-    let vector = json!({"type": "array", "minItems": 1, "items": f32_range,
-        "description": "exactly the map's dimensions (see GET /v1/maps/{name}); each a finite 32-bit float"});
+    let mut vector = json!({"type": "array", "minItems": 1, "items": f32_range,
+        "description": "exactly the map's dimensions (dims in GET /v1/maps/{name}; stated here when every \
+            served map has the same); each a finite 32-bit float"});
+    if let Some(d) = f.served.dims {
+        vector["minItems"] = json!(d);
+        vector["maxItems"] = json!(d);
+    }
     let options = json!({
         "k": {"type": "integer", "minimum": 1, "maximum": f.max_k, "default": 10},
         "mode": {"type": "string", "enum": ["auto", "exact", "fast", "balanced", "high"]},
-        "path": {"type": "string", "enum": ["auto", "native", "hnsw", "pq"]},
+        "path": {"type": "string", "enum": f.served.paths(),
+            "description": "hnsw and pq are listed when every served map has that sidecar"},
         "budget": positive(u64::MAX),
         "ef": positive(1 << 16),
         "rerank": positive(1 << 16),
@@ -221,7 +274,14 @@ fn schemas(f: &Facts) -> Value {
     let with = |field: &str, schema: Value| {
         let mut p = options.clone();
         p[field] = schema;
-        json!({"type": "object", "required": [field], "additionalProperties": false, "properties": p})
+        let mut s = json!({"type": "object", "required": [field], "additionalProperties": false, "properties": p});
+        if f.served.hnsw || f.served.pq {
+            // A sidecar path takes neither mode exact nor a budget.
+            s["not"] = json!({"required": ["path"], "properties": {"path": {"enum": ["hnsw", "pq"]}},
+                "anyOf": [{"required": ["mode"], "properties": {"mode": {"enum": ["exact"]}}},
+                          {"required": ["budget"], "properties": {"budget": {"type": "integer"}}}]});
+        }
+        s
     };
     let cid = json!({"type": "string", "pattern": "^[0-9a-f]{64}$"});
     let hit = json!({"type": "object", "required": ["key", "score"], "additionalProperties": false,
@@ -302,23 +362,24 @@ fn schemas(f: &Facts) -> Value {
 
 /// The search options as query parameters, for binary bodies.
 fn query_options(f: &Facts) -> Vec<Value> {
-    let only = "only with an application/octet-stream body (a JSON body carries its options; \
-        with one a query string is refused with 400)";
+    let only = "the option for an application/octet-stream body; with a JSON body it replaces the \
+        body's member of the same name";
     let int = |max: u64| json!({"type": "integer", "minimum": 1, "maximum": max});
     [
         ("k", json!({"type": "integer", "minimum": 1, "maximum": f.max_k})),
         ("mode", json!({"type": "string", "enum": ["auto", "exact", "fast", "balanced", "high"]})),
-        ("path", json!({"type": "string", "enum": ["auto", "native", "hnsw", "pq"]})),
+        ("path", json!({"type": "string", "enum": f.served.paths()})),
         ("budget", int(u64::MAX)),
         ("ef", int(1 << 16)),
         ("rerank", int(1 << 16)),
         ("nprobe", int(1 << 20)),
         ("with_values", json!({"type": "boolean"})),
         ("with_vectors", json!({"type": "boolean"})),
-        ("filter", json!({"type": "string", "description": "the filter's JSON text"})),
     ]
     .into_iter()
     .map(|(name, schema)| json!({"name": name, "in": "query", "required": false, "schema": schema, "description": only}))
+    .chain(std::iter::once(json!({"name": "filter", "in": "query", "required": false, "description": only,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Filter"}}}})))
     .collect()
 }
 
@@ -335,8 +396,7 @@ fn paths(f: &Facts) -> Value {
         (the vector length differs from the map's), `not_finite`, `bad_body`");
     let unknown = bad("`unknown_map`: no map is served under that name");
     let timeout = bad("`deadline_exceeded`: the request's deadline expired; the search was cancelled");
-    let write_400 = bad("`bad_body` (not the documented JSON), `invalid_field`, `wrong_dimension`, `not_finite`, \
-        `duplicate_key`");
+    let write_400 = bad("`bad_body` (not the documented JSON), `invalid_field`, `wrong_dimension`, `not_finite`");
     let precondition = bad("`precondition_failed`: If-Match names another descriptor");
     let conflict = bad("`conflict` (the root moved meanwhile; retry) or `canonical_hnsw` (a canonical HNSW \
         sidecar under the default policy)");
@@ -457,6 +517,7 @@ mod tests {
             max_body: 8 << 20,
             read_token: true,
             write_token: true,
+            served: Served::default(),
         }
     }
 
@@ -492,6 +553,22 @@ mod tests {
         assert_eq!(open["paths"][SEARCH]["post"]["security"], json!([]));
         assert!(open["paths"][SEARCH]["post"]["responses"].get("401").is_none());
         assert_eq!(open["paths"][MAP]["put"]["security"], json!([{"write": []}]));
+    }
+
+    #[test]
+    fn served_maps_narrow_vectors_and_paths() {
+        let s = Served::of([(8, false, true), (8, true, true)]);
+        assert_eq!((s.dims, s.hnsw, s.pq), (Some(8), false, true));
+        assert_eq!(s.paths(), ["auto", "native", "pq"]);
+        let d = document(&Facts { served: s, ..facts() });
+        let v = &d["components"]["schemas"]["SearchRequest"]["properties"]["vector"];
+        assert_eq!((v["minItems"].as_u64(), v["maxItems"].as_u64()), (Some(8), Some(8)));
+        assert!(d["components"]["schemas"]["SearchRequest"].get("not").is_some());
+        let mixed = Served::of([(8, false, false), (4, false, false)]);
+        assert_eq!(mixed.dims, None);
+        let d = document(&Facts { served: mixed, ..facts() });
+        assert!(d["components"]["schemas"]["SearchRequest"].get("not").is_none());
+        assert!(Served::of([]).hnsw);
     }
 
     #[test]
