@@ -28,7 +28,11 @@ fn options(pairs: &[(String, String)], limits: Limits) -> Result<Request, ApiErr
                 .map_err(|e| ApiError::field("filter", format!("not JSON: {e}")))?,
             // Numbers and booleans as their JSON text; anything else stays
             // a string, which the option's own check rejects by name.
-            _ => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
+            // (`null` too: in a query string an option is given or absent).
+            _ => match serde_json::from_str(text) {
+                Ok(Value::Null) | Err(_) => Value::String(text.clone()),
+                Ok(v) => v,
+            },
         };
         if m.insert(name.clone(), v).is_some() {
             return Err(ApiError::field(name, "given more than once"));
@@ -192,7 +196,7 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("body"), "over max_batch");
         let e = search_binary(&le(&[f32::NAN, 0.0]), &[], 2, LIMITS).unwrap_err();
         assert_eq!(e.code, "not_finite");
-        for (name, value) in [("k", "0"), ("k", "x"), ("mode", "slow"), ("nope", "1"), ("with_values", "1")] {
+        for (name, value) in [("k", "0"), ("k", "x"), ("mode", "slow"), ("nope", "1"), ("with_values", "1"), ("ef", "null")] {
             let e = search_binary(&le(&[0.0, 0.0]), &pairs(&[(name, value)]), 2, LIMITS).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(name), "{name}={value}");
         }

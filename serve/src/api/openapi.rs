@@ -62,8 +62,13 @@ pub(crate) fn creatable_name(name: &str) -> bool {
     (1..=255).contains(&b.len()) && b[0] != b'.' && b.iter().all(ok)
 }
 
-/// The largest finite f32, as the JSON number bound of a component.
-const F32_MAX: f64 = f32::MAX as f64;
+/// 2^128 - 2^103, halfway between `f32::MAX` and 2^128: a component's
+/// text is rounded to f32 directly, and a number below this magnitude is
+/// finite, one at or above it infinite (rejected). As a JSON Schema bound
+/// (a double) it is inclusive: its shortest printing, 3.4028235677973366e38,
+/// is just below the exact value and rounds to `f32::MAX`; only its exact
+/// 39-digit form is refused though the bound admits it.
+const F32_ROUNDS_FINITE: f64 = 340_282_356_779_733_661_637_539_395_458_142_568_448.0;
 
 /// Largest `dims` of a map created by `PUT`.
 pub(crate) const MAX_CREATE_DIMS: u32 = 1 << 16;
@@ -250,7 +255,7 @@ fn json_body(schema: &str) -> Value {
 fn schemas(f: &Facts) -> Value {
     let positive = |max: u64| json!({"type": "integer", "minimum": 1, "maximum": max, "nullable": true});
     let number = json!({"type": "number"});
-    let f32_range = json!({"type": "number", "minimum": -F32_MAX, "maximum": F32_MAX});
+    let f32_range = json!({"type": "number", "minimum": -F32_ROUNDS_FINITE, "maximum": F32_ROUNDS_FINITE});
     let mut vector = json!({"type": "array", "minItems": 1, "items": f32_range,
         "description": "exactly the map's dimensions (dims in GET /v1/maps/{name}; stated here when every \
             served map has the same); each a finite 32-bit float"});
@@ -307,6 +312,7 @@ fn schemas(f: &Facts) -> Value {
             "properties": {
                 "prefix": hex(None),
                 "range": {"type": "array", "minItems": 2, "maxItems": 2,
+                          "description": "[start, end]: start inclusive (null: from the first key), end exclusive (null: to the last)",
                           "items": {"type": "string", "pattern": HEX, "nullable": true}},
                 "keys": {"type": "array", "items": hex(None)}}},
         "SearchRequest": with("vector", vector.clone()),
@@ -340,13 +346,13 @@ fn schemas(f: &Facts) -> Value {
                     "type": "object", "required": ["key", "vector"], "additionalProperties": false,
                     "properties": {"key": hex(Some(4096)), "vector": vector,
                         "value": {"type": "string", "pattern": HEX, "nullable": true}}}},
-                "canonical_hnsw": {"type": "string", "enum": ["refuse", "rebuild", "drop"], "nullable": true,
+                "canonical_hnsw": {"type": "string", "enum": ["refuse", "rebuild", "drop", null], "nullable": true,
                     "description": "what a write does to a canonical HNSW sidecar (default refuse: 409)"}}},
         "DeleteRequest": {"type": "object", "required": ["keys"], "additionalProperties": false,
             "properties": {"keys": {"type": "array", "minItems": 1, "maxItems": f.max_batch, "items": hex(Some(4096))}}},
         "CreateRequest": {"type": "object", "required": ["dims"], "additionalProperties": false,
             "properties": {"dims": {"type": "integer", "minimum": 1, "maximum": MAX_CREATE_DIMS},
-                "metric": {"type": "string", "enum": ["l2", "ip", "cosine"], "nullable": true},
+                "metric": {"type": "string", "enum": ["l2", "ip", "cosine", null], "nullable": true},
                 "sq8_group_size": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "nullable": true}}},
         "WriteResponse": {"type": "object", "additionalProperties": false,
             "required": ["name", "descriptor", "generation", "inserted", "moved", "value_only", "deleted",
@@ -410,8 +416,12 @@ fn paths(f: &Facts) -> Value {
         let mut params = vec![name_param(None)];
         params.extend(query_options(f));
         let mut body = json_body(req);
-        body["content"]["application/octet-stream"] = json!({"schema": {"type": "string", "format": "binary",
-            "description": rows}});
+        let mut bytes = json!({"type": "string", "format": "binary", "description": rows});
+        if let Some(d) = f.served.dims {
+            bytes["minLength"] = json!(d * 4);
+            bytes["maxLength"] = json!(d * 4 * if req == "BatchRequest" { f.max_batch } else { 1 });
+        }
+        body["content"]["application/octet-stream"] = json!({"schema": bytes});
         body["description"] = json!("JSON, or the vectors as little-endian f32 (application/octet-stream) \
             with the options in the query string");
         operation(summary, Kind::Read, f, json!({
