@@ -142,7 +142,10 @@ impl Client {
         }
         if let Some(b) = body {
             // JSON unless the caller named another content type.
-            if !extra.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+            if !extra
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            {
                 head.push_str("Content-Type: application/json\r\n");
             }
             head.push_str(&format!("Content-Length: {}\r\n", b.len()));

@@ -348,7 +348,9 @@ pub(crate) async fn create(
     if !openapi::creatable_name(&name) {
         return Err(ApiError::field(
             "name",
-            format!("{name:?}: a new map's name is 1 to 255 of A-Z a-z 0-9 . _ - (not starting with .)"),
+            format!(
+                "{name:?}: a new map's name is 1 to 255 of A-Z a-z 0-9 . _ - (not starting with .)"
+            ),
         ));
     }
     let b: CreateBody = parse(&headers, raw)?;

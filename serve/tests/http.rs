@@ -1018,10 +1018,7 @@ fn binary_bodies_answer_like_json_bodies() {
     let mut rng = Rng::new(seed() ^ 0xb1);
     let rows: Vec<Vec<f32>> = (0..3).map(|_| rng.vector()).collect();
     let le = |rs: &[Vec<f32>]| -> Vec<u8> {
-        rs.iter()
-            .flatten()
-            .flat_map(|x| x.to_le_bytes())
-            .collect()
+        rs.iter().flatten().flat_map(|x| x.to_le_bytes()).collect()
     };
     let octet = [("Content-Type", "application/octet-stream")];
     let strip = |mut v: Value| {
@@ -1051,7 +1048,12 @@ fn binary_bodies_answer_like_json_bodies() {
     );
     assert_eq!(s, 200);
     let r = c
-        .request_with("POST", "/v1/maps/m/search:batch?k=4", Some(&le(&rows)), &octet)
+        .request_with(
+            "POST",
+            "/v1/maps/m/search:batch?k=4",
+            Some(&le(&rows)),
+            &octet,
+        )
         .unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(strip(r.json().unwrap()), strip(json_batch));

@@ -273,7 +273,10 @@ fn if_match_and_tokens_are_enforced_and_bad_input_changes_nothing() {
         {"key": hex::encode(9_000_000u64.to_be_bytes()), "vector": vec![0.25f32; DIMS], "value": "cd"}]});
     let (s, v) = send(&mut c, "POST", up, &twice, &[]);
     assert_eq!((s, &v["inserted"]), (200, &json!(1)), "{v}");
-    let rec = format!("/v1/maps/m/records/{}", hex::encode(9_000_000u64.to_be_bytes()));
+    let rec = format!(
+        "/v1/maps/m/records/{}",
+        hex::encode(9_000_000u64.to_be_bytes())
+    );
     let r = c.get(&rec).unwrap().json().unwrap();
     assert_eq!((&r["value"], &r["vector"][0]), (&json!("cd"), &json!(0.25)));
     let key = hex::encode(9_000_000u64.to_be_bytes());

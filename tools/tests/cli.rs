@@ -887,7 +887,8 @@ fn acknowledged_writes_survive_sigkill_and_batches_stay_whole() {
         let mut rng = prox_testkit::SplitMix64::new(base ^ (run << 32));
         let (mut child, addr) = spawn_serve(&f.store, &["--write-token-file", s(&token)]);
         // (keys, acknowledged) of every batch sent in this run.
-        let sent: Arc<Mutex<Vec<(Vec<u64>, bool)>>> = Arc::default();
+        type Sent = Vec<(Vec<u64>, bool)>;
+        let sent: Arc<Mutex<Sent>> = Arc::default();
         let kill_after = Duration::from_millis(20 + rng.below(200));
         std::thread::scope(|sc| {
             for c in 0..CLIENTS {

@@ -136,7 +136,7 @@ fn http_binary_body(dims: usize, data: &[u8]) {
         assert!(q.k >= 1 && q.k <= HTTP_LIMITS.max_k);
     }
     if let Ok((v, n, _)) = bodies::batch_binary(rows, &pairs, dims, HTTP_LIMITS) {
-        assert!(n >= 1 && n <= HTTP_LIMITS.max_batch);
+        assert!((1..=HTTP_LIMITS.max_batch).contains(&n));
         assert_eq!(v.len(), n * dims);
         assert!(v.iter().all(|x| x.is_finite()));
     }

@@ -71,7 +71,7 @@ pub(crate) fn overlay(
 /// Decodes `body` as rows of `dims` little-endian f32, each finite.
 fn rows(body: &[u8], dims: usize, out: &mut Vec<f32>) -> Result<usize, ApiError> {
     let row = dims.max(1) * 4;
-    if body.is_empty() || body.len() % row != 0 {
+    if body.is_empty() || !body.len().is_multiple_of(row) {
         return Err(ApiError {
             code: "wrong_dimension",
             ..ApiError::field(
@@ -163,7 +163,9 @@ mod tests {
     }
 
     fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
-        p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        p.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
@@ -187,7 +189,10 @@ mod tests {
     #[test]
     fn bad_bodies_and_options_name_the_field() {
         let e = search_binary(&le(&[1.0]), &[], 2, LIMITS).unwrap_err();
-        assert_eq!((e.code, e.field.as_deref()), ("wrong_dimension", Some("body")));
+        assert_eq!(
+            (e.code, e.field.as_deref()),
+            ("wrong_dimension", Some("body"))
+        );
         let e = batch_binary(&[0u8; 12], &[], 2, LIMITS).unwrap_err();
         assert_eq!(e.code, "wrong_dimension");
         let e = batch_binary(&[], &[], 2, LIMITS).unwrap_err();
@@ -196,13 +201,24 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("body"), "over max_batch");
         let e = search_binary(&le(&[f32::NAN, 0.0]), &[], 2, LIMITS).unwrap_err();
         assert_eq!(e.code, "not_finite");
-        for (name, value) in [("k", "0"), ("k", "x"), ("mode", "slow"), ("nope", "1"), ("with_values", "1"), ("ef", "null")] {
-            let e = search_binary(&le(&[0.0, 0.0]), &pairs(&[(name, value)]), 2, LIMITS).unwrap_err();
+        for (name, value) in [
+            ("k", "0"),
+            ("k", "x"),
+            ("mode", "slow"),
+            ("nope", "1"),
+            ("with_values", "1"),
+            ("ef", "null"),
+        ] {
+            let e =
+                search_binary(&le(&[0.0, 0.0]), &pairs(&[(name, value)]), 2, LIMITS).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(name), "{name}={value}");
         }
         let twice = pairs(&[("k", "1"), ("k", "2")]);
         assert_eq!(
-            search_binary(&le(&[0.0, 0.0]), &twice, 2, LIMITS).unwrap_err().field.as_deref(),
+            search_binary(&le(&[0.0, 0.0]), &twice, 2, LIMITS)
+                .unwrap_err()
+                .field
+                .as_deref(),
             Some("k")
         );
     }

@@ -34,9 +34,9 @@ pub(crate) mod openapi;
 mod request;
 mod response;
 
+pub(crate) use binary::{batch_binary, overlay, search_binary};
 pub use error::ApiError;
 pub use request::filter_from_json;
-pub(crate) use binary::{batch_binary, overlay, search_binary};
 pub(crate) use request::{
     batch_request, batch_request_checked, search_request, search_request_checked, Limits,
 };

@@ -192,7 +192,10 @@ fn responses(f: &Facts, kind: Kind, extra: &[(&str, Value)]) -> Value {
         r.entry(s.to_string()).or_insert_with(|| err(d));
     };
     add("421", "`host_not_allowed`: the Host header names neither a loopback name nor an --allow-host name");
-    add("503", "`overloaded`: too many requests in flight or the search queue is full; `Retry-After: 1`");
+    add(
+        "503",
+        "`overloaded`: too many requests in flight or the search queue is full; `Retry-After: 1`",
+    );
     add("500", "`internal`: a store or engine failure");
     match kind {
         Kind::Open => {}
@@ -206,7 +209,10 @@ fn responses(f: &Facts, kind: Kind, extra: &[(&str, Value)]) -> Value {
                 "401",
                 "`unauthorized`: missing or wrong bearer token (the write token)",
             );
-            add("403", "`writes_disabled`: the server was started without a write token");
+            add(
+                "403",
+                "`writes_disabled`: the server was started without a write token",
+            );
         }
     }
     Value::Object(r)
@@ -220,10 +226,16 @@ fn body_errors(f: &Facts, binary: bool) -> Vec<(&'static str, Value)> {
         "`unsupported_media_type`: the body is not `application/json`"
     };
     vec![
-        ("408", err("`body_timeout`: the body did not arrive in time")),
+        (
+            "408",
+            err("`body_timeout`: the body did not arrive in time"),
+        ),
         (
             "413",
-            err(&format!("`body_too_large`: the body is over {} bytes", f.max_body)),
+            err(&format!(
+                "`body_too_large`: the body is over {} bytes",
+                f.max_body
+            )),
         ),
         ("415", err(types)),
     ]
@@ -253,9 +265,11 @@ fn json_body(schema: &str) -> Value {
 }
 
 fn schemas(f: &Facts) -> Value {
-    let positive = |max: u64| json!({"type": "integer", "minimum": 1, "maximum": max, "nullable": true});
+    let positive =
+        |max: u64| json!({"type": "integer", "minimum": 1, "maximum": max, "nullable": true});
     let number = json!({"type": "number"});
-    let f32_range = json!({"type": "number", "minimum": -F32_ROUNDS_FINITE, "maximum": F32_ROUNDS_FINITE});
+    let f32_range =
+        json!({"type": "number", "minimum": -F32_ROUNDS_FINITE, "maximum": F32_ROUNDS_FINITE});
     let mut vector = json!({"type": "array", "minItems": 1, "items": f32_range,
         "description": "exactly the map's dimensions (dims in GET /v1/maps/{name}; stated here when every \
             served map has the same); each a finite 32-bit float"});
@@ -300,7 +314,11 @@ fn schemas(f: &Facts) -> Value {
     let count = json!({"type": "integer", "minimum": 0});
     let sidecar = json!({"type": "string", "pattern": "^[0-9a-f]{64}$", "nullable": true});
     let mut search = answer_props.clone();
-    for (k, v) in [("descriptor", &cid), ("generation", &count), ("took_us", &count)] {
+    for (k, v) in [
+        ("descriptor", &cid),
+        ("generation", &count),
+        ("took_us", &count),
+    ] {
         search[k] = v.clone();
     }
     json!({
@@ -398,15 +416,24 @@ fn operation(summary: &str, kind: Kind, f: &Facts, op: Value) -> Value {
 
 fn paths(f: &Facts) -> Value {
     let bad = |d: &str| err(d);
-    let search_400 = bad("`malformed_json`, `invalid_field` (a bad option or an unknown field), `wrong_dimension` \
-        (the vector length differs from the map's), `not_finite`, `bad_body`");
+    let search_400 = bad(
+        "`malformed_json`, `invalid_field` (a bad option or an unknown field), `wrong_dimension` \
+        (the vector length differs from the map's), `not_finite`, `bad_body`",
+    );
     let unknown = bad("`unknown_map`: no map is served under that name");
-    let timeout = bad("`deadline_exceeded`: the request's deadline expired; the search was cancelled");
-    let write_400 = bad("`bad_body` (not the documented JSON), `invalid_field`, `wrong_dimension`, `not_finite`");
+    let timeout =
+        bad("`deadline_exceeded`: the request's deadline expired; the search was cancelled");
+    let write_400 = bad(
+        "`bad_body` (not the documented JSON), `invalid_field`, `wrong_dimension`, `not_finite`",
+    );
     let precondition = bad("`precondition_failed`: If-Match names another descriptor");
-    let conflict = bad("`conflict` (the root moved meanwhile; retry) or `canonical_hnsw` (a canonical HNSW \
-        sidecar under the default policy)");
-    let write_ok = written("written: the blocks are durable and the root moved; ETag names the new descriptor");
+    let conflict = bad(
+        "`conflict` (the root moved meanwhile; retry) or `canonical_hnsw` (a canonical HNSW \
+        sidecar under the default policy)",
+    );
+    let write_ok = written(
+        "written: the blocks are durable and the root moved; ETag names the new descriptor",
+    );
     let with_body = |binary: bool, extra: Vec<(&'static str, Value)>| {
         let mut v = body_errors(f, binary);
         v.extend(extra);
@@ -419,72 +446,187 @@ fn paths(f: &Facts) -> Value {
         let mut bytes = json!({"type": "string", "format": "binary", "description": rows});
         if let Some(d) = f.served.dims {
             bytes["minLength"] = json!(d * 4);
-            bytes["maxLength"] = json!(d * 4 * if req == "BatchRequest" { f.max_batch } else { 1 });
+            bytes["maxLength"] = json!(
+                d * 4
+                    * if req == "BatchRequest" {
+                        f.max_batch
+                    } else {
+                        1
+                    }
+            );
         }
         body["content"]["application/octet-stream"] = json!({"schema": bytes});
-        body["description"] = json!("JSON, or the vectors as little-endian f32 (application/octet-stream) \
-            with the options in the query string");
-        operation(summary, Kind::Read, f, json!({
-            "parameters": params,
-            "requestBody": body,
-            "responses": responses(f, Kind::Read, &with_body(true, vec![
-                ("200", ok("the nearest records", resp)), ("400", search_400.clone()),
-                ("404", unknown.clone()), ("504", timeout.clone())])),
-        }))
+        body["description"] = json!(
+            "JSON, or the vectors as little-endian f32 (application/octet-stream) \
+            with the options in the query string"
+        );
+        operation(
+            summary,
+            Kind::Read,
+            f,
+            json!({
+                "parameters": params,
+                "requestBody": body,
+                "responses": responses(f, Kind::Read, &with_body(true, vec![
+                    ("200", ok("the nearest records", resp)), ("400", search_400.clone()),
+                    ("404", unknown.clone()), ("504", timeout.clone())])),
+            }),
+        )
     };
     let write = |summary: &str, req: &str| {
-        operation(summary, Kind::Write, f, json!({
-            "parameters": [name_param(None), if_match_param()],
-            "requestBody": json_body(req),
-            "responses": responses(f, Kind::Write, &with_body(false, vec![
-                ("200", write_ok.clone()), ("400", write_400.clone()), ("404", unknown.clone()),
-                ("409", conflict.clone()), ("412", precondition.clone())])),
-        }))
+        operation(
+            summary,
+            Kind::Write,
+            f,
+            json!({
+                "parameters": [name_param(None), if_match_param()],
+                "requestBody": json_body(req),
+                "responses": responses(f, Kind::Write, &with_body(false, vec![
+                    ("200", write_ok.clone()), ("400", write_400.clone()), ("404", unknown.clone()),
+                    ("409", conflict.clone()), ("412", precondition.clone())])),
+            }),
+        )
     };
     let mut p = Map::new();
     let mut put = |path: &str, method: &str, op: Value| {
         let e = p.entry(path.to_string()).or_insert_with(|| json!({}));
         e[method] = op;
     };
-    put(HEALTHZ, "get", operation("liveness and the number of served maps", Kind::Open, f, json!({
-        "responses": responses(f, Kind::Open, &[("200", ok("alive", "Health"))])})));
-    put(OPENAPI, "get", operation("this document", Kind::Open, f, json!({
+    put(
+        HEALTHZ,
+        "get",
+        operation(
+            "liveness and the number of served maps",
+            Kind::Open,
+            f,
+            json!({
+        "responses": responses(f, Kind::Open, &[("200", ok("alive", "Health"))])}),
+        ),
+    );
+    put(
+        OPENAPI,
+        "get",
+        operation(
+            "this document",
+            Kind::Open,
+            f,
+            json!({
         "responses": responses(f, Kind::Open, &[("200", json!({"description": "the OpenAPI document",
-            "content": {"application/json": {"schema": {"type": "object"}}}}))])})));
-    put(METRICS, "get", operation("Prometheus metrics", Kind::Read, f, json!({
+            "content": {"application/json": {"schema": {"type": "object"}}}}))])}),
+        ),
+    );
+    put(
+        METRICS,
+        "get",
+        operation(
+            "Prometheus metrics",
+            Kind::Read,
+            f,
+            json!({
         "responses": responses(f, Kind::Read, &[("200", json!({"description": "Prometheus text format 0.0.4",
-            "content": {"text/plain": {"schema": {"type": "string"}}}}))])})));
-    put(MAPS, "get", operation("every served map", Kind::Read, f, json!({
-        "responses": responses(f, Kind::Read, &[("200", ok("the served maps", "MapList"))])})));
-    put(MAP, "get", operation("one map", Kind::Read, f, json!({
+            "content": {"text/plain": {"schema": {"type": "string"}}}}))])}),
+        ),
+    );
+    put(
+        MAPS,
+        "get",
+        operation(
+            "every served map",
+            Kind::Read,
+            f,
+            json!({
+        "responses": responses(f, Kind::Read, &[("200", ok("the served maps", "MapList"))])}),
+        ),
+    );
+    put(
+        MAP,
+        "get",
+        operation(
+            "one map",
+            Kind::Read,
+            f,
+            json!({
         "parameters": [name_param(None)],
-        "responses": responses(f, Kind::Read, &[("200", ok("the map", "MapInfo")), ("404", unknown.clone())])})));
-    put(MAP, "put", operation("create an empty map from a config", Kind::Write, f, json!({
+        "responses": responses(f, Kind::Read, &[("200", ok("the map", "MapInfo")), ("404", unknown.clone())])}),
+        ),
+    );
+    put(
+        MAP,
+        "put",
+        operation(
+            "create an empty map from a config",
+            Kind::Write,
+            f,
+            json!({
         "parameters": [name_param(Some(CREATE_NAME_PATTERN))],
         "requestBody": json_body("CreateRequest"),
         "responses": responses(f, Kind::Write, &with_body(false, vec![
             ("201", written("created; ETag names the descriptor")),
             ("400", bad("`bad_body` (not the documented JSON) or `invalid_field` (`name`, `metric`, `config`)")),
-            ("409", bad("`map_exists`: the name already names a map"))]))})));
-    put(MAP, "delete", operation("drop the map's root (its blocks stay until prox gc)", Kind::Write, f, json!({
+            ("409", bad("`map_exists`: the name already names a map"))]))}),
+        ),
+    );
+    put(
+        MAP,
+        "delete",
+        operation(
+            "drop the map's root (its blocks stay until prox gc)",
+            Kind::Write,
+            f,
+            json!({
         "parameters": [name_param(None), if_match_param()],
         "responses": responses(f, Kind::Write, &[
             ("200", ok("dropped", "Dropped")),
             ("400", bad("`invalid_field` (`if-match` is not a descriptor CID)")),
             ("404", unknown.clone()), ("409", bad("`conflict`: the root moved meanwhile")),
-            ("412", precondition.clone())])})));
-    put(UPSERT, "post", write("insert or replace points", "UpsertRequest"));
-    put(DELETE, "post", write("delete points by key", "DeleteRequest"));
-    put(SEARCH, "post", search("the k nearest records to one vector", "SearchRequest", "SearchResponse",
-        "one vector: exactly dims x 4 bytes"));
-    put(SEARCH_BATCH, "post", search("the k nearest records to each of many vectors", "BatchRequest", "BatchResponse",
-        &format!("1 to {} vectors: a multiple of dims x 4 bytes", f.max_batch)));
-    put(RECORD, "get", operation("one record by key", Kind::Read, f, json!({
+            ("412", precondition.clone())])}),
+        ),
+    );
+    put(
+        UPSERT,
+        "post",
+        write("insert or replace points", "UpsertRequest"),
+    );
+    put(
+        DELETE,
+        "post",
+        write("delete points by key", "DeleteRequest"),
+    );
+    put(
+        SEARCH,
+        "post",
+        search(
+            "the k nearest records to one vector",
+            "SearchRequest",
+            "SearchResponse",
+            "one vector: exactly dims x 4 bytes",
+        ),
+    );
+    put(
+        SEARCH_BATCH,
+        "post",
+        search(
+            "the k nearest records to each of many vectors",
+            "BatchRequest",
+            "BatchResponse",
+            &format!("1 to {} vectors: a multiple of dims x 4 bytes", f.max_batch),
+        ),
+    );
+    put(
+        RECORD,
+        "get",
+        operation(
+            "one record by key",
+            Kind::Read,
+            f,
+            json!({
         "parameters": [name_param(None), {"name": "key", "in": "path", "required": true,
             "schema": {"type": "string", "pattern": HEX, "minLength": 2}, "description": "the key in hex"}],
         "responses": responses(f, Kind::Read, &[("200", ok("the record", "Record")),
             ("400", bad("`invalid_field`: the key is not hex")),
-            ("404", bad("`unknown_map`, or `not_found`: no such record"))])})));
+            ("404", bad("`unknown_map`, or `not_found`: no such record"))])}),
+        ),
+    );
     Value::Object(p)
 }
 
@@ -553,16 +695,27 @@ mod tests {
     #[test]
     fn security_follows_the_tokens() {
         let d = document(&facts());
-        assert_eq!(d["paths"][SEARCH]["post"]["security"], json!([{"read": []}, {"write": []}]));
+        assert_eq!(
+            d["paths"][SEARCH]["post"]["security"],
+            json!([{"read": []}, {"write": []}])
+        );
         assert_eq!(d["paths"][HEALTHZ]["get"]["security"], json!([]));
-        assert_eq!(d["paths"][UPSERT]["post"]["security"], json!([{"write": []}]));
+        assert_eq!(
+            d["paths"][UPSERT]["post"]["security"],
+            json!([{"write": []}])
+        );
         let open = document(&Facts {
             read_token: false,
             ..facts()
         });
         assert_eq!(open["paths"][SEARCH]["post"]["security"], json!([]));
-        assert!(open["paths"][SEARCH]["post"]["responses"].get("401").is_none());
-        assert_eq!(open["paths"][MAP]["put"]["security"], json!([{"write": []}]));
+        assert!(open["paths"][SEARCH]["post"]["responses"]
+            .get("401")
+            .is_none());
+        assert_eq!(
+            open["paths"][MAP]["put"]["security"],
+            json!([{"write": []}])
+        );
     }
 
     #[test]
@@ -570,14 +723,27 @@ mod tests {
         let s = Served::of([(8, false, true), (8, true, true)]);
         assert_eq!((s.dims, s.hnsw, s.pq), (Some(8), false, true));
         assert_eq!(s.paths(), ["auto", "native", "pq"]);
-        let d = document(&Facts { served: s, ..facts() });
+        let d = document(&Facts {
+            served: s,
+            ..facts()
+        });
         let v = &d["components"]["schemas"]["SearchRequest"]["properties"]["vector"];
-        assert_eq!((v["minItems"].as_u64(), v["maxItems"].as_u64()), (Some(8), Some(8)));
-        assert!(d["components"]["schemas"]["SearchRequest"].get("not").is_some());
+        assert_eq!(
+            (v["minItems"].as_u64(), v["maxItems"].as_u64()),
+            (Some(8), Some(8))
+        );
+        assert!(d["components"]["schemas"]["SearchRequest"]
+            .get("not")
+            .is_some());
         let mixed = Served::of([(8, false, false), (4, false, false)]);
         assert_eq!(mixed.dims, None);
-        let d = document(&Facts { served: mixed, ..facts() });
-        assert!(d["components"]["schemas"]["SearchRequest"].get("not").is_none());
+        let d = document(&Facts {
+            served: mixed,
+            ..facts()
+        });
+        assert!(d["components"]["schemas"]["SearchRequest"]
+            .get("not")
+            .is_none());
         assert!(Served::of([]).hnsw);
     }
 
@@ -586,7 +752,16 @@ mod tests {
         for ok in ["m", "docs-2", "a.b_c", "_x"] {
             assert!(creatable_name(ok), "{ok}");
         }
-        for bad in ["", ".", "..", ".hidden", "a b", "a/b", "é", &"x".repeat(256)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a b",
+            "a/b",
+            "é",
+            &"x".repeat(256),
+        ] {
             assert!(!creatable_name(bad), "{bad}");
         }
     }
