@@ -1,5 +1,5 @@
-//! HTTP request bodies (`search`, `search:batch`, JSON or
-//! `application/octet-stream`, read by the same parsers): never panic; an
+//! HTTP request bodies (`search`, `search:batch`, JSON and
+//! `application/octet-stream` f32 rows with query-string options): never panic; an
 //! accepted body has exactly the vector shape asked for with finite
 //! components, and the checked reader agrees with the single-pass one.
 #![no_main]

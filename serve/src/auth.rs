@@ -1,12 +1,12 @@
 //! Who may call what: the read token and the write token.
 //!
-//! * Reads (every route but `/healthz`) need `Authorization: Bearer
+//! * Reads (every route but `/healthz` and `/openapi.json`) need `Authorization: Bearer
 //!   <token>` when a read token is set; the write token is accepted too.
 //! * Writes (`points:upsert`, `points:delete`, `PUT` and `DELETE` of a map)
 //!   are refused with 403 unless the server was started with a write token,
 //!   and then need `Authorization: Bearer <write token>`, on loopback too.
 
-use crate::api::ApiError;
+use crate::api::{openapi, ApiError};
 use axum::extract::Request;
 use axum::http::{header, Method, StatusCode};
 
@@ -66,7 +66,8 @@ pub(crate) fn refused(tokens: &Tokens, req: &Request) -> Option<ApiError> {
             Some(_) => Some(unauthorized_error(given)),
         };
     }
-    if tokens.read.is_none() || req.uri().path() == "/healthz" {
+    let open = [openapi::HEALTHZ, openapi::OPENAPI];
+    if tokens.read.is_none() || open.contains(&req.uri().path()) {
         return None;
     }
     if matches(&tokens.read) || matches(&tokens.write) {

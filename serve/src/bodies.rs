@@ -1,8 +1,8 @@
 //! Public entry points to the request-body parsers, one per body kind, for
 //! fuzzing (`fuzz/`, target `http_body`) and offline checks. Each only
 //! calls the parser the server itself uses; none parses anything of its
-//! own. `application/octet-stream` bodies go through the same JSON readers
-//! (the content type is accepted, the body format is the same).
+//! own. `application/octet-stream` search bodies (little-endian f32 rows,
+//! options from the query string) have their own pair of entry points.
 
 use crate::api::{self, ApiError};
 use prox_engine::index::Request;
@@ -63,4 +63,27 @@ pub fn batch_checked(
     limits: BodyLimits,
 ) -> Result<(Vec<f32>, usize, Request), ApiError> {
     api::batch_request_checked(body, dims, limits.api())
+}
+
+/// Parses an `application/octet-stream` `search` body (one little-endian
+/// f32 row of `dims`) with its options from the decoded query-string
+/// `pairs`.
+pub fn search_binary(
+    body: &[u8],
+    pairs: &[(String, String)],
+    dims: usize,
+    limits: BodyLimits,
+) -> Result<(Vec<f32>, Request), ApiError> {
+    api::search_binary(body, pairs, dims, limits.api())
+}
+
+/// Parses an `application/octet-stream` `search:batch` body (rows of
+/// `dims` little-endian f32) with its options from `pairs`.
+pub fn batch_binary(
+    body: &[u8],
+    pairs: &[(String, String)],
+    dims: usize,
+    limits: BodyLimits,
+) -> Result<(Vec<f32>, usize, Request), ApiError> {
+    api::batch_binary(body, pairs, dims, limits.api())
 }

@@ -141,10 +141,14 @@ impl Client {
             }
         }
         if let Some(b) = body {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                b.len()
-            ));
+            // JSON unless the caller named another content type.
+            if !extra
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            {
+                head.push_str("Content-Type: application/json\r\n");
+            }
+            head.push_str(&format!("Content-Length: {}\r\n", b.len()));
         }
         head.push_str("\r\n");
         let mut msg = head.into_bytes();

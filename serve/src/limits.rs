@@ -81,6 +81,16 @@ pub(crate) fn content_type_refused(req: &Request) -> Option<ApiError> {
     )
 }
 
+/// Whether the request's body is `application/octet-stream` (parameters
+/// allowed).
+pub(crate) fn is_octet_stream(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/octet-stream"))
+}
+
 /// Reads the whole body of `req` (at most `max` bytes) within `timeout`
 /// and returns the request with the body in memory.
 pub(crate) async fn read_body(

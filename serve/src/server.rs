@@ -27,9 +27,9 @@ use crate::snapshot::Snapshot;
 use crate::state::{body, internal, micros, Shared, Writer};
 use crate::writes;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -351,16 +351,36 @@ fn json_bytes<T: serde::Serialize>(v: &T, capacity: usize) -> Response {
     }
 }
 
-/// `POST /v1/maps/{name}/search`.
+/// The decoded query string of a search: its options (for a binary body
+/// all of them; for a JSON body they replace the body's).
+type QueryPairs = std::result::Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+fn query_pairs(query: QueryPairs) -> std::result::Result<Vec<(String, String)>, ApiError> {
+    query
+        .map(|Query(p)| p)
+        .map_err(|e| ApiError::field("query", e.body_text()))
+}
+
+/// `POST /v1/maps/{name}/search`: a JSON body, or one little-endian f32
+/// row (`application/octet-stream`) with the options in the query string.
 async fn search(
     State(st): State<Arc<Shared>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
+    query: QueryPairs,
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<Response, ApiError> {
     let t = Instant::now();
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
-    let (vector, q) = api::search_request(&raw, snap.dims(), st.limits)?;
+    let pairs = query_pairs(query)?;
+    let (vector, q) = if limits::is_octet_stream(&headers) {
+        api::search_binary(&raw, &pairs, snap.dims(), st.limits)?
+    } else {
+        let (v, mut q) = api::search_request(&raw, snap.dims(), st.limits)?;
+        api::overlay(&mut q, &pairs, st.limits)?;
+        (v, q)
+    };
     let s = snap.clone();
     let k = q.k;
     let answer = st
@@ -381,17 +401,28 @@ async fn search(
     ))
 }
 
-/// `POST /v1/maps/{name}/search:batch`.
+/// `POST /v1/maps/{name}/search:batch`: a JSON body, or rows of
+/// little-endian f32 (`application/octet-stream`) with the options in the
+/// query string.
 async fn search_batch(
     State(st): State<Arc<Shared>>,
     Path(name): Path<String>,
+    headers: HeaderMap,
+    query: QueryPairs,
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<Json<api::BatchResponse>, ApiError> {
     let t = Instant::now();
     let raw = body(raw)?;
     let snap = st.snapshot(&name)?;
     let dims = snap.dims();
-    let (flat, n, q) = api::batch_request(&raw, dims, st.limits)?;
+    let pairs = query_pairs(query)?;
+    let (flat, n, q) = if limits::is_octet_stream(&headers) {
+        api::batch_binary(&raw, &pairs, dims, st.limits)?
+    } else {
+        let (flat, n, mut q) = api::batch_request(&raw, dims, st.limits)?;
+        api::overlay(&mut q, &pairs, st.limits)?;
+        (flat, n, q)
+    };
     let s = snap.clone();
     let answers = st
         .run(t, move |cancel| {
@@ -482,6 +513,20 @@ async fn healthz(State(st): State<Arc<Shared>>) -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok", "maps": st.maps.snapshots().len()}))
 }
 
+/// `GET /openapi.json` (no token needed): the document for this server's
+/// limits, tokens and the maps it serves now.
+async fn openapi(State(st): State<Arc<Shared>>) -> Response {
+    let served = api::openapi::Served::of(st.maps.snapshots().iter().map(|s| {
+        let side = s.sidecars();
+        (s.dims(), side.hnsw.is_some(), side.pq.is_some())
+    }));
+    let facts = api::openapi::Facts {
+        served,
+        ..st.openapi
+    };
+    json_bytes(&api::openapi::document(&facts), 32 << 10)
+}
+
 /// `GET /metrics` (Prometheus text format).
 async fn metrics(State(st): State<Arc<Shared>>) -> Response {
     let mut r = st.metrics.render(&st.maps).into_response();
@@ -554,19 +599,23 @@ async fn gate(State(st): State<Arc<Shared>>, req: Request, next: Next) -> Respon
 }
 
 fn router(st: Arc<Shared>, max_body: usize) -> Router {
+    use crate::api::openapi::{
+        DELETE, HEALTHZ, MAP, MAPS, METRICS, OPENAPI, RECORD, SEARCH, SEARCH_BATCH, UPSERT,
+    };
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/v1/maps", get(list_maps))
+        .route(HEALTHZ, get(healthz))
+        .route(METRICS, get(metrics))
+        .route(OPENAPI, get(openapi))
+        .route(MAPS, get(list_maps))
         .route(
-            "/v1/maps/{name}",
+            MAP,
             get(get_map).put(writes::create).delete(writes::drop_map),
         )
-        .route("/v1/maps/{name}/points:upsert", post(writes::upsert))
-        .route("/v1/maps/{name}/points:delete", post(writes::delete))
-        .route("/v1/maps/{name}/search", post(search))
-        .route("/v1/maps/{name}/search:batch", post(search_batch))
-        .route("/v1/maps/{name}/records/{key}", get(get_record))
+        .route(UPSERT, post(writes::upsert))
+        .route(DELETE, post(writes::delete))
+        .route(SEARCH, post(search))
+        .route(SEARCH_BATCH, post(search_batch))
+        .route(RECORD, get(get_record))
         .route_layer(middleware::from_fn_with_state(st.clone(), gate))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -736,6 +785,14 @@ impl Server {
             allowed_hosts: config.allowed_hosts.clone(),
             body_timeout: config.body_timeout,
             max_body: config.max_body,
+            openapi: api::openapi::Facts {
+                max_k: config.max_k,
+                max_batch: config.max_batch,
+                max_body: config.max_body,
+                read_token: config.token.is_some(),
+                write_token: config.write_token.is_some(),
+                served: api::openapi::Served::default(),
+            },
         });
         let refresher = match config.source.clone() {
             Some(src) => {

@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     pub(crate) allowed_hosts: Vec<String>,
     pub(crate) body_timeout: Duration,
     pub(crate) max_body: usize,
+    /// What the OpenAPI document at `/openapi.json` states besides the
+    /// served maps.
+    pub(crate) openapi: crate::api::openapi::Facts,
 }
 
 /// The write side of a server: the store written to and one lock per map

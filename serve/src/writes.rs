@@ -10,7 +10,7 @@
 //! moved meanwhile by another writer (a sync pull) is a 409; `If-Match:
 //! <descriptor>` that does not name the served descriptor is a 412.
 
-use crate::api::ApiError;
+use crate::api::{openapi, ApiError};
 use crate::snapshot::Snapshot;
 use crate::state::{body, internal, micros, Shared, Writer};
 use axum::body::Bytes;
@@ -96,11 +96,7 @@ fn parse<T: serde::de::DeserializeOwned>(
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<T, ApiError> {
     let raw = body(raw)?;
-    let binary = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("application/octet-stream"));
-    if binary {
+    if crate::limits::is_octet_stream(headers) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -265,14 +261,19 @@ pub(crate) async fn upsert(
             .parse::<CanonicalHnsw>()
             .map_err(|e| ApiError::field("canonical_hnsw", e.to_string()))?;
     }
-    let mut batch = Batch::new();
+    // A key given twice: the later point wins (one record per key).
+    let mut points = std::collections::BTreeMap::new();
     for (i, p) in b.points.into_iter().enumerate() {
         let key = hex_field(&format!("points[{i}].key"), &p.key)?;
         let value = match &p.value {
             Some(v) => hex_field(&format!("points[{i}].value"), v)?,
             None => Vec::new(),
         };
-        batch.upsert(key, p.vector, value);
+        points.insert(key, (p.vector, value));
+    }
+    let mut batch = Batch::new();
+    for (key, (vector, value)) in points {
+        batch.upsert(key, vector, value);
     }
     apply(st, name, expected, batch, options, t).await
 }
@@ -289,9 +290,14 @@ pub(crate) async fn delete(
     let expected = if_match(&headers)?;
     let b: DeleteBody = parse(&headers, raw)?;
     bounded(b.keys.len(), "keys", st.limits.max_batch)?;
-    let mut batch = Batch::new();
+    // A key given twice is deleted once.
+    let mut keys = std::collections::BTreeSet::new();
     for (i, k) in b.keys.iter().enumerate() {
-        batch.delete(hex_field(&format!("keys[{i}]"), k)?);
+        keys.insert(hex_field(&format!("keys[{i}]"), k)?);
+    }
+    let mut batch = Batch::new();
+    for k in keys {
+        batch.delete(k);
     }
     apply(st, name, expected, batch, WriteOptions::default(), t).await
 }
@@ -318,7 +324,21 @@ pub(crate) async fn create(
 ) -> std::result::Result<Response, ApiError> {
     let t = Instant::now();
     let w = writer(&st)?;
+    if !openapi::creatable_name(&name) {
+        return Err(ApiError::field(
+            "name",
+            format!(
+                "{name:?}: a new map's name is 1 to 255 of A-Z a-z 0-9 . _ - (not starting with .)"
+            ),
+        ));
+    }
     let b: CreateBody = parse(&headers, raw)?;
+    if !(1..=openapi::MAX_CREATE_DIMS).contains(&b.dims) {
+        return Err(ApiError::field(
+            "dims",
+            format!("must be in 1..={}", openapi::MAX_CREATE_DIMS),
+        ));
+    }
     let mut config = ProximityConfig::new(b.dims);
     if let Some(m) = &b.metric {
         config.metric = parse_metric(m)?;

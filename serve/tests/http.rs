@@ -955,3 +955,135 @@ fn connection_threads_answer_like_the_caller_runtime_and_stop() {
     });
     drop(plain);
 }
+
+#[test]
+fn openapi_document_is_open_and_names_exactly_the_routed_operations() {
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (d, side) = build(&*store, 50, seed(), false, false);
+    publish(&*store, "m", d, side);
+    let srv = served(
+        store,
+        Config {
+            token: Some("read-token".into()),
+            write_token: Some("write-token".into()),
+            max_k: 77,
+            ..Config::default()
+        },
+    );
+    let addr = srv.handle().addr();
+    // No token needed for the document, as for /healthz.
+    let r = Client::new(addr).get("/openapi.json").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let doc = r.json().unwrap();
+    assert_eq!(doc["openapi"], "3.0.3");
+    let k = &doc["components"]["schemas"]["SearchRequest"]["properties"]["k"];
+    assert_eq!(k["maximum"], 77, "the document states this server's max_k");
+    // Every documented operation is routed: with the write token it gets
+    // an answer of its own, never the endpoint 404 or a 405.
+    let mut c = Client::new(addr).with_token("write-token");
+    let mut ops = 0;
+    for (path, methods) in doc["paths"].as_object().unwrap() {
+        let concrete = path.replace("{name}", "m").replace("{key}", "00");
+        for (method, op) in methods.as_object().unwrap() {
+            let m = method.to_ascii_uppercase();
+            let body = (m == "POST" || m == "PUT").then_some(&b"{}"[..]);
+            let r = c.request(&m, &concrete, body).unwrap();
+            let code = r.json().ok().map(|v| v["error"]["code"].clone());
+            assert_ne!(r.status, 405, "{m} {path}");
+            assert!(
+                !(r.status == 404 && code == Some(json!("not_found")) && !path.contains("{key}")),
+                "{m} {path} is documented but not routed"
+            );
+            let documented = op["responses"]
+                .as_object()
+                .unwrap()
+                .contains_key(&r.status.to_string());
+            assert!(documented, "{m} {path} answered {} undocumented", r.status);
+            ops += 1;
+        }
+    }
+    assert_eq!(ops, 12);
+    // A route that is not documented is not served.
+    assert_eq!(c.get("/v1/nothing").unwrap().status, 404);
+}
+
+#[test]
+fn binary_bodies_answer_like_json_bodies() {
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (d, side) = build(&*store, 200, seed(), false, false);
+    publish(&*store, "m", d, side);
+    let srv = served(store, Config::default());
+    let mut c = srv.client();
+    let mut rng = Rng::new(seed() ^ 0xb1);
+    let rows: Vec<Vec<f32>> = (0..3).map(|_| rng.vector()).collect();
+    let le = |rs: &[Vec<f32>]| -> Vec<u8> {
+        rs.iter().flatten().flat_map(|x| x.to_le_bytes()).collect()
+    };
+    let octet = [("Content-Type", "application/octet-stream")];
+    let strip = |mut v: Value| {
+        v.as_object_mut().unwrap().remove("took_us");
+        v
+    };
+    // One vector, options in the query string (filter percent-encoded).
+    let (s, json_answer) = post_json(
+        &mut c,
+        "/v1/maps/m/search",
+        &json!({"vector": rows[0], "k": 5, "with_values": true, "mode": "exact",
+                "filter": {"range": ["00", null]}}),
+    );
+    assert_eq!(s, 200, "{json_answer} (seed {})", seed());
+    let path = "/v1/maps/m/search?k=5&with_values=true&mode=exact\
+                &filter=%7B%22range%22%3A%5B%2200%22%2Cnull%5D%7D";
+    let r = c
+        .request_with("POST", path, Some(&le(&rows[..1])), &octet)
+        .unwrap();
+    assert_eq!(r.status, 200, "{:?} (seed {})", r.json(), seed());
+    assert_eq!(strip(r.json().unwrap()), strip(json_answer));
+    // A batch of three rows.
+    let (s, json_batch) = post_json(
+        &mut c,
+        "/v1/maps/m/search:batch",
+        &json!({"vectors": rows, "k": 4}),
+    );
+    assert_eq!(s, 200);
+    let r = c
+        .request_with(
+            "POST",
+            "/v1/maps/m/search:batch?k=4",
+            Some(&le(&rows)),
+            &octet,
+        )
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(strip(r.json().unwrap()), strip(json_batch));
+    // Bad binary requests name the body or the option.
+    let one = le(&rows[..1]);
+    let short = &one[..DIMS * 4 - 4];
+    let bad: [(&str, &[u8], &str); 4] = [
+        ("/v1/maps/m/search", short, "body"),
+        ("/v1/maps/m/search:batch", short, "body"),
+        ("/v1/maps/m/search?k=0", &one, "k"),
+        ("/v1/maps/m/search?colour=red", &one, "colour"),
+    ];
+    for (path, body, field) in bad {
+        let r = c.request_with("POST", path, Some(body), &octet).unwrap();
+        expect(r, 400, Some(field), path);
+    }
+    let nan: Vec<u8> = one
+        .iter()
+        .enumerate()
+        .map(|(i, b)| if i < 4 { f32::NAN.to_le_bytes()[i] } else { *b })
+        .collect();
+    let r = c
+        .request_with("POST", "/v1/maps/m/search", Some(&nan), &octet)
+        .unwrap();
+    assert_eq!(r.json().unwrap()["error"]["code"], "not_finite");
+    // With a JSON body, a query-string option replaces the body's.
+    let body = json!({"vector": rows[0], "k": 9}).to_string();
+    let r = c.post("/v1/maps/m/search?k=3", body.as_bytes()).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json().unwrap()["results"].as_array().unwrap().len(), 3);
+    let r = c.post("/v1/maps/m/search?k=0", body.as_bytes()).unwrap();
+    expect(r, 400, Some("k"), "JSON body with a bad query option");
+}

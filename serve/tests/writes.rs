@@ -221,10 +221,6 @@ fn if_match_and_tokens_are_enforced_and_bad_input_changes_nothing() {
             "invalid_field",
         ),
         (
-            json!({"points": [point(9, &[0.1; DIMS]), point(9, &[0.2; DIMS])]}),
-            "duplicate_key",
-        ),
-        (
             json!({"points": [point(9, &[0.1; DIMS])], "extra": 1}),
             "bad_body",
         ),
@@ -270,6 +266,24 @@ fn if_match_and_tokens_are_enforced_and_bad_input_changes_nothing() {
         .unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.json().unwrap()["value"], "ab");
+
+    // A key twice in one upsert keeps its last point; twice in a delete,
+    // it is deleted once.
+    let twice = json!({"points": [point(9_000_000, &[0.1; DIMS]),
+        {"key": hex::encode(9_000_000u64.to_be_bytes()), "vector": vec![0.25f32; DIMS], "value": "cd"}]});
+    let (s, v) = send(&mut c, "POST", up, &twice, &[]);
+    assert_eq!((s, &v["inserted"]), (200, &json!(1)), "{v}");
+    let rec = format!(
+        "/v1/maps/m/records/{}",
+        hex::encode(9_000_000u64.to_be_bytes())
+    );
+    let r = c.get(&rec).unwrap().json().unwrap();
+    assert_eq!((&r["value"], &r["vector"][0]), (&json!("cd"), &json!(0.25)));
+    let key = hex::encode(9_000_000u64.to_be_bytes());
+    let del = json!({"keys": [key, key.to_uppercase()]});
+    let (s, v) = send(&mut c, "POST", "/v1/maps/m/points:delete", &del, &[]);
+    assert_eq!((s, &v["deleted"]), (200, &json!(1)), "{v}");
+    assert_eq!(c.get(&rec).unwrap().status, 404);
 
     // Without a write token the server takes no writes, loopback or not.
     let ro = Running::start(store_with_map(), None);

@@ -83,7 +83,7 @@ const HTTP_LIMITS: BodyLimits = BodyLimits {
     max_batch: 16,
 };
 
-/// HTTP request bodies (`search`, `search:batch`): the first byte picks
+/// HTTP request bodies (`search`, `search:batch`, JSON and binary): the first byte picks
 /// the body kind and the map's dimensions (1..=8), the rest is the body.
 /// An accepted body yields exactly the vector shape asked for, every
 /// component finite, and the checked reader gives the same answer as the
@@ -109,6 +109,36 @@ pub fn http_body(data: &[u8]) {
             assert!(v.iter().all(|x| x.is_finite()));
         }
         assert_eq!(fast, bodies::batch_checked(body, dims, HTTP_LIMITS));
+    }
+    http_binary_body(dims, body);
+}
+
+/// The same input as an `application/octet-stream` search: the text up to
+/// the first NUL byte is the query string (`name=value&...`), the rest the
+/// f32 rows. An accepted request has the asked shape, finite components.
+fn http_binary_body(dims: usize, data: &[u8]) {
+    let (text, rows) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (&data[..0], data),
+    };
+    let text = String::from_utf8_lossy(text);
+    let pairs: Vec<(String, String)> = text
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((a, b)) => (a.to_string(), b.to_string()),
+            None => (p.to_string(), String::new()),
+        })
+        .collect();
+    if let Ok((v, q)) = bodies::search_binary(rows, &pairs, dims, HTTP_LIMITS) {
+        assert_eq!(v.len(), dims);
+        assert!(v.iter().all(|x| x.is_finite()));
+        assert!(q.k >= 1 && q.k <= HTTP_LIMITS.max_k);
+    }
+    if let Ok((v, n, _)) = bodies::batch_binary(rows, &pairs, dims, HTTP_LIMITS) {
+        assert!((1..=HTTP_LIMITS.max_batch).contains(&n));
+        assert_eq!(v.len(), n * dims);
+        assert!(v.iter().all(|x| x.is_finite()));
     }
 }
 

@@ -27,11 +27,14 @@
 //! does not parse or is not an object). Unknown fields are rejected, so a
 //! typo never silently falls back to a default.
 
+mod binary;
 mod error;
 mod number;
+pub(crate) mod openapi;
 mod request;
 mod response;
 
+pub(crate) use binary::{batch_binary, overlay, search_binary};
 pub use error::ApiError;
 pub use request::filter_from_json;
 pub(crate) use request::{

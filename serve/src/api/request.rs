@@ -27,7 +27,7 @@ fn hex_bytes(v: &Value, field: &str) -> Result<Vec<u8>, ApiError> {
 
 /// Reads the JSON form of a [`Filter`] (the `filter` member of a search
 /// body, and `prox query --filter`): exactly one of `{"prefix": hex}`,
-/// `{"range": [start hex, end hex or null]}`, `{"keys": [hex, ...]}` (any
+/// `{"range": [start hex or null, end hex or null]}`, `{"keys": [hex, ...]}` (any
 /// order, duplicates dropped).
 pub fn filter_from_json(v: &Value) -> Result<Filter, ApiError> {
     let m = v.as_object().filter(|m| m.len() == 1).ok_or_else(|| {
@@ -44,9 +44,16 @@ pub fn filter_from_json(v: &Value) -> Result<Filter, ApiError> {
         "prefix" => Filter::Prefix(hex_bytes(arg, "filter.prefix")?),
         "range" => {
             let a = arg.as_array().filter(|a| a.len() == 2).ok_or_else(|| {
-                ApiError::field("filter.range", "must be [start hex, end hex or null]")
+                ApiError::field(
+                    "filter.range",
+                    "must be [start hex or null, end hex or null]",
+                )
             })?;
-            let start = hex_bytes(&a[0], "filter.range")?;
+            // A null start is the empty key, the smallest.
+            let start = match &a[0] {
+                Value::Null => Vec::new(),
+                s => hex_bytes(s, "filter.range")?,
+            };
             let end = match &a[1] {
                 Value::Null => None,
                 e => Some(hex_bytes(e, "filter.range")?),
@@ -96,7 +103,7 @@ fn flag(m: &mut Map<String, Value>, field: &str) -> Result<bool, ApiError> {
 
 /// Reads the query options shared by single and batch searches from `m`
 /// (removing them), rejecting anything left but `vector_field`.
-fn query(
+pub(super) fn query(
     m: &mut Map<String, Value>,
     vector_field: &str,
     limits: Limits,

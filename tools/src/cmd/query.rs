@@ -79,7 +79,7 @@ pub struct QueryArgs {
     #[arg(long)]
     pub json: bool,
     /// Eligible keys, in the JSON form of the HTTP API's "filter":
-    /// {"prefix": hex}, {"range": [start hex, end hex or null]} or
+    /// {"prefix": hex}, {"range": [start hex or null, end hex or null]} or
     /// {"keys": [hex, ...]}.
     #[arg(long)]
     pub filter: Option<String>,
