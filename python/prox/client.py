@@ -5,8 +5,8 @@
 
 Answers have the shapes of :meth:`prox.Index.search`. The server runs the
 same engine ``Index`` as the local package, so the same request gives the
-same hits; this module only encodes requests (JSON; the server accepts no
-binary vector bodies) and decodes answers. One keep-alive connection per
+same hits; this module only encodes requests (search vectors as binary f32
+rows, everything else JSON) and decodes answers. One keep-alive connection per
 client; a client is not meant to be shared between threads.
 """
 
@@ -83,13 +83,18 @@ class Client:
     def __repr__(self):
         return f"prox.Client({self.url!r})"
 
-    def _request(self, method, path, body=None, extra=None):
+    def _request(self, method, path, body=None, extra=None, rows=None):
+        """One request: a JSON ``body``, or ``rows`` (a float32 matrix) sent
+        as an ``application/octet-stream`` body of little-endian f32."""
         headers = {"accept": "application/json"}
         headers.update(extra or {})
         if self._token is not None:
             headers["authorization"] = f"Bearer {self._token}"
         data = None
-        if body is not None:
+        if rows is not None:
+            data = np.ascontiguousarray(rows, dtype="<f4").tobytes()
+            headers["content-type"] = "application/octet-stream"
+        elif body is not None:
             data = json.dumps(body).encode()
             headers["content-type"] = "application/json"
         for attempt in range(2):
@@ -176,14 +181,20 @@ class Client:
         f = _filter_json(filter)
         if f is not None:
             opts["filter"] = f
+        # Vectors travel as binary f32 rows, the options in the query string.
+        qs = urllib.parse.urlencode(
+            {
+                f: (json.dumps(v) if f == "filter" else str(v).lower() if isinstance(v, bool) else v)
+                for f, v in opts.items()
+            }
+        )
         base = f"/v1/maps/{urllib.parse.quote(name, safe='')}"
         if q.ndim == 1:
-            answers = [self._request("POST", base + "/search", dict(opts, vector=q.tolist()))]
+            answers = [self._request("POST", f"{base}/search?{qs}", rows=q)]
         else:
             answers = []
             for i in range(0, len(q), BATCH_ROWS):
-                body = dict(opts, vectors=q[i : i + BATCH_ROWS].tolist())
-                answers += self._request("POST", base + "/search:batch", body)["results"]
+                answers += self._request("POST", f"{base}/search:batch?{qs}", rows=q[i : i + BATCH_ROWS])["results"]
         rows = len(answers)
         scores = np.full((rows, k), np.nan)
         hexkeys = [[h["key"] for h in a["results"][:k]] for a in answers]
