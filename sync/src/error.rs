@@ -137,12 +137,12 @@ pub enum Error {
         max: u64,
     },
     /// A pull ran past its overall deadline (`Limits::pull_deadline`).
-    #[error("pull from {peer} ran past its deadline of {seconds} s")]
+    #[error("pull from {peer} ran past its deadline of {deadline:?}")]
     PullDeadline {
         /// The peer.
         peer: PeerId,
         /// The deadline.
-        seconds: u64,
+        deadline: std::time::Duration,
     },
     /// The peer answered `BUSY` to the same pull this many times in a row
     /// (each after a longer pause): it has too many requests in flight.

@@ -914,7 +914,7 @@ impl PullBounds {
         match peer {
             Some(peer) => Error::PullDeadline {
                 peer,
-                seconds: self.deadline.as_secs(),
+                deadline: self.deadline,
             },
             None => Error::Timeout {
                 what: "dialing the peer within the pull's deadline".into(),
