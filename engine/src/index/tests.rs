@@ -24,6 +24,11 @@ fn vector(rng: &mut SplitMix64) -> Vec<f32> {
 
 /// A 1 500-record map with both sidecars, opened as an index.
 fn index(s: u64) -> Index {
+    index_with(s, &Options::default())
+}
+
+/// [`index`] opened with `options`.
+fn index_with(s: u64, options: &Options) -> Index {
     let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
     let mut rng = SplitMix64::new(s);
     let records = (0..1500u64)
@@ -37,7 +42,58 @@ fn index(s: u64) -> Index {
         hnsw: built.hnsw.map(|h| h.manifest_cid),
         pq: built.pq.map(|p| p.manifest_cid),
     };
-    Index::load(store, d, sidecars, &Options::default()).unwrap()
+    Index::load(store, d, sidecars, options).unwrap()
+}
+
+#[test]
+fn warm_exact_and_sidecars_off_load_only_what_is_asked() {
+    let s = seed(SEED);
+    let full = index(s);
+    let cold = Options {
+        warm: false,
+        ..Options::default()
+    };
+    let ix = index_with(s, &cold);
+    ix.warm_exact().unwrap();
+    // An exact-only warm-up leaves the adaptive sub-lists and codebooks
+    // unbuilt (the L2 scan arena is built: exact L2 reads it).
+    assert_eq!(ix.searcher().lists_bytes(), 0);
+    assert!(ix.searcher().arena_bytes() > 0);
+    let mut rng = SplitMix64::new(s ^ 5);
+    let q = vector(&mut rng);
+    let exact = Request {
+        mode: QueryMode::Exact,
+        ..Request::new(10)
+    };
+    let mut sc = Scratch::default();
+    assert_eq!(
+        ix.search(&mut sc, &q, &exact).unwrap(),
+        full.search(&mut sc, &q, &exact).unwrap()
+    );
+    assert_eq!(
+        ix.searcher().lists_bytes(),
+        0,
+        "an exact search builds no lists"
+    );
+    ix.warm().unwrap();
+    assert!(ix.searcher().lists_bytes() > 0);
+
+    // Without sidecars the map opens as if its root named none.
+    let bare = index_with(
+        s,
+        &Options {
+            sidecars: false,
+            ..Options::default()
+        },
+    );
+    assert!(bare.accelerators().hnsw.is_none() && bare.accelerators().pq.is_none());
+    assert!(bare
+        .search(&mut sc, &q, &Request::new(10).path(PathChoice::Hnsw))
+        .is_err());
+    assert_eq!(
+        bare.search(&mut sc, &q, &exact).unwrap().hits,
+        full.search(&mut sc, &q, &exact).unwrap().hits
+    );
 }
 
 #[test]
