@@ -138,11 +138,14 @@ impl Index {
                 ));
             }
             if let Some(p) = sidecars.pq {
-                let pq = accel::pq::load(store, p, Some(descriptor), metric, dims, &records)?;
-                // The IVF fast-scan tables (4-bit sidecars), built now
-                // rather than by the first query.
-                pq.fast_scan();
-                accel.pq = Some(pq);
+                accel.pq = Some(accel::pq::load(
+                    store,
+                    p,
+                    Some(descriptor),
+                    metric,
+                    dims,
+                    &records,
+                )?);
             }
         }
         let index = Index {
@@ -158,10 +161,14 @@ impl Index {
         Ok(index)
     }
 
-    /// Builds every native load-time layout now (decoded nodes, scan arena,
-    /// adaptive sub-lists, the exact-L2 layout) so later searches do no I/O
-    /// or decoding; returns the number of nodes. Idempotent.
+    /// Builds every load-time layout now (decoded nodes, scan arena,
+    /// adaptive sub-lists, the exact-L2 layout, and a 4-bit PQ sidecar's
+    /// IVF fast-scan tables) so later searches do no I/O or decoding;
+    /// returns the number of native nodes. Idempotent.
     pub fn warm(&self) -> Result<usize> {
+        if let Some(pq) = &self.accel.pq {
+            pq.fast_scan();
+        }
         self.searcher().warm()
     }
 

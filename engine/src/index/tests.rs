@@ -59,6 +59,12 @@ fn warm_exact_and_sidecars_off_load_only_what_is_asked() {
     // unbuilt (the L2 scan arena is built: exact L2 reads it).
     assert_eq!(ix.searcher().lists_bytes(), 0);
     assert!(ix.searcher().arena_bytes() > 0);
+    let pq = ix.accelerators().pq.as_ref().unwrap();
+    assert!(
+        pq.fast_scan_supported() && !pq.fast_scan_built(),
+        "a cold open builds no fast-scan lists"
+    );
+    assert!(full.accelerators().pq.as_ref().unwrap().fast_scan_built());
     let mut rng = SplitMix64::new(s ^ 5);
     let q = vector(&mut rng);
     let exact = Request {
@@ -77,6 +83,7 @@ fn warm_exact_and_sidecars_off_load_only_what_is_asked() {
     );
     ix.warm().unwrap();
     assert!(ix.searcher().lists_bytes() > 0);
+    assert!(ix.accelerators().pq.as_ref().unwrap().fast_scan_built());
 
     // Without sidecars the map opens as if its root named none.
     let bare = index_with(

@@ -61,6 +61,12 @@ impl Pq {
             && self.layout.len() <= prox_kernels::pq::fastscan::MAX_SUBSPACES
     }
 
+    /// True once the fast-scan index has been built (by [`Pq::fast_scan`],
+    /// [`Pq::prepare_fast_scan`] or a write that carried it).
+    pub fn fast_scan_built(&self) -> bool {
+        matches!(self.fast.get(), Some(Some(_)))
+    }
+
     /// Builds the fast-scan index with `params` unless one exists already
     /// (the first build wins); returns it, or `None` if unsupported.
     pub fn prepare_fast_scan(&self, params: &IvfParams) -> Option<&FastScan> {
