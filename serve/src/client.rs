@@ -123,7 +123,9 @@ impl Client {
         self.prepare_with(method, path, body, &[])
     }
 
-    fn prepare_with(
+    /// [`Client::prepare`] with extra headers (`Content-Type` among them
+    /// replaces the default JSON one).
+    pub fn prepare_with(
         &self,
         method: &str,
         path: &str,

@@ -24,11 +24,11 @@ use crate::limits;
 use crate::metrics::Metrics;
 use crate::registry::{MapRegistry, Refresher, Source};
 use crate::snapshot::Snapshot;
-use crate::state::{body, internal, micros, Shared, Writer};
+use crate::state::{body, internal, micros, query_pairs, QueryPairs, Shared, Writer};
 use crate::writes;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -349,16 +349,6 @@ fn json_bytes<T: serde::Serialize>(v: &T, capacity: usize) -> Response {
         }
         Err(e) => internal(e).into_response(),
     }
-}
-
-/// The decoded query string of a search: its options (for a binary body
-/// all of them; for a JSON body they replace the body's).
-type QueryPairs = std::result::Result<Query<Vec<(String, String)>>, QueryRejection>;
-
-fn query_pairs(query: QueryPairs) -> std::result::Result<Vec<(String, String)>, ApiError> {
-    query
-        .map(|Query(p)| p)
-        .map_err(|e| ApiError::field("query", e.body_text()))
 }
 
 /// `POST /v1/maps/{name}/search`: a JSON body, or one little-endian f32

@@ -7,7 +7,8 @@ use crate::auth::Tokens;
 use crate::metrics::Metrics;
 use crate::registry::MapRegistry;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::Query;
 use axum::http::StatusCode;
 use prox_engine::BlockStore;
 use std::collections::HashMap;
@@ -82,4 +83,17 @@ pub(crate) fn body(
 /// Microseconds since `t`.
 pub(crate) fn micros(t: Instant) -> u64 {
     t.elapsed().as_micros().min(u64::MAX as u128) as u64
+}
+
+/// The decoded query string of a request: a search's options (for a binary
+/// body all of them; for a JSON body they replace the body's), a binary
+/// upsert's keys.
+pub(crate) type QueryPairs = std::result::Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+pub(crate) fn query_pairs(
+    query: QueryPairs,
+) -> std::result::Result<Vec<(String, String)>, ApiError> {
+    query
+        .map(|Query(p)| p)
+        .map_err(|e| ApiError::field("query", e.body_text()))
 }

@@ -10,9 +10,9 @@
 //! moved meanwhile by another writer (a sync pull) is a 409; `If-Match:
 //! <descriptor>` that does not name the served descriptor is a 412.
 
-use crate::api::{openapi, ApiError};
+use crate::api::{self, openapi, ApiError};
 use crate::snapshot::Snapshot;
-use crate::state::{body, internal, micros, Shared, Writer};
+use crate::state::{body, internal, micros, query_pairs, QueryPairs, Shared, Writer};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -100,7 +100,8 @@ fn parse<T: serde::de::DeserializeOwned>(
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "write bodies are JSON only (application/json)",
+            "this body is JSON only (application/json); binary rows are for search, \
+             search:batch and points:upsert",
         )
         .at("content-type"));
     }
@@ -243,34 +244,66 @@ fn bounded(n: usize, field: &str, max: usize) -> std::result::Result<(), ApiErro
     Ok(())
 }
 
-/// `POST /v1/maps/{name}/points:upsert`.
+/// `POST /v1/maps/{name}/points:upsert`: a JSON body, or little-endian
+/// f32 rows (`application/octet-stream`) keyed by the query string (see
+/// [`api::upsert_binary`]).
 pub(crate) async fn upsert(
     State(st): State<Arc<Shared>>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    query: QueryPairs,
     raw: std::result::Result<Bytes, BytesRejection>,
 ) -> std::result::Result<Response, ApiError> {
     let t = Instant::now();
     writer(&st)?;
     let expected = if_match(&headers)?;
-    let b: UpsertBody = parse(&headers, raw)?;
-    bounded(b.points.len(), "points", st.limits.max_batch)?;
+    let pairs = query_pairs(query)?;
+    let (points, canonical_hnsw) = if crate::limits::is_octet_stream(&headers) {
+        let raw = body(raw)?;
+        let dims = st
+            .maps
+            .get(&name)
+            .ok_or_else(|| ApiError::unknown_map(&name))?
+            .index()
+            .dims();
+        let u = api::upsert_binary(&raw, &pairs, dims, st.limits.max_batch)?;
+        let points: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> = u
+            .points
+            .into_iter()
+            .map(|(k, v)| (k, v, Vec::new()))
+            .collect();
+        (points, u.canonical_hnsw)
+    } else {
+        if let Some((name, _)) = pairs.first() {
+            return Err(ApiError::field(
+                name,
+                "a JSON upsert takes no query options (they are for binary bodies)",
+            ));
+        }
+        let b: UpsertBody = parse(&headers, raw)?;
+        bounded(b.points.len(), "points", st.limits.max_batch)?;
+        let mut points = Vec::with_capacity(b.points.len());
+        for (i, p) in b.points.into_iter().enumerate() {
+            let key = hex_field(&format!("points[{i}].key"), &p.key)?;
+            let value = match &p.value {
+                Some(v) => hex_field(&format!("points[{i}].value"), v)?,
+                None => Vec::new(),
+            };
+            points.push((key, p.vector, value));
+        }
+        (points, b.canonical_hnsw)
+    };
     let mut options = WriteOptions::default();
-    if let Some(p) = &b.canonical_hnsw {
+    if let Some(p) = &canonical_hnsw {
         options.canonical_hnsw = p
             .parse::<CanonicalHnsw>()
             .map_err(|e| ApiError::field("canonical_hnsw", e.to_string()))?;
     }
     // A key given twice: the later point wins (one record per key).
-    let mut points = std::collections::BTreeMap::new();
-    for (i, p) in b.points.into_iter().enumerate() {
-        let key = hex_field(&format!("points[{i}].key"), &p.key)?;
-        let value = match &p.value {
-            Some(v) => hex_field(&format!("points[{i}].value"), v)?,
-            None => Vec::new(),
-        };
-        points.insert(key, (p.vector, value));
-    }
+    let points: std::collections::BTreeMap<Vec<u8>, (Vec<f32>, Vec<u8>)> = points
+        .into_iter()
+        .map(|(k, v, val)| (k, (v, val)))
+        .collect();
     let mut batch = Batch::new();
     for (key, (vector, value)) in points {
         batch.upsert(key, vector, value);

@@ -241,15 +241,20 @@ fn if_match_and_tokens_are_enforced_and_bad_input_changes_nothing() {
             "{body}: {v}"
         );
     }
+    let octet = [("Content-Type", "application/octet-stream")];
     let r = c
-        .request_with(
-            "POST",
-            up,
-            Some(&[0u8; 64]),
-            &[("Content-Type", "application/octet-stream")],
-        )
+        .request_with("POST", up, Some(&[0u8; 64]), &octet)
         .unwrap();
-    assert_eq!(r.status, 415);
+    let v: Value = r.json().unwrap();
+    assert_eq!(
+        (r.status, v["error"]["field"].as_str()),
+        (400, Some("keys")),
+        "a binary upsert without keys: {v}"
+    );
+    let r = c
+        .request_with("POST", "/v1/maps/m/points:delete", Some(&[0u8; 8]), &octet)
+        .unwrap();
+    assert_eq!(r.status, 415, "deletes are JSON only");
     assert_eq!(
         root(&*store, "m"),
         Some(d0),
@@ -291,6 +296,103 @@ fn if_match_and_tokens_are_enforced_and_bad_input_changes_nothing() {
     assert_eq!(
         (s, v["error"]["code"].as_str()),
         (403, Some("writes_disabled"))
+    );
+}
+
+fn le(rows: &[Vec<f32>]) -> Vec<u8> {
+    rows.iter()
+        .flatten()
+        .flat_map(|x| x.to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn binary_upserts_write_what_the_json_form_writes() {
+    let mut rng = SplitMix64::new(5);
+    let rows: Vec<Vec<f32>> = (0..6).map(|_| vector(&mut rng)).collect();
+    let octet = [("Content-Type", "application/octet-stream")];
+    // The same six points (keys 2000.., empty values) three ways.
+    let json_store = store_with_map();
+    let json_srv = Running::start(json_store.clone(), Some(WRITE));
+    let points: Vec<Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json!({"key": hex::encode((2000 + i as u64).to_be_bytes()), "vector": v}))
+        .collect();
+    let (s, v) = send(
+        &mut json_srv.client(Some(WRITE)),
+        "POST",
+        "/v1/maps/m/points:upsert",
+        &json!({"points": points}),
+        &[],
+    );
+    assert_eq!(s, 200, "{v}");
+    let want = root(&*json_store, "m").unwrap();
+
+    let keys: Vec<String> = (0..6u64)
+        .map(|i| hex::encode((2000 + i).to_be_bytes()))
+        .collect();
+    for query in [
+        "start_key=2000".to_string(),
+        format!("keys={}", keys.join(",")),
+    ] {
+        let store = store_with_map();
+        let srv = Running::start(store.clone(), Some(WRITE));
+        let mut c = srv.client(Some(WRITE));
+        let path = format!("/v1/maps/m/points:upsert?{query}");
+        let r = c
+            .request_with("POST", &path, Some(&le(&rows)), &octet)
+            .unwrap();
+        let v: Value = r.json().unwrap();
+        assert_eq!(r.status, 200, "{query}: {v}");
+        assert_eq!(
+            (v["inserted"].as_u64(), v["hnsw"].as_str()),
+            (Some(6), Some("updated"))
+        );
+        assert_eq!(root(&*store, "m"), Some(want), "{query}");
+        // Bad rows or keys move nothing.
+        for (path, body) in [
+            (
+                "/v1/maps/m/points:upsert?start_key=1",
+                le(&rows)[..20].to_vec(),
+            ),
+            ("/v1/maps/m/points:upsert?keys=00,01", le(&rows)),
+            (
+                "/v1/maps/m/points:upsert?start_key=1&keys=00",
+                le(&rows[..1]),
+            ),
+            ("/v1/maps/m/points:upsert?start_key=1&k=3", le(&rows[..1])),
+        ] {
+            let r = c.request_with("POST", path, Some(&body), &octet).unwrap();
+            assert_eq!(r.status, 400, "{path}");
+        }
+        let r = c
+            .request_with(
+                "POST",
+                "/v1/maps/nope/points:upsert?start_key=1",
+                Some(&le(&rows)),
+                &octet,
+            )
+            .unwrap();
+        assert_eq!(r.status, 404);
+        assert_eq!(
+            root(&*store, "m"),
+            Some(want),
+            "rejected writes moved nothing"
+        );
+    }
+    // A JSON upsert refuses the binary-only query options.
+    let (s, v) = send(
+        &mut json_srv.client(Some(WRITE)),
+        "POST",
+        "/v1/maps/m/points:upsert?start_key=3",
+        &json!({"points": [point(1, &rows[0])]}),
+        &[],
+    );
+    assert_eq!(
+        (s, v["error"]["field"].as_str()),
+        (400, Some("start_key")),
+        "{v}"
     );
 }
 

@@ -1,6 +1,7 @@
-//! `application/octet-stream` search bodies: the vectors as little-endian
-//! f32 rows (the row length is the map's dimension), the options in the
-//! query string, so a client sends no decimal text at all.
+//! `application/octet-stream` search and upsert bodies: the vectors as
+//! little-endian f32 rows (the row length is the map's dimension), the
+//! options (and an upsert's keys) in the query string, so a client sends no
+//! decimal text at all.
 //!
 //! The query string carries the same options as a JSON body, one per name
 //! (`k`, `mode`, `path`, `budget`, `ef`, `rerank`, `nprobe`, `with_values`,
@@ -149,6 +150,114 @@ pub(crate) fn batch_binary(
     Ok((flat, n, q))
 }
 
+/// A binary `points:upsert`: one `(key, vector)` per row (values empty).
+#[derive(Debug)]
+pub(crate) struct BinaryUpsert {
+    pub(crate) points: Vec<(Vec<u8>, Vec<f32>)>,
+    /// The `canonical_hnsw` option's text, if given.
+    pub(crate) canonical_hnsw: Option<String>,
+}
+
+/// Parses a binary `points:upsert`: 1..=max_batch rows, keyed by exactly
+/// one of `keys` (comma-separated hex, one per row, in row order) or
+/// `start_key` (decimal u64: row `i` gets the 8-byte big-endian key
+/// `start_key + i`, the keys `prox build` gives), plus an optional
+/// `canonical_hnsw`.
+pub(crate) fn upsert_binary(
+    body: &[u8],
+    pairs: &[(String, String)],
+    dims: usize,
+    max_batch: usize,
+) -> Result<BinaryUpsert, ApiError> {
+    let mut keys: Option<&str> = None;
+    let mut start: Option<&str> = None;
+    let mut canonical_hnsw = None;
+    for (name, text) in pairs {
+        let slot =
+            match name.as_str() {
+                "keys" => &mut keys,
+                "start_key" => &mut start,
+                "canonical_hnsw" => {
+                    if canonical_hnsw.replace(text.clone()).is_some() {
+                        return Err(ApiError::field(name, "given more than once"));
+                    }
+                    continue;
+                }
+                "" => return Err(ApiError::field("query", "an option without a name")),
+                _ => return Err(ApiError::field(
+                    name,
+                    "unknown option (a binary upsert takes keys or start_key, and canonical_hnsw)",
+                )),
+            };
+        if slot.replace(text.as_str()).is_some() {
+            return Err(ApiError::field(name, "given more than once"));
+        }
+    }
+    let mut flat = Vec::new();
+    let n = rows(body, dims, &mut flat)?;
+    if n > max_batch {
+        return Err(ApiError::field(
+            "body",
+            format!("{n} rows; at most {max_batch} per batch"),
+        ));
+    }
+    let keys: Vec<Vec<u8>> =
+        match (keys, start) {
+            (Some(list), None) => {
+                let keys = list
+                    .split(',')
+                    .enumerate()
+                    .map(|(i, k)| {
+                        hex::decode(k)
+                            .map_err(|e| ApiError::field("keys", format!("key {i}: bad hex: {e}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if keys.len() != n {
+                    return Err(ApiError::field(
+                        "keys",
+                        format!("{} keys for {n} rows; give one key per row", keys.len()),
+                    ));
+                }
+                keys
+            }
+            (None, Some(text)) => {
+                let first: u64 = text.parse().map_err(|_| {
+                    ApiError::field("start_key", "not a decimal integer in 0..=2^64-1")
+                })?;
+                (0..n as u64)
+                    .map(|i| {
+                        first
+                            .checked_add(i)
+                            .map(|k| k.to_be_bytes().to_vec())
+                            .ok_or_else(|| {
+                                ApiError::field(
+                                    "start_key",
+                                    "start_key plus the row count overflows u64",
+                                )
+                            })
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            (Some(_), Some(_)) => {
+                return Err(ApiError::field("keys", "give keys or start_key, not both"))
+            }
+            (None, None) => return Err(ApiError::field(
+                "keys",
+                "a binary upsert needs keys (comma-separated hex) or start_key in the query string",
+            )),
+        };
+    let d = dims.max(1);
+    let points = keys
+        .into_iter()
+        .zip(flat.chunks_exact(d))
+        .map(|(k, v)| (k, v.to_vec()))
+        .collect();
+    Ok(BinaryUpsert {
+        points,
+        canonical_hnsw,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +330,55 @@ mod tests {
                 .as_deref(),
             Some("k")
         );
+    }
+
+    #[test]
+    fn binary_upserts_take_keys_or_a_start_key() {
+        let body = le(&[1.0, 2.0, 3.0, 4.0]);
+        let u = upsert_binary(&body, &pairs(&[("keys", "0a,0b0c")]), 2, 3).unwrap();
+        assert_eq!(
+            u.points,
+            vec![
+                (vec![0x0a], vec![1.0, 2.0]),
+                (vec![0x0b, 0x0c], vec![3.0, 4.0])
+            ]
+        );
+        assert!(u.canonical_hnsw.is_none());
+        let u = upsert_binary(
+            &body,
+            &pairs(&[("start_key", "7"), ("canonical_hnsw", "drop")]),
+            2,
+            3,
+        )
+        .unwrap();
+        assert_eq!(u.points[0].0, 7u64.to_be_bytes().to_vec());
+        assert_eq!(u.points[1].0, 8u64.to_be_bytes().to_vec());
+        assert_eq!(u.canonical_hnsw.as_deref(), Some("drop"));
+        for (p, field) in [
+            (pairs(&[]), "keys"),
+            (pairs(&[("keys", "0a")]), "keys"),
+            (pairs(&[("keys", "0a,zz")]), "keys"),
+            (pairs(&[("keys", "0a,0b"), ("start_key", "1")]), "keys"),
+            (pairs(&[("start_key", "-1")]), "start_key"),
+            (pairs(&[("start_key", &u64::MAX.to_string())]), "start_key"),
+            (
+                pairs(&[("start_key", "1"), ("start_key", "2")]),
+                "start_key",
+            ),
+            (pairs(&[("k", "1"), ("start_key", "2")]), "k"),
+        ] {
+            let e = upsert_binary(&body, &p, 2, 3).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{p:?}");
+        }
+        let e = upsert_binary(&le(&[0.0; 8]), &pairs(&[("start_key", "0")]), 2, 3).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("body"), "over max_batch");
+        let e = upsert_binary(
+            &le(&[f32::INFINITY, 0.0]),
+            &pairs(&[("start_key", "0")]),
+            2,
+            3,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "not_finite");
     }
 }

@@ -34,7 +34,7 @@ pub(crate) mod openapi;
 mod request;
 mod response;
 
-pub(crate) use binary::{batch_binary, overlay, search_binary};
+pub(crate) use binary::{batch_binary, overlay, search_binary, upsert_binary};
 pub use error::ApiError;
 pub use request::filter_from_json;
 pub(crate) use request::{

@@ -407,6 +407,42 @@ fn query_options(f: &Facts) -> Vec<Value> {
     .collect()
 }
 
+/// Adds the binary form of `points:upsert` to its JSON operation: rows of
+/// little-endian f32 keyed by `keys` or `start_key` in the query string.
+fn binary_upsert(mut op: Value, f: &Facts) -> Value {
+    let only = "for an application/octet-stream body only (a JSON body with it is a 400)";
+    let params = [
+        json!({"name": "keys", "in": "query", "required": false,
+            "schema": {"type": "string", "pattern": "^[0-9a-fA-F]*(,[0-9a-fA-F]*)*$"},
+            "description": format!("the rows' keys, comma-separated hex, one per row in row order \
+                (or start_key); {only}")}),
+        json!({"name": "start_key", "in": "query", "required": false,
+            "schema": {"type": "integer", "minimum": 0, "maximum": u64::MAX},
+            "description": format!("row i gets the 8-byte big-endian key start_key + i (or keys); {only}")}),
+        json!({"name": "canonical_hnsw", "in": "query", "required": false,
+            "schema": {"type": "string", "enum": ["refuse", "rebuild", "drop"]},
+            "description": format!("the body member of that name; {only}")}),
+    ];
+    if let Some(list) = op["parameters"].as_array_mut() {
+        list.extend(params);
+    }
+    let mut bytes = json!({"type": "string", "format": "binary",
+        "description": "the points' vectors as little-endian f32 rows (values empty)"});
+    if let Some(d) = f.served.dims {
+        bytes["minLength"] = json!(d * 4);
+        bytes["maxLength"] = json!(d * 4 * f.max_batch);
+    }
+    op["requestBody"]["content"]["application/octet-stream"] = json!({"schema": bytes});
+    op["requestBody"]["description"] = json!(
+        "JSON, or the vectors as little-endian f32 rows (application/octet-stream) \
+        keyed by keys or start_key in the query string"
+    );
+    op["responses"]["415"] = err(
+        "`unsupported_media_type`: the body is neither `application/json` nor `application/octet-stream`",
+    );
+    op
+}
+
 fn operation(summary: &str, kind: Kind, f: &Facts, op: Value) -> Value {
     let mut o = op;
     o["summary"] = json!(summary);
@@ -585,7 +621,7 @@ fn paths(f: &Facts) -> Value {
     put(
         UPSERT,
         "post",
-        write("insert or replace points", "UpsertRequest"),
+        binary_upsert(write("insert or replace points", "UpsertRequest"), f),
     );
     put(
         DELETE,
