@@ -9,10 +9,16 @@
 //! measured in a separate, untimed pass). Latencies go into a fixed
 //! 1-microsecond histogram (0..1 s, plus an overflow bucket), so memory is
 //! bounded whatever the duration.
+//!
+//! CPU per query comes from the kernel's per-thread run time
+//! (`/proc/thread-self/schedstat` of each load or in-process search thread,
+//! `/proc/PID/task/*/schedstat` of the server with `--server-pid`), so the
+//! server's cost outside the search is its CPU per HTTP query minus the
+//! in-process search's CPU per query at the same settings.
 
 use crate::io;
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use prox_engine::index::{self, QueryMode, Request, Scratch};
 use prox_engine::proximity;
 use prox_engine::Index;
@@ -35,7 +41,25 @@ POST /v1/maps/NAME/search; with --store, also in-process single-query and
 batch QPS of the same map and settings at --threads, measured in the same
 run, and the ratio of HTTP to in-process single-query throughput. With
 --rounds N the measurements alternate N times (slices of --duration / N)
-and each ratio is also reported per round with its median.";
+and each ratio is also reported per round with its median.
+
+  prox bench serve --url http://127.0.0.1:7700 --name minilm --queries q.fvecs \
+      --body binary --server-pid $SERVER_PID --store db --concurrency 8
+
+--body binary sends little-endian f32 rows (options in the query string);
+--server-pid reports the server's CPU per query, and with --store the part
+of it outside the search (server CPU per HTTP query minus in-process search
+CPU per query).";
+
+/// How the search requests carry their vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BodyKind {
+    /// A JSON body with the vector as numbers.
+    Json,
+    /// `application/octet-stream` little-endian f32, options in the query
+    /// string.
+    Binary,
+}
 
 /// Arguments of `prox bench serve`.
 #[derive(Debug, Clone, Args)]
@@ -83,6 +107,13 @@ pub struct BenchServeArgs {
     /// median, so drift in a shared machine's speed hits both sides alike.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Request body format.
+    #[arg(long, value_enum, default_value_t = BodyKind::Json)]
+    pub body: BodyKind,
+    /// The server's process id (same machine): report its CPU per query
+    /// from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
     /// Print one JSON object per measurement on stdout.
     #[arg(long)]
     pub json: bool,
@@ -176,6 +207,15 @@ struct Row {
     p50_ms: f64,
     p95_ms: f64,
     p99_ms: f64,
+    /// CPU of the measuring threads per query (load generator or
+    /// in-process search), µs.
+    cpu_us_per_query: Option<f64>,
+    /// CPU of the server process per query, µs (`--server-pid`).
+    server_cpu_us_per_query: Option<f64>,
+}
+
+fn per_query_us(ns: Option<u64>, n: u64) -> Option<f64> {
+    ns.filter(|_| n > 0).map(|ns| ns as f64 / 1000.0 / n as f64)
 }
 
 fn row(what: &str, threads: usize, h: &Hist, errors: u64, secs: f64) -> Row {
@@ -190,6 +230,8 @@ fn row(what: &str, threads: usize, h: &Hist, errors: u64, secs: f64) -> Row {
         p50_ms: h.quantile_ms(0.50),
         p95_ms: h.quantile_ms(0.95),
         p99_ms: h.quantile_ms(0.99),
+        cpu_us_per_query: None,
+        server_cpu_us_per_query: None,
     }
 }
 
@@ -198,6 +240,9 @@ struct Tally {
     hist: Hist,
     errors: u64,
     secs: f64,
+    /// CPU ns of the measuring threads; `None` once any slice lacked it.
+    cpu_ns: Option<u64>,
+    server_ns: Option<u64>,
 }
 
 impl Tally {
@@ -206,18 +251,55 @@ impl Tally {
             hist: Hist::new(),
             errors: 0,
             secs: 0.0,
+            cpu_ns: Some(0),
+            server_ns: Some(0),
         }
     }
 
-    fn add(&mut self, h: &Hist, errors: u64, secs: f64) {
-        self.hist.merge(h);
-        self.errors += errors;
-        self.secs += secs;
+    fn add(&mut self, m: &Measured, server_ns: Option<u64>) {
+        self.hist.merge(&m.hist);
+        self.errors += m.errors;
+        self.secs += m.secs;
+        self.cpu_ns = self.cpu_ns.zip(m.cpu_ns).map(|(a, b)| a + b);
+        self.server_ns = self.server_ns.zip(server_ns).map(|(a, b)| a + b);
     }
 
-    fn row(&self, what: &str, threads: usize) -> Row {
-        row(what, threads, &self.hist, self.errors, self.secs)
+    fn row(&self, what: &str, threads: usize, server: bool) -> Row {
+        let mut r = row(what, threads, &self.hist, self.errors, self.secs);
+        r.cpu_us_per_query = per_query_us(self.cpu_ns, r.queries);
+        if server {
+            r.server_cpu_us_per_query = per_query_us(self.server_ns, r.queries);
+        }
+        r
     }
+}
+
+/// Run time of the calling thread, ns (`/proc/thread-self/schedstat`).
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Run time of every live thread of process `pid`, ns.
+fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let path = t.ok()?.path().join("schedstat");
+        // A thread may exit between the listing and the read.
+        if let Ok(s) = std::fs::read_to_string(path) {
+            total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
+}
+
+/// What one closed-loop slice measured.
+struct Measured {
+    hist: Hist,
+    errors: u64,
+    secs: f64,
+    /// Summed run time of the worker threads over the slice, ns.
+    cpu_ns: Option<u64>,
 }
 
 /// The median of `xs` (the mean of the middle two for an even count; NaN
@@ -238,7 +320,11 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The request body of query `q`: JSON, or its little-endian f32 row.
 fn body(args: &BenchServeArgs, q: &[f32]) -> Vec<u8> {
+    if args.body == BodyKind::Binary {
+        return q.iter().flat_map(|x| x.to_le_bytes()).collect();
+    }
     let mut v = serde_json::json!({"vector": q, "k": args.k, "mode": args.mode});
     if let Some(ef) = args.ef {
         v["ef"] = serde_json::json!(ef);
@@ -246,13 +332,28 @@ fn body(args: &BenchServeArgs, q: &[f32]) -> Vec<u8> {
     v.to_string().into_bytes()
 }
 
+/// The search path, with the options in the query string for a binary
+/// body, and the body's content type.
+fn search_target(args: &BenchServeArgs) -> (String, &'static str) {
+    let mut path = format!("/v1/maps/{}/search", args.name);
+    match args.body {
+        BodyKind::Json => (path, "application/json"),
+        BodyKind::Binary => {
+            path.push_str(&format!("?k={}&mode={}", args.k, args.mode));
+            if let Some(ef) = args.ef {
+                path.push_str(&format!("&ef={ef}"));
+            }
+            (path, "application/octet-stream")
+        }
+    }
+}
+
 /// Runs `threads` closed-loop workers for `dur`: each takes the next item
 /// index (round robin over `items`) and runs `op` on it as soon as its
 /// previous one returns, timing it. `make` builds one worker's `op`
 /// (its connection, its scratch) before the clock starts; `op` returning
-/// `false` counts an error instead of a latency. Returns the merged
-/// histogram, the error count and the elapsed seconds.
-fn closed_loop<M, F>(threads: usize, items: usize, dur: Duration, make: M) -> (Hist, u64, f64)
+/// `false` counts an error instead of a latency.
+fn closed_loop<M, F>(threads: usize, items: usize, dur: Duration, make: M) -> Measured
 where
     M: Fn() -> F + Sync,
     F: FnMut(usize) -> bool,
@@ -269,6 +370,7 @@ where
                     let mut h = Hist::new();
                     let mut errors = 0u64;
                     ready.wait();
+                    let cpu0 = thread_cpu_ns();
                     while !stop.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed) % items;
                         let t = Instant::now();
@@ -278,7 +380,8 @@ where
                             errors += 1;
                         }
                     }
-                    (h, errors)
+                    let cpu = thread_cpu_ns().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+                    (h, errors, cpu)
                 })
             })
             .collect();
@@ -286,22 +389,28 @@ where
         let t0 = Instant::now();
         std::thread::sleep(dur);
         stop.store(true, Ordering::Relaxed);
-        let mut all = Hist::new();
-        let mut errors = 0;
+        let secs = t0.elapsed().as_secs_f64();
+        let mut m = Measured {
+            hist: Hist::new(),
+            errors: 0,
+            secs,
+            cpu_ns: Some(0),
+        };
         for w in workers {
-            if let Ok((h, e)) = w.join() {
-                all.merge(&h);
-                errors += e;
+            if let Ok((h, e, cpu)) = w.join() {
+                m.hist.merge(&h);
+                m.errors += e;
+                m.cpu_ns = m.cpu_ns.zip(cpu).map(|(a, b)| a + b);
             }
         }
-        (all, errors, t0.elapsed().as_secs_f64())
+        m
     })
 }
 
 /// `c` closed-loop HTTP clients, each on its own keep-alive connection,
 /// sending the pre-encoded `requests`; only the status of each answer is
 /// checked (anything but 200, or an I/O error, counts as an error).
-fn http_level(client: &Client, requests: &[Vec<u8>], c: usize, dur: Duration) -> (Hist, u64, f64) {
+fn http_level(client: &Client, requests: &[Vec<u8>], c: usize, dur: Duration) -> Measured {
     closed_loop(c, requests.len(), dur, || {
         let mut cl = client.clone();
         let mut body = Vec::with_capacity(4096);
@@ -317,7 +426,7 @@ fn inproc_single(
     q: &Request,
     threads: usize,
     dur: Duration,
-) -> (Hist, u64, f64) {
+) -> Measured {
     closed_loop(threads, queries.len(), dur, || {
         let mut scratch = Scratch::default();
         move |i| snap.search(&mut scratch, queries.row(i), q).is_ok()
@@ -363,6 +472,17 @@ fn report(rows: &mut Vec<Row>, r: Row, json: bool) -> Result<()> {
         r.queries,
         r.errors
     ));
+    let cpu = |what: &str, v: Option<f64>| v.map(|x| format!("  {what} {x:.1} µs/query"));
+    if let Some(line) = [
+        cpu("client-side CPU", r.cpu_us_per_query),
+        cpu("server CPU", r.server_cpu_us_per_query),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(|a, b| a + &b)
+    {
+        crate::progress::note(format!("{:<28}{line}", ""));
+    }
     if json {
         println!("{}", serde_json::to_string(&r)?);
     }
@@ -400,26 +520,32 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    if let Some(pid) = args.server_pid {
+        if process_cpu_ns(pid).is_none() {
+            bail!("--server-pid {pid}: cannot read /proc/{pid}/task/*/schedstat");
+        }
+    }
     let queries = io::read_matrix(&args.queries)?;
     if queries.is_empty() {
         bail!("{}: no queries", args.queries.display());
     }
     let bodies: Vec<Vec<u8>> = queries.rows().map(|q| body(args, q)).collect();
-    let path = format!("/v1/maps/{}/search", args.name);
+    let (path, content_type) = search_target(args);
+    let headers = [("Content-Type", content_type)];
     let mut client = Client::new(addr).with_timeout(Duration::from_secs(30));
     if let Some(t) = &token {
         client = client.with_token(t.clone());
     }
     let requests: Vec<Vec<u8>> = bodies
         .iter()
-        .map(|b| client.prepare("POST", &path, Some(b)))
+        .map(|b| client.prepare_with("POST", &path, Some(b), &headers))
         .collect();
     // Untimed pass: checks the answers, the path, and recall.
     let mut found = Vec::with_capacity(queries.len());
     let mut paths = std::collections::BTreeSet::new();
     for (i, b) in bodies.iter().enumerate() {
         let r = client
-            .post(&path, b)
+            .request_with("POST", &path, Some(b), &headers)
             .with_context(|| format!("query {i}"))?;
         if r.status != 200 {
             bail!(
@@ -444,8 +570,12 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         found.push(ids);
     }
     let mut note = format!(
-        "{} queries, k {}, mode {}, ef {}, path {}; load average before: {}",
+        "{} queries, {} bodies, k {}, mode {}, ef {}, path {}; load average before: {}",
         queries.len(),
+        match args.body {
+            BodyKind::Json => "JSON",
+            BodyKind::Binary => "binary",
+        },
         args.k,
         args.mode,
         args.ef.map_or("default".to_string(), |e| e.to_string()),
@@ -497,17 +627,20 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
         // In-process first in each round, while the server is idle.
         let mut base = f64::NAN;
         if let Some(snap) = &snap {
-            let (h, e, secs) = inproc_single(snap, &queries, &q, args.threads, slice);
-            base = h.total() as f64 / secs.max(1e-9);
-            single.add(&h, e, secs);
+            let m = inproc_single(snap, &queries, &q, args.threads, slice);
+            base = m.hist.total() as f64 / m.secs.max(1e-9);
+            single.add(&m, None);
             let (n, secs) = inproc_batch(snap, &queries, &q, args.threads, slice)?;
             batch = (batch.0 + n, batch.1 + secs);
         }
         let mut levels = Vec::with_capacity(args.concurrency.len());
         for (&c, tally) in args.concurrency.iter().zip(&mut http) {
-            let (h, e, secs) = http_level(&client, &requests, c, slice);
-            levels.push(h.total() as f64 / secs.max(1e-9));
-            tally.add(&h, e, secs);
+            let before = args.server_pid.and_then(process_cpu_ns);
+            let m = http_level(&client, &requests, c, slice);
+            let after = args.server_pid.and_then(process_cpu_ns);
+            levels.push(m.hist.total() as f64 / m.secs.max(1e-9));
+            let server = after.zip(before).map(|(b, a)| b.saturating_sub(a));
+            tally.add(&m, server);
         }
         if rounds > 1 {
             let mut line = format!("round {round}/{rounds}:");
@@ -529,9 +662,11 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
 
     let mut rows = Vec::new();
     let mut inproc_single_qps = None;
+    let mut inproc_cpu = None;
     if snap.is_some() {
-        let r = single.row("in-process single", args.threads);
+        let r = single.row("in-process single", args.threads, false);
         inproc_single_qps = Some(r.qps);
+        inproc_cpu = r.cpu_us_per_query;
         report(&mut rows, r, args.json)?;
         let r = Row {
             what: "in-process batch".into(),
@@ -543,11 +678,34 @@ pub fn run(args: &BenchServeArgs) -> Result<()> {
             p50_ms: f64::NAN,
             p95_ms: f64::NAN,
             p99_ms: f64::NAN,
+            cpu_us_per_query: None,
+            server_cpu_us_per_query: None,
         };
         report(&mut rows, r, args.json)?;
     }
     for (li, (&c, tally)) in args.concurrency.iter().zip(&http).enumerate() {
-        let r = tally.row("http", c);
+        let r = tally.row("http", c, args.server_pid.is_some());
+        if let (Some(server), Some(search)) = (
+            r.server_cpu_us_per_query,
+            inproc_cpu.filter(|_| snap.is_some()),
+        ) {
+            crate::progress::note(format!(
+                "http @{c}: server CPU {server:.1} µs per query, of which outside the search {:.1} µs \
+                 (in-process search {search:.1} µs per query)",
+                server - search
+            ));
+            if args.json {
+                let j = serde_json::json!({
+                    "what": "server CPU per query",
+                    "threads": c,
+                    "body": format!("{:?}", args.body).to_lowercase(),
+                    "server_us": server,
+                    "search_us": search,
+                    "outside_search_us": server - search,
+                });
+                println!("{j}");
+            }
+        }
         if let Some(base) = inproc_single_qps {
             let ratios: Vec<f64> = per_round
                 .iter()
