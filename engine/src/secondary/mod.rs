@@ -7,6 +7,11 @@
 //!   physical keys and term bounds.
 //! * `build`: extraction with its limits, canonical full builds, exact
 //!   per-record deltas, and the catalog and control trees.
+//! * `payload`: JSON-object record values, their canonical encoding, and
+//!   typed field indexes (keyword, integer, float, bool) over them.
+//! * `fields`: [`FieldIndexes`], a map's field indexes (persisted in its
+//!   `CRMF` metadata, maintained on every write) and filter evaluation.
+//! * `filter_json`: the JSON form of [`crate::keys::Filter`].
 //!
 //! A secondary index is a prolly tree keyed `seg(term) || seg(primary key)`.
 //! Everything here is written canonically, so index, catalog and control
@@ -14,8 +19,18 @@
 
 mod build;
 mod cbor;
+mod fields;
+mod filter_json;
 mod layout;
+mod payload;
 mod record;
+
+pub use fields::{eval, FieldIndexes, FieldState, SOURCE_MAP_ID};
+pub use filter_json::filter_from_json;
+pub use payload::{
+    canonical_payload, encode_canonical, field_terms, float_key, int_key, parse_payload,
+    FieldIndex, FieldType, PayloadExtractor,
+};
 
 pub use build::{
     build_index, catalog_entries, record_delta, record_entries, write_catalog, Catalog,
