@@ -168,7 +168,7 @@ impl MapRegistry {
                     continue;
                 }
             }
-            match Snapshot::load(store.clone(), descriptor, sidecars) {
+            match Snapshot::load_named(store.clone(), &name, descriptor, sidecars) {
                 Ok(snap) => {
                     let generation = self.publish(&name, snap);
                     tracing::info!(%name, %descriptor, generation, "map published");

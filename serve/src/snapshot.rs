@@ -28,6 +28,19 @@ impl Snapshot {
         Ok(Snapshot::new(Arc::new(index)))
     }
 
+    /// [`Snapshot::load`] plus the payload field indexes the root `name`
+    /// publishes for this descriptor.
+    pub fn load_named(
+        store: Arc<dyn BlockStore>,
+        name: &str,
+        descriptor: Cid,
+        sidecars: Sidecars,
+    ) -> Result<Self> {
+        let mut index = Index::load(store, descriptor, sidecars, &index::Options::default())?;
+        index.load_field_indexes(name)?;
+        Ok(Snapshot::new(Arc::new(index)))
+    }
+
     /// An unpublished snapshot of `index`.
     pub fn new(index: Arc<Index>) -> Snapshot {
         Snapshot {
