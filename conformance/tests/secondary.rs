@@ -70,10 +70,19 @@ fn secondary_index_fixture() {
     assert_eq!(src, b"fixture-users");
 
     // Source: one default-config leaf {user-1: active|Ada}.
-    let root = build(&store, &cfg, vec![(b"user-1".to_vec(), b"active|Ada".to_vec())]).unwrap();
+    let root = build(
+        &store,
+        &cfg,
+        vec![(b"user-1".to_vec(), b"active|Ada".to_vec())],
+    )
+    .unwrap();
     assert_eq!(root, Some(cid(&si["source_root"])), "source_root");
     let source_version = version_id(root, &cfg);
-    assert_eq!(source_version.to_vec(), hx(&si["source_version"]), "source_version");
+    assert_eq!(
+        source_version.to_vec(),
+        hx(&si["source_version"]),
+        "source_version"
+    );
     let source = Tree::open(&store, cfg.clone(), root).unwrap();
 
     // Control record.
@@ -97,7 +106,10 @@ fn secondary_index_fixture() {
         let db = hx(&ix["descriptor_bytes"]);
         let d = Descriptor::decode(&db).unwrap();
         assert_eq!(d.encode().unwrap(), db, "{label}: PSID round trip");
-        assert_eq!(d, def.descriptor, "{label}: descriptor fields and fingerprint");
+        assert_eq!(
+            d, def.descriptor,
+            "{label}: descriptor fields and fingerprint"
+        );
         assert_eq!(d.extractor_id, format!("fixtures.{label}/v1"));
 
         // Hidden map id.
@@ -129,13 +141,16 @@ fn secondary_index_fixture() {
         };
         assert_eq!(IndexValue::decode(&pv, 1024).unwrap(), want_value);
         assert_eq!(want_value.encode().unwrap(), pv, "{label}: PSIV bytes");
-        let entries =
-            record_entries(&def, &Limits::default(), b"user-1", b"active|Ada").unwrap();
+        let entries = record_entries(&def, &Limits::default(), b"user-1", b"active|Ada").unwrap();
         assert_eq!(entries, vec![(pk.clone(), pv.clone())], "{label}: entries");
 
         // Index root and version.
         let index_root = build_index(&store, &source, &def, &Limits::default()).unwrap();
-        assert_eq!(index_root, Some(cid(&ix["index_root"])), "{label}: index_root");
+        assert_eq!(
+            index_root,
+            Some(cid(&ix["index_root"])),
+            "{label}: index_root"
+        );
         let index_version = version_id(index_root, &cfg);
 
         // Checkpoint.
@@ -170,9 +185,16 @@ fn secondary_index_fixture() {
         "catalog_version"
     );
     assert_eq!(catalog.checkpoints, checkpoints);
-    assert_eq!(catalog.control.as_deref(), Some(&control_bytes[..]), "control bytes");
+    assert_eq!(
+        catalog.control.as_deref(),
+        Some(&control_bytes[..]),
+        "control bytes"
+    );
     let cat_tree = Tree::open(&store, cfg.clone(), Some(catalog.root)).unwrap();
-    let current = cat_tree.get(&secondary::catalog_current_key()).unwrap().unwrap();
+    let current = cat_tree
+        .get(&secondary::catalog_current_key())
+        .unwrap()
+        .unwrap();
     assert_eq!(current.len(), 693);
     let head = Head::decode(&current).unwrap();
     assert_eq!(head.encode().unwrap(), current);
@@ -180,7 +202,10 @@ fn secondary_index_fixture() {
     assert_eq!(cat_tree.iter().count(), 8);
 
     // Rejections (secondary-index.md 4.2, 6.4-6.6, 9.2).
-    let keys = ixs.iter().find(|ix| ix["projection"] == "keys_only").unwrap();
+    let keys = ixs
+        .iter()
+        .find(|ix| ix["projection"] == "keys_only")
+        .unwrap();
     let kd = hx(&keys["descriptor_bytes"]);
     let kc = hx(&keys["checkpoint_bytes"]);
     let n = kd.len();
@@ -202,14 +227,26 @@ fn secondary_index_fixture() {
         ("name as text", edit(&kd, 24, &[0x64])),
     ];
     for (what, b) in bad_descriptors {
-        assert!(Descriptor::decode(&b).is_err(), "descriptor {what} accepted");
+        assert!(
+            Descriptor::decode(&b).is_err(),
+            "descriptor {what} accepted"
+        );
     }
     let g = 8 + 1 + 14 + 34 + 5;
-    assert!(Checkpoint::decode(&edit(&kc, g, &[0])).is_err(), "generation 0");
+    assert!(
+        Checkpoint::decode(&edit(&kc, g, &[0])).is_err(),
+        "generation 0"
+    );
     let l = kc.len() - 40;
-    assert!(Checkpoint::decode(&edit(&kc, l, &[kc[l] ^ 1])).is_err(), "foreign hidden id");
+    assert!(
+        Checkpoint::decode(&edit(&kc, l, &[kc[l] ^ 1])).is_err(),
+        "foreign hidden id"
+    );
     assert!(Control::decode(&cat(&control_bytes, &[0])).is_err());
-    assert!(IndexValue::decode(b"PSIV\0\0\0\x01\0\0\0\0\x03Ada", 1024).is_err(), "tag 0");
+    assert!(
+        IndexValue::decode(b"PSIV\0\0\0\x01\0\0\0\0\x03Ada", 1024).is_err(),
+        "tag 0"
+    );
     assert!(IndexValue::decode(b"PSIV\0\0\0\x01\x01\0\0\0\x03Ada\0", 1024).is_err());
     let over = IndexValue::All(vec![0; 5]).encode().unwrap();
     assert!(IndexValue::decode(&over, 4).is_err(), "payload over limit");
@@ -244,7 +281,10 @@ fn supplementary_vectors() {
     assert_eq!(physical_key(b"\0a", b"u\0\xff"), hx(&s["physical_0a_u0ff"]));
     let g300 = Descriptor::new(b"src\0", b"a\0b", 300, "x/v1", Projection::All).unwrap();
     assert_eq!(g300.encode().unwrap(), hx(&s["descriptor_g300"]));
-    assert_eq!(Descriptor::decode(&hx(&s["descriptor_g300"])).unwrap(), g300);
+    assert_eq!(
+        Descriptor::decode(&hx(&s["descriptor_g300"])).unwrap(),
+        g300
+    );
     assert_eq!(
         secondary::catalog_definition_key(b"a\0b", 300),
         hx(&s["descriptor_key_g300"])
@@ -263,7 +303,11 @@ fn supplementary_vectors() {
     );
     assert_eq!(
         prox_engine::keys::decode_segments(&catalog_map_id(b"u")).unwrap(),
-        vec![b"system".to_vec(), b"secondary-index-catalog".to_vec(), u.clone()]
+        vec![
+            b"system".to_vec(),
+            b"secondary-index-catalog".to_vec(),
+            u.clone()
+        ]
     );
     assert_eq!(
         control_root_name(b"fixture-users"),
@@ -273,11 +317,18 @@ fn supplementary_vectors() {
         ("exact_6100", secondary::exact_bounds(b"a\0")),
         ("prefix_6100", secondary::prefix_bounds(b"a\0")),
         ("prefix_empty", secondary::prefix_bounds(b"")),
-        ("range_61_63", secondary::range_bounds(b"a", Some(b"c")).unwrap()),
+        (
+            "range_61_63",
+            secondary::range_bounds(b"a", Some(b"c")).unwrap(),
+        ),
     ] {
         let want = &s["term_bounds"][name];
         assert_eq!(hex::encode(a), want[0].as_str().unwrap(), "{name} start");
-        assert_eq!(b.map(hex::encode), want[1].as_str().map(String::from), "{name} end");
+        assert_eq!(
+            b.map(hex::encode),
+            want[1].as_str().map(String::from),
+            "{name} end"
+        );
     }
 
     // The fixture continued: put(user-2, "active|Grace") as an exact delta
@@ -285,7 +336,12 @@ fn supplementary_vectors() {
     let src = b"fixture-users".to_vec();
     let v2 = &s["v2"];
     let (k2, val2) = (hx(&v2["record"][0]), hx(&v2["record"][1]));
-    let r1 = build(&store, &cfg, vec![(b"user-1".to_vec(), b"active|Ada".to_vec())]).unwrap();
+    let r1 = build(
+        &store,
+        &cfg,
+        vec![(b"user-1".to_vec(), b"active|Ada".to_vec())],
+    )
+    .unwrap();
     let source = Tree::open(&store, cfg.clone(), r1).unwrap();
     let source = source.put(k2.clone(), val2.clone()).unwrap();
     let sv = version_id(source.root(), &cfg);
@@ -298,8 +354,9 @@ fn supplementary_vectors() {
     ] {
         let def = definition(&src, name, proj);
         let before = Tree::open(&store, cfg.clone(), None).unwrap();
-        let before = before
-            .with_root(build_index(&store, &source.with_root(r1), &def, &Limits::default()).unwrap());
+        let before = before.with_root(
+            build_index(&store, &source.with_root(r1), &def, &Limits::default()).unwrap(),
+        );
         let delta = record_delta(&def, &Limits::default(), &k2, None, Some(&val2)).unwrap();
         assert_eq!(delta.len(), 1, "one upsert");
         assert!(matches!(&delta[0], Mutation::Put(k, _) if *k == physical_key(b"active", &k2)));
@@ -396,7 +453,10 @@ fn multi_leaf_history_independent() {
 
     // Full build.
     let root = build(&store, &cfg, records.clone()).unwrap();
-    assert_eq!(root.map(|c| c.to_string()), want["source_root"].as_str().map(String::from));
+    assert_eq!(
+        root.map(|c| c.to_string()),
+        want["source_root"].as_str().map(String::from)
+    );
     let source = Tree::open(&store, cfg.clone(), root).unwrap();
     let full: Vec<Option<Cid>> = defs
         .iter()
@@ -459,7 +519,13 @@ fn multi_leaf_history_independent() {
     assert_eq!(hex::encode(sv), want["source_version"].as_str().unwrap());
     let cat = write_catalog(&store, &cfg, &src, &sv, &states).unwrap();
     assert_eq!(cat.root, cid(&want["catalog_root"]), "catalog root");
-    assert_eq!(hex::encode(cat.version), want["catalog_version"].as_str().unwrap());
-    assert_eq!(cat.control.map(hex::encode).as_deref(), want["control_bytes"].as_str());
+    assert_eq!(
+        hex::encode(cat.version),
+        want["catalog_version"].as_str().unwrap()
+    );
+    assert_eq!(
+        cat.control.map(hex::encode).as_deref(),
+        want["control_bytes"].as_str()
+    );
     assert_eq!(cat.control_root, Some(cid(&want["control_root"])));
 }

@@ -249,7 +249,10 @@ pub enum Error {
         actual: usize,
     },
     /// An index extractor refused a record.
-    #[error("index {name} cannot extract terms from key {}: {reason}", hex::encode(key))]
+    #[error(
+        "index {name} cannot extract terms from key {}: {reason}",
+        hex::encode(key)
+    )]
     IndexExtractionFailed {
         /// Index name.
         name: String,

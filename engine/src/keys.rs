@@ -280,7 +280,10 @@ impl Filter {
 
     /// True when the filter only names record keys (range, prefix, set).
     pub fn is_key_filter(&self) -> bool {
-        matches!(self, Filter::Range { .. } | Filter::Prefix(_) | Filter::Keys(_))
+        matches!(
+            self,
+            Filter::Range { .. } | Filter::Prefix(_) | Filter::Keys(_)
+        )
     }
 
     /// The half-open key interval a range or prefix filter denotes

@@ -164,7 +164,16 @@ impl MapRegistry {
         }
         for (name, (descriptor, sidecars)) in wanted {
             if let Some(s) = self.get(&name) {
-                if s.descriptor() == descriptor && s.sidecars() == sidecars {
+                let meta = proximity::resolve_metadata(
+                    &**store,
+                    &name,
+                    prox_engine::refs::META_SECONDARY_PREFIX,
+                )
+                .unwrap_or_default();
+                if s.descriptor() == descriptor
+                    && s.sidecars() == sidecars
+                    && *s.field_meta() == meta
+                {
                     continue;
                 }
             }

@@ -35,8 +35,18 @@ fn write_input(dir: &Path) -> std::path::PathBuf {
 /// Keys returned by one query with `filter` (k larger than the map).
 fn query(store: &Path, dir: &Path, filter: &Value) -> Vec<String> {
     let out = ok(&[
-        "query", "--store", s(store), "--name", "m", "--queries", s(&dir.join("q.jsonl")),
-        "--k", "100", "--json", "--filter", &filter.to_string(),
+        "query",
+        "--store",
+        s(store),
+        "--name",
+        "m",
+        "--queries",
+        s(&dir.join("q.jsonl")),
+        "--k",
+        "100",
+        "--json",
+        "--filter",
+        &filter.to_string(),
     ]);
     let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     let mut keys: Vec<String> = v["results"]
@@ -50,7 +60,10 @@ fn query(store: &Path, dir: &Path, filter: &Value) -> Vec<String> {
 }
 
 fn expected(pred: impl Fn(usize) -> bool) -> Vec<String> {
-    (0..N).filter(|&i| pred(i)).map(|i| format!("{:04x}", i)).collect()
+    (0..N)
+        .filter(|&i| pred(i))
+        .map(|i| format!("{:04x}", i))
+        .collect()
 }
 
 #[test]
@@ -59,11 +72,24 @@ fn build_query_index_verify() {
     let store = dir.path().join("st");
     let input = write_input(dir.path());
     ok(&[
-        "build", "--store", s(&store), "--name", "m", "--input", s(&input),
-        "--index", "lang:keyword", "--index", "year:integer",
+        "build",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--input",
+        s(&input),
+        "--index",
+        "lang:keyword",
+        "--index",
+        "year:integer",
     ]);
     assert_eq!(
-        query(&store, dir.path(), &json!({"key": "lang", "match": {"value": "en"}})),
+        query(
+            &store,
+            dir.path(),
+            &json!({"key": "lang", "match": {"value": "en"}})
+        ),
         expected(|i| i % 3 == 0)
     );
     let f = json!({"must": [{"key": "year", "range": {"gte": 2010, "lt": 2020}}],
@@ -73,28 +99,66 @@ fn build_query_index_verify() {
         expected(|i| (10..20).contains(&(i % 25)) && i % 3 != 1)
     );
     for (bad, says) in [
-        (json!({"key": "tag", "match": {"value": "spam"}}), "not indexed"),
-        (json!({"key": "year", "match": {"value": "x"}}), "indexed as integer"),
+        (
+            json!({"key": "tag", "match": {"value": "spam"}}),
+            "not indexed",
+        ),
+        (
+            json!({"key": "year", "match": {"value": "x"}}),
+            "indexed as integer",
+        ),
     ] {
         let o = run(&[
-            "query", "--store", s(&store), "--name", "m", "--queries",
-            s(&dir.path().join("q.jsonl")), "--filter", &bad.to_string(),
+            "query",
+            "--store",
+            s(&store),
+            "--name",
+            "m",
+            "--queries",
+            s(&dir.path().join("q.jsonl")),
+            "--filter",
+            &bad.to_string(),
         ]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{bad}: {err}");
         assert!(err.contains(says), "{bad}: {err}");
     }
 
-    ok(&["index", "add", "--store", s(&store), "--name", "m", "tag:keyword"]);
+    ok(&[
+        "index",
+        "add",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "tag:keyword",
+    ]);
     assert_eq!(
-        query(&store, dir.path(), &json!({"key": "tag", "match": {"value": "spam"}})),
+        query(
+            &store,
+            dir.path(),
+            &json!({"key": "tag", "match": {"value": "spam"}})
+        ),
         expected(|i| i % 4 == 0)
     );
     ok(&["index", "drop", "--store", s(&store), "--name", "m", "year"]);
-    let listed = ok(&["index", "list", "--store", s(&store), "--name", "m", "--json"]);
+    let listed = ok(&[
+        "index",
+        "list",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--json",
+    ]);
     let fields: Vec<String> = listed
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["field"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["field"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(fields, ["lang", "tag"]);
 
@@ -105,15 +169,35 @@ fn build_query_index_verify() {
         format!("{}\n", json!({"op": "put", "key": "0000", "vector": [0, 0, 0, 1], "value": hex::encode(br#"{"lang":"fr"}"#)})),
     )
     .unwrap();
-    ok(&["update", "--store", s(&store), "--name", "m", "--input", s(&upd)]);
+    ok(&[
+        "update",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--input",
+        s(&upd),
+    ]);
     assert_eq!(
-        query(&store, dir.path(), &json!({"key": "lang", "match": {"value": "en"}})),
+        query(
+            &store,
+            dir.path(),
+            &json!({"key": "lang", "match": {"value": "en"}})
+        ),
         expected(|i| i % 3 == 0 && i != 0)
     );
 
-    let v: Value = serde_json::from_str(&ok(&["verify", "--store", s(&store), "m", "--json"])).unwrap();
-    assert_eq!(v["field_indexes"], 2);
     let v: Value =
-        serde_json::from_str(&ok(&["inspect", "--store", s(&store), "--root", "m", "--json"])).unwrap();
+        serde_json::from_str(&ok(&["verify", "--store", s(&store), "m", "--json"])).unwrap();
+    assert_eq!(v["field_indexes"], 2);
+    let v: Value = serde_json::from_str(&ok(&[
+        "inspect",
+        "--store",
+        s(&store),
+        "--root",
+        "m",
+        "--json",
+    ]))
+    .unwrap();
     assert_eq!(v["field_indexes"].as_array().map(Vec::len), Some(2), "{v}");
 }

@@ -22,12 +22,8 @@ impl Index {
             return Ok(req.clone());
         };
         let map = self.map();
-        let keys = crate::secondary::eval(
-            self.fields.as_deref(),
-            map.store(),
-            &map.directory()?,
-            f,
-        )?;
+        let keys =
+            crate::secondary::eval(self.fields.as_deref(), map.store(), &map.directory()?, f)?;
         let mut out = req.clone();
         out.filter = Some(crate::keys::Filter::Keys(keys));
         Ok(out)

@@ -76,7 +76,8 @@ fn content_root(
     extra: &Metadata,
 ) -> Result<ContentRoot> {
     let mut crmf = ContentRoot::new(RootKind::ProximityDescriptor, source);
-    crmf.metadata.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    crmf.metadata
+        .extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(c) = sidecars.hnsw {
         let m = HnswManifest::decode(&fetch(store, &c)?)?;
         if m.source != source {

@@ -104,14 +104,14 @@ pub fn record_entries(
         ));
     }
     let name = || String::from_utf8_lossy(&def.descriptor.name).into_owned();
-    let emitted = def
-        .extractor
-        .terms(primary_key, value)
-        .map_err(|reason| Error::IndexExtractionFailed {
-            name: name(),
-            key: primary_key.to_vec(),
-            reason,
-        })?;
+    let emitted =
+        def.extractor
+            .terms(primary_key, value)
+            .map_err(|reason| Error::IndexExtractionFailed {
+                name: name(),
+                key: primary_key.to_vec(),
+                reason,
+            })?;
     if emitted.len() > limits.max_terms_per_record {
         return Err(limit(
             "terms_per_record",
@@ -133,7 +133,11 @@ pub fn record_entries(
         }
         if let Some(p) = &proj {
             if p.len() > limits.max_projection_bytes {
-                return Err(limit("projection_bytes", limits.max_projection_bytes, p.len()));
+                return Err(limit(
+                    "projection_bytes",
+                    limits.max_projection_bytes,
+                    p.len(),
+                ));
             }
             projected += p.len();
         }

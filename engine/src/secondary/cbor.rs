@@ -112,7 +112,10 @@ impl Item {
     pub(crate) fn bytes(self, object: &'static str, what: &str) -> Result<Vec<u8>> {
         match self {
             Item::Bytes(b) => Ok(b),
-            _ => Err(Error::invalid(object, format!("{what}: expected a CBOR byte string"))),
+            _ => Err(Error::invalid(
+                object,
+                format!("{what}: expected a CBOR byte string"),
+            )),
         }
     }
 
@@ -125,14 +128,20 @@ impl Item {
     pub(crate) fn text(self, object: &'static str, what: &str) -> Result<String> {
         match self {
             Item::Text(s) => Ok(s),
-            _ => Err(Error::invalid(object, format!("{what}: expected a CBOR text string"))),
+            _ => Err(Error::invalid(
+                object,
+                format!("{what}: expected a CBOR text string"),
+            )),
         }
     }
 
     pub(crate) fn uint(self, object: &'static str, what: &str) -> Result<u64> {
         match self {
             Item::Uint(v) => Ok(v),
-            _ => Err(Error::invalid(object, format!("{what}: expected an unsigned integer"))),
+            _ => Err(Error::invalid(
+                object,
+                format!("{what}: expected an unsigned integer"),
+            )),
         }
     }
 }

@@ -139,7 +139,10 @@ impl FieldIndexes {
                 .map_err(|_| Error::invalid("PSID", "field name is not UTF-8"))?;
             let mut mk = META_INDEX.to_vec();
             mk.extend_from_slice(field.as_bytes());
-            let root = meta.get(&mk).map(|v| cid_of(v, "prox.si.index")).transpose()?;
+            let root = meta
+                .get(&mk)
+                .map(|v| cid_of(v, "prox.si.index"))
+                .transpose()?;
             let version = version_id(root, &cfg);
             if version != c.index_version {
                 return Err(Error::invalid(
@@ -280,19 +283,13 @@ impl FieldIndexes {
         })
     }
 
-    /// Rebuilds every index from `directory` and names each one whose root
-    /// differs from the stored one (empty: all consistent).
-    pub fn verify(&self, store: &dyn BlockStore, directory: &Tree<'_>) -> Result<Vec<String>> {
-        let fresh = FieldIndexes::build(
-            store,
-            directory,
-            self.dims,
-            &self
-                .fields
-                .iter()
-                .map(|f| f.index.clone())
-                .collect::<Vec<_>>(),
-        )?;
+    /// Rebuilds every index from `directory` (into a scratch memory store,
+    /// so a read-only store works) and names each one whose root differs
+    /// from the stored one (empty: all consistent).
+    pub fn verify(&self, directory: &Tree<'_>) -> Result<Vec<String>> {
+        let scratch = crate::store::MemStore::new();
+        let declared: Vec<FieldIndex> = self.fields.iter().map(|f| f.index.clone()).collect();
+        let fresh = FieldIndexes::build(&scratch, directory, self.dims, &declared)?;
         Ok(self
             .fields
             .iter()
@@ -465,8 +462,12 @@ fn ranges(index: &FieldIndex, condition: &FieldCondition) -> Result<Vec<Bounds>>
                     (FieldType::Integer, MatchValue::Integer(i)) => term(&int_key(*i)),
                     (FieldType::Float, MatchValue::Integer(i)) => term(&float_key(*i as f64)),
                     (FieldType::Bool, MatchValue::Bool(b)) => term(&[u8::from(*b)]),
-                    (_, MatchValue::Keyword(s)) => return Err(mismatch(index, format!("string {s:?}"))),
-                    (_, MatchValue::Integer(i)) => return Err(mismatch(index, format!("integer {i}"))),
+                    (_, MatchValue::Keyword(s)) => {
+                        return Err(mismatch(index, format!("string {s:?}")))
+                    }
+                    (_, MatchValue::Integer(i)) => {
+                        return Err(mismatch(index, format!("integer {i}")))
+                    }
                     (_, MatchValue::Bool(b)) => return Err(mismatch(index, format!("bool {b}"))),
                 };
                 Ok(exact_bounds(&t))

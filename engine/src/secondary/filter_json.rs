@@ -44,7 +44,10 @@ fn parse(v: &Value, depth: usize) -> Result<Filter> {
         .as_object()
         .filter(|m| !m.is_empty())
         .ok_or_else(|| bad("must be a non-empty JSON object"))?;
-    if ["must", "should", "must_not"].iter().any(|k| m.contains_key(*k)) {
+    if ["must", "should", "must_not"]
+        .iter()
+        .any(|k| m.contains_key(*k))
+    {
         return boolean(m, depth);
     }
     if let Some(key) = m.get("key") {
@@ -118,7 +121,10 @@ fn boolean(m: &Map<String, Value>, depth: usize) -> Result<Filter> {
             }
         };
         let items = match v {
-            Value::Array(a) => a.iter().map(|x| parse(x, depth + 1)).collect::<Result<_>>()?,
+            Value::Array(a) => a
+                .iter()
+                .map(|x| parse(x, depth + 1))
+                .collect::<Result<_>>()?,
             one @ Value::Object(_) => vec![parse(one, depth + 1)?],
             _ => return Err(bad(format!("{k} must be a filter or an array of filters"))),
         };
@@ -140,7 +146,11 @@ fn match_value(v: &Value) -> Result<MatchValue> {
             n.as_i64()
                 .ok_or_else(|| bad(format!("match value {n} is not an i64 integer")))?,
         ),
-        other => return Err(bad(format!("match value {other} is not a string, integer or bool"))),
+        other => {
+            return Err(bad(format!(
+                "match value {other} is not a string, integer or bool"
+            )))
+        }
     })
 }
 
@@ -213,7 +223,14 @@ mod tests {
             "must_not": {"key": "tag", "match": {"any": ["spam", "ads"]}},
         }))
         .unwrap();
-        let Filter::Bool { must, should, must_not } = f else { panic!("not bool") };
+        let Filter::Bool {
+            must,
+            should,
+            must_not,
+        } = f
+        else {
+            panic!("not bool")
+        };
         assert_eq!(must.len(), 2);
         assert!(should.is_empty());
         assert_eq!(must_not.len(), 1);
@@ -223,7 +240,10 @@ mod tests {
         );
         assert!(matches!(
             filter_from_json(&json!({"exists": {"key": "x"}})).unwrap(),
-            Filter::Field { condition: FieldCondition::Exists, .. }
+            Filter::Field {
+                condition: FieldCondition::Exists,
+                ..
+            }
         ));
         for bad in [
             json!({}),

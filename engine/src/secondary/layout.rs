@@ -75,7 +75,9 @@ pub fn catalog_current_key() -> Vec<u8> {
 /// Catalog key `definitions/<name>/<generation>`.
 pub fn catalog_definition_key(name: &[u8], generation: u64) -> Vec<u8> {
     let mut k = KeyBuilder::new();
-    k.push_str("definitions").push_segment(name).push_u64(generation);
+    k.push_str("definitions")
+        .push_segment(name)
+        .push_u64(generation);
     k.build()
 }
 
@@ -92,7 +94,9 @@ pub fn catalog_checkpoint_key(source_version: &[u8; 32], name: &[u8], generation
 /// Catalog key `retired/<name>/<generation>`.
 pub fn catalog_retired_key(name: &[u8], generation: u64) -> Vec<u8> {
     let mut k = KeyBuilder::new();
-    k.push_str("retired").push_segment(name).push_u64(generation);
+    k.push_str("retired")
+        .push_segment(name)
+        .push_u64(generation);
     k.build()
 }
 

@@ -159,12 +159,20 @@ pub fn int_key(v: i64) -> [u8; 8] {
 pub fn float_key(v: f64) -> [u8; 8] {
     let v = if v == 0.0 { 0.0 } else { v };
     let bits = v.to_bits();
-    let k = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
+    let k = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
     k.to_be_bytes()
 }
 
 /// The terms of one payload for one field index.
-pub fn field_terms(ty: FieldType, payload: &serde_json::Map<String, Value>, field: &str) -> Vec<Vec<u8>> {
+pub fn field_terms(
+    ty: FieldType,
+    payload: &serde_json::Map<String, Value>,
+    field: &str,
+) -> Vec<Vec<u8>> {
     match payload.get(field) {
         None => Vec::new(),
         Some(Value::Null) => vec![Vec::new()],
@@ -202,7 +210,8 @@ mod tests {
 
     #[test]
     fn canonical_sorts_and_strips() {
-        let c = canonical_payload(br#"{ "b": [1, 2.50, "x"], "a": {"z": null, "y": true} }"#).unwrap();
+        let c =
+            canonical_payload(br#"{ "b": [1, 2.50, "x"], "a": {"z": null, "y": true} }"#).unwrap();
         assert_eq!(c, br#"{"a":{"y":true,"z":null},"b":[1,2.5,"x"]}"#.to_vec());
         assert!(canonical_payload(b"[1]").is_err());
         assert!(canonical_payload(b"\xff").is_err());
@@ -224,11 +233,23 @@ mod tests {
     #[test]
     fn terms_by_type() {
         let p = parse_payload(br#"{"lang":["en","fr",3],"year":2020,"n":null}"#).unwrap();
-        assert_eq!(field_terms(FieldType::Keyword, &p, "lang"), vec![b"\x01en".to_vec(), b"\x01fr".to_vec()]);
-        assert_eq!(field_terms(FieldType::Keyword, &p, "year"), Vec::<Vec<u8>>::new());
-        assert_eq!(field_terms(FieldType::Integer, &p, "n"), vec![Vec::<u8>::new()]);
+        assert_eq!(
+            field_terms(FieldType::Keyword, &p, "lang"),
+            vec![b"\x01en".to_vec(), b"\x01fr".to_vec()]
+        );
+        assert_eq!(
+            field_terms(FieldType::Keyword, &p, "year"),
+            Vec::<Vec<u8>>::new()
+        );
+        assert_eq!(
+            field_terms(FieldType::Integer, &p, "n"),
+            vec![Vec::<u8>::new()]
+        );
         assert!(field_terms(FieldType::Integer, &p, "missing").is_empty());
-        assert_eq!("lang:keyword".parse::<FieldIndex>().unwrap().ty, FieldType::Keyword);
+        assert_eq!(
+            "lang:keyword".parse::<FieldIndex>().unwrap().ty,
+            FieldType::Keyword
+        );
         assert!("lang".parse::<FieldIndex>().is_err());
         assert!("lang:text".parse::<FieldIndex>().is_err());
     }

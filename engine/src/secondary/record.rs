@@ -43,7 +43,10 @@ impl Projection {
             0 => Ok(Projection::KeysOnly),
             1 => Ok(Projection::Include),
             2 => Ok(Projection::All),
-            t => Err(Error::invalid(object, format!("projection tag {t} is not 0, 1 or 2"))),
+            t => Err(Error::invalid(
+                object,
+                format!("projection tag {t} is not 0, 1 or 2"),
+            )),
         }
     }
 }
@@ -70,10 +73,16 @@ fn open(bytes: &[u8], magic: &[u8; 4], object: &'static str) -> Result<Item> {
         ));
     }
     if bytes.len() < 8 || &bytes[..4] != magic {
-        return Err(Error::invalid(object, "invalid secondary-index record magic"));
+        return Err(Error::invalid(
+            object,
+            "invalid secondary-index record magic",
+        ));
     }
     if bytes[4..8] != RECORD_VERSION.to_be_bytes() {
-        return Err(Error::invalid(object, "unsupported secondary-index record version"));
+        return Err(Error::invalid(
+            object,
+            "unsupported secondary-index record version",
+        ));
     }
     cbor::parse(&bytes[8..], object)
 }
@@ -202,10 +211,14 @@ impl Descriptor {
         let projection = Projection::from_tag(next()?.uint(O, "projection")?, O)?;
         let layout = next()?.uint(O, "layout")?;
         if format != DESCRIPTOR_FORMAT {
-            return Err(definition_error(format!("descriptor format {format} is not 1")));
+            return Err(definition_error(format!(
+                "descriptor format {format} is not 1"
+            )));
         }
         if layout != LAYOUT_VERSION {
-            return Err(definition_error(format!("physical layout {layout} is not 1")));
+            return Err(definition_error(format!(
+                "physical layout {layout} is not 1"
+            )));
         }
         let d = Descriptor {
             source_map_id,
@@ -319,14 +332,20 @@ impl Head {
             .windows(2)
             .any(|w| w[0].index_name >= w[1].index_name)
         {
-            return Err(Error::invalid("PSIH", "checkpoint names must be strictly increasing"));
+            return Err(Error::invalid(
+                "PSIH",
+                "checkpoint names must be strictly increasing",
+            ));
         }
         if self
             .checkpoints
             .iter()
             .any(|c| c.source_version != self.source_version)
         {
-            return Err(Error::invalid("PSIH", "a checkpoint names another source version"));
+            return Err(Error::invalid(
+                "PSIH",
+                "a checkpoint names another source version",
+            ));
         }
         Ok(())
     }
@@ -350,7 +369,10 @@ impl Head {
         let mut f = open(bytes, b"PSIH", O)?.array(2, O)?.into_iter();
         let source_version = f.next().ok_or(Error::Truncated { object: O })?;
         let source_version = source_version.bytes32(O, "source version")?;
-        let list = f.next().ok_or(Error::Truncated { object: O })?.any_array(O)?;
+        let list = f
+            .next()
+            .ok_or(Error::Truncated { object: O })?
+            .any_array(O)?;
         let checkpoints = list
             .into_iter()
             .map(|i| Checkpoint::decode(&i.bytes(O, "checkpoint")?))
@@ -415,7 +437,10 @@ impl Control {
         let source_map_id = next()?.bytes(O, "source map id")?;
         let catalog = next()?.bytes(O, "catalog map id")?;
         if catalog != catalog_map_id(&source_map_id) {
-            return Err(Error::invalid(O, "catalog map id does not belong to the source"));
+            return Err(Error::invalid(
+                O,
+                "catalog map id does not belong to the source",
+            ));
         }
         let active = next()?
             .any_array(O)?
@@ -480,7 +505,10 @@ impl IndexValue {
             return Err(Error::invalid(O, "invalid secondary-index value magic"));
         }
         if bytes[4..8] != RECORD_VERSION.to_be_bytes() {
-            return Err(Error::invalid(O, "unsupported secondary-index value version"));
+            return Err(Error::invalid(
+                O,
+                "unsupported secondary-index value version",
+            ));
         }
         let len = u32::from_be_bytes([bytes[9], bytes[10], bytes[11], bytes[12]]) as usize;
         if len > max_payload {

@@ -6,7 +6,9 @@
 //! errors. Seeded (`PROX_SEED`; the seed is in every failure message).
 
 use prox_engine::accel::{HnswParams, PqParams};
-use prox_engine::index::{self, Batch, Build, Index, Options, PathChoice, QueryMode, Request, Scratch, WriteOptions};
+use prox_engine::index::{
+    self, Batch, Build, Index, Options, PathChoice, QueryMode, Request, Scratch, WriteOptions,
+};
 use prox_engine::keys::Filter;
 use prox_engine::secondary::{filter_from_json, FieldIndex};
 use prox_engine::{BlockStore, Error, MemStore};
@@ -95,21 +97,34 @@ fn filters_select_exactly_the_matching_records() {
     let (_, ix) = open(false, s);
     let recs = records(s);
     let cases: Vec<(Value, Box<dyn Fn(&Value) -> bool>)> = vec![
-        (json!({"key": "lang", "match": {"value": "en"}}), Box::new(|p| p["lang"] == "en")),
+        (
+            json!({"key": "lang", "match": {"value": "en"}}),
+            Box::new(|p| p["lang"] == "en"),
+        ),
         (
             json!({"key": "lang", "match": {"any": ["fr", "de"]}}),
             Box::new(|p| p["lang"] == "fr" || p["lang"] == "de"),
         ),
         (
             json!({"key": "year", "range": {"gte": 2010, "lt": 2015.5}}),
-            Box::new(|p| p["year"].as_i64().is_some_and(|y| (2010..=2015).contains(&y))),
+            Box::new(|p| {
+                p["year"]
+                    .as_i64()
+                    .is_some_and(|y| (2010..=2015).contains(&y))
+            }),
         ),
         (
             json!({"key": "price", "range": {"gt": 10.0, "lte": 20.25}}),
             Box::new(|p| p["price"].as_f64().is_some_and(|x| x > 10.0 && x <= 20.25)),
         ),
-        (json!({"is_null": {"key": "year"}}), Box::new(|p| p["year"].is_null() && p.get("year").is_some())),
-        (json!({"exists": {"key": "tag"}}), Box::new(|p| p.get("tag").is_some())),
+        (
+            json!({"is_null": {"key": "year"}}),
+            Box::new(|p| p["year"].is_null() && p.get("year").is_some()),
+        ),
+        (
+            json!({"exists": {"key": "tag"}}),
+            Box::new(|p| p.get("tag").is_some()),
+        ),
         (
             json!({"must": [{"key": "lang", "match": {"value": "en"}},
                             {"key": "year", "range": {"gte": 2020}}],
@@ -130,12 +145,20 @@ fn filters_select_exactly_the_matching_records() {
         let want = model(&recs, pred);
         assert_eq!(eligible(&ix, &f), want, "seed {s:#x}: filter {f}");
         // The same filter nested with a key range keeps only that range.
-        let ranged = json!({"must": [f.clone(), {"range": [null, hex::encode(300u64.to_be_bytes())]}]});
-        let lo: Vec<Vec<u8>> = want.iter().filter(|k| k.as_slice() < &300u64.to_be_bytes()[..]).cloned().collect();
+        let ranged =
+            json!({"must": [f.clone(), {"range": [null, hex::encode(300u64.to_be_bytes())]}]});
+        let lo: Vec<Vec<u8>> = want
+            .iter()
+            .filter(|k| k.as_slice() < &300u64.to_be_bytes()[..])
+            .cloned()
+            .collect();
         assert_eq!(eligible(&ix, &ranged), lo, "seed {s:#x}: {ranged}");
     }
     // must_not alone: everything else, opaque records included.
-    let not_en = eligible(&ix, &json!({"must_not": {"key": "lang", "match": {"value": "en"}}}));
+    let not_en = eligible(
+        &ix,
+        &json!({"must_not": {"key": "lang", "match": {"value": "en"}}}),
+    );
     let en = eligible(&ix, &json!({"key": "lang", "match": {"value": "en"}}));
     assert_eq!(not_en.len() + en.len(), N as usize, "seed {s:#x}");
 }
@@ -146,7 +169,10 @@ fn unknown_fields_and_type_mismatches_are_errors() {
     let mut scratch = Scratch::default();
     let q = vec![0.0; DIMS];
     for (f, want) in [
-        (json!({"key": "colour", "match": {"value": "red"}}), "unknown"),
+        (
+            json!({"key": "colour", "match": {"value": "red"}}),
+            "unknown",
+        ),
         (json!({"key": "lang", "match": {"value": 3}}), "mismatch"),
         (json!({"key": "lang", "range": {"gt": 3}}), "mismatch"),
         (json!({"key": "year", "match": {"value": "x"}}), "mismatch"),
@@ -181,17 +207,47 @@ fn filtered_search_never_under_fills_and_exact_is_brute_force() {
             for k in [1, 10, 50] {
                 let want = k.min(keys.len());
                 let exact = Request::new(k).mode(QueryMode::Exact);
-                let by_field = ix.search(&mut scratch, &q, &exact.clone().filter(filter_from_json(f).unwrap())).unwrap();
-                let by_keys = ix.search(&mut scratch, &q, &exact.filter(Filter::Keys(keys.clone()))).unwrap();
-                let a: Vec<_> = by_field.hits.iter().map(|h| (h.key.clone(), h.score)).collect();
-                let b: Vec<_> = by_keys.hits.iter().map(|h| (h.key.clone(), h.score)).collect();
+                let by_field = ix
+                    .search(
+                        &mut scratch,
+                        &q,
+                        &exact.clone().filter(filter_from_json(f).unwrap()),
+                    )
+                    .unwrap();
+                let by_keys = ix
+                    .search(&mut scratch, &q, &exact.filter(Filter::Keys(keys.clone())))
+                    .unwrap();
+                let a: Vec<_> = by_field
+                    .hits
+                    .iter()
+                    .map(|h| (h.key.clone(), h.score))
+                    .collect();
+                let b: Vec<_> = by_keys
+                    .hits
+                    .iter()
+                    .map(|h| (h.key.clone(), h.score))
+                    .collect();
                 assert_eq!(a, b, "seed {s:#x}: exact {f} k {k}");
                 assert_eq!(a.len(), want, "seed {s:#x}: exact {f} k {k}");
-                for path in [PathChoice::Auto, PathChoice::Native, PathChoice::Hnsw, PathChoice::Pq] {
-                    let req = Request::new(k).path(path).filter(filter_from_json(f).unwrap());
+                for path in [
+                    PathChoice::Auto,
+                    PathChoice::Native,
+                    PathChoice::Hnsw,
+                    PathChoice::Pq,
+                ] {
+                    let req = Request::new(k)
+                        .path(path)
+                        .filter(filter_from_json(f).unwrap());
                     let r = ix.search(&mut scratch, &q, &req).unwrap();
-                    assert_eq!(r.hits.len(), want, "seed {s:#x}: {path} {f} k {k} under-filled");
-                    assert!(r.hits.iter().all(|h| keys.binary_search(&h.key).is_ok()), "seed {s:#x}: {path} {f}: ineligible hit");
+                    assert_eq!(
+                        r.hits.len(),
+                        want,
+                        "seed {s:#x}: {path} {f} k {k} under-filled"
+                    );
+                    assert!(
+                        r.hits.iter().all(|h| keys.binary_search(&h.key).is_ok()),
+                        "seed {s:#x}: {path} {f}: ineligible hit"
+                    );
                 }
             }
         }
@@ -232,7 +288,12 @@ fn writes_maintain_indexes_like_a_fresh_build() {
         "seed {s:#x}: maintained indexes differ from a fresh build"
     );
     let dir = reopened.map().directory().unwrap();
-    assert!(reopened.field_indexes().unwrap().verify(&**reopened.store(), &dir).unwrap().is_empty());
+    assert!(reopened
+        .field_indexes()
+        .unwrap()
+        .verify(&dir)
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -243,8 +304,13 @@ fn index_add_and_drop() {
     let mut ix = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
     assert!(ix.field_indexes().is_none());
     let lang: FieldIndex = "lang:keyword".parse().unwrap();
-    ix.change_field_indexes(std::slice::from_ref(&lang), &[]).unwrap();
-    assert!(ix.change_field_indexes(std::slice::from_ref(&lang), &[]).is_err(), "added twice");
+    ix.change_field_indexes(std::slice::from_ref(&lang), &[])
+        .unwrap();
+    assert!(
+        ix.change_field_indexes(std::slice::from_ref(&lang), &[])
+            .is_err(),
+        "added twice"
+    );
     ix.commit("m", Some(ix.descriptor())).unwrap();
     let mut ix = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
     assert_eq!(ix.field_indexes().unwrap().fields().len(), 1);

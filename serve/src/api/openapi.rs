@@ -667,8 +667,10 @@ pub(crate) fn describe_fields(doc: &mut Value, fields: &[(String, FieldType)]) {
         };
         let matcher = json!({"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
             "properties": {"value": value, "any": {"type": "array", "maxItems": 8, "items": value}}});
-        conds.push(json!({"type": "object", "required": ["key", "match"], "additionalProperties": false,
-            "properties": {"key": {"type": "string", "enum": [name]}, "match": matcher}}));
+        conds.push(
+            json!({"type": "object", "required": ["key", "match"], "additionalProperties": false,
+            "properties": {"key": {"type": "string", "enum": [name]}, "match": matcher}}),
+        );
         if matches!(ty, FieldType::Integer | FieldType::Float) {
             let n = json!({"type": "number", "minimum": -1e300, "maximum": 1e300});
             conds.push(json!({"type": "object", "required": ["key", "range"], "additionalProperties": false,
@@ -678,7 +680,9 @@ pub(crate) fn describe_fields(doc: &mut Value, fields: &[(String, FieldType)]) {
         }
     }
     for schema in ["Filter", "FilterClause"] {
-        if let Some(Value::Array(any)) = doc.pointer_mut(&format!("/components/schemas/{schema}/anyOf")) {
+        if let Some(Value::Array(any)) =
+            doc.pointer_mut(&format!("/components/schemas/{schema}/anyOf"))
+        {
             any.extend(conds.iter().cloned());
         }
     }

@@ -70,9 +70,21 @@ pub enum IndexCommand {
 }
 
 fn list(store: Arc<dyn BlockStore>, name: &str, as_json: bool) -> Result<()> {
-    let index = map::open(store, name, &Options { warm: false, sidecars: false, ..Options::default() })?;
+    let index = map::open(
+        store,
+        name,
+        &Options {
+            warm: false,
+            sidecars: false,
+            ..Options::default()
+        },
+    )?;
     let mut out = Stdout::new();
-    for f in index.field_indexes().map(|f| f.fields()).unwrap_or_default() {
+    for f in index
+        .field_indexes()
+        .map(|f| f.fields())
+        .unwrap_or_default()
+    {
         let root = f.state.root.map(|c| c.to_hex());
         if as_json {
             out.json(&json!({"field": f.index.field, "type": f.index.ty.name(),
@@ -88,8 +100,20 @@ fn list(store: Arc<dyn BlockStore>, name: &str, as_json: bool) -> Result<()> {
     out.flush()
 }
 
-fn change(store: Arc<dyn BlockStore>, name: &str, add: &[FieldIndex], drop: &[String]) -> Result<()> {
-    let mut index = map::open(store, name, &Options { warm: false, ..Options::default() })?;
+fn change(
+    store: Arc<dyn BlockStore>,
+    name: &str,
+    add: &[FieldIndex],
+    drop: &[String],
+) -> Result<()> {
+    let mut index = map::open(
+        store,
+        name,
+        &Options {
+            warm: false,
+            ..Options::default()
+        },
+    )?;
     index
         .change_field_indexes(add, drop)
         .with_context(|| format!("map {name:?}"))?;
@@ -106,9 +130,15 @@ pub fn run(args: &IndexArgs) -> Result<()> {
         IndexCommand::List { store, name, json } => {
             list(Arc::new(store.open_read_only_mmap()?), name, *json)
         }
-        IndexCommand::Add { store, name, fields } => change(Arc::new(store.open()?), name, fields, &[]),
-        IndexCommand::Drop { store, name, fields } => {
-            change(Arc::new(store.open()?), name, &[], fields)
-        }
+        IndexCommand::Add {
+            store,
+            name,
+            fields,
+        } => change(Arc::new(store.open()?), name, fields, &[]),
+        IndexCommand::Drop {
+            store,
+            name,
+            fields,
+        } => change(Arc::new(store.open()?), name, &[], fields),
     }
 }

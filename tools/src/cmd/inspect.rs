@@ -134,7 +134,8 @@ fn field_indexes(store: &dyn BlockStore, name: &str) -> Result<Option<Value>> {
     };
     let meta = proximity::resolve_metadata(store, name, f::META_SECONDARY_PREFIX)?;
     let map = ProximityMap::load(store, descriptor)?;
-    let Some(fx) = prox_engine::secondary::FieldIndexes::load(store, &meta, &map.directory()?, map.dims())?
+    let Some(fx) =
+        prox_engine::secondary::FieldIndexes::load(store, &meta, &map.directory()?, map.dims())?
     else {
         return Ok(None);
     };

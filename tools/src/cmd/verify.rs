@@ -72,7 +72,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             match ix.field_indexes() {
                 None => 0,
                 Some(f) => {
-                    let bad = f.verify(store.as_ref(), &ix.map().directory()?)?;
+                    let bad = f.verify(&ix.map().directory()?)?;
                     if !bad.is_empty() {
                         anyhow::bail!(
                             "map {:?}: field indexes {} differ from a rebuild from the records",

@@ -88,9 +88,7 @@ impl VectorLines {
         row.value = match (v.value.as_deref(), &v.payload) {
             (Some(_), Some(_)) => anyhow::bail!("a line has either value or payload, not both"),
             (Some(k), None) => Some(super::parse_hex("value", k)?),
-            (None, Some(p)) if p.is_object() => {
-                Some(prox_engine::secondary::encode_canonical(p)?)
-            }
+            (None, Some(p)) if p.is_object() => Some(prox_engine::secondary::encode_canonical(p)?),
             (None, Some(_)) => anyhow::bail!("payload must be a JSON object"),
             (None, None) => None,
         };
