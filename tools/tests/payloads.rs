@@ -15,7 +15,7 @@ const N: usize = 60;
 const LANGS: [&str; 3] = ["en", "fr", "de"];
 
 fn payload(i: usize) -> Value {
-    json!({"lang": LANGS[i % 3], "year": 2000 + (i % 25) as i64, "tag": if i % 4 == 0 { "spam" } else { "ok" }})
+    json!({"lang": LANGS[i % 3], "year": 2000 + (i % 25) as i64, "tag": if i.is_multiple_of(4) { "spam" } else { "ok" }})
 }
 
 fn write_input(dir: &Path) -> std::path::PathBuf {
@@ -90,7 +90,7 @@ fn build_query_index_verify() {
             dir.path(),
             &json!({"key": "lang", "match": {"value": "en"}})
         ),
-        expected(|i| i % 3 == 0)
+        expected(|i| i.is_multiple_of(3))
     );
     let f = json!({"must": [{"key": "year", "range": {"gte": 2010, "lt": 2020}}],
                    "must_not": {"key": "lang", "match": {"any": ["fr"]}}});
@@ -139,7 +139,7 @@ fn build_query_index_verify() {
             dir.path(),
             &json!({"key": "tag", "match": {"value": "spam"}})
         ),
-        expected(|i| i % 4 == 0)
+        expected(|i| i.is_multiple_of(4))
     );
     ok(&["index", "drop", "--store", s(&store), "--name", "m", "year"]);
     let listed = ok(&[
@@ -184,7 +184,7 @@ fn build_query_index_verify() {
             dir.path(),
             &json!({"key": "lang", "match": {"value": "en"}})
         ),
-        expected(|i| i % 3 == 0 && i != 0)
+        expected(|i| i.is_multiple_of(3) && i != 0)
     );
 
     let v: Value =

@@ -252,11 +252,15 @@ pub struct Catalog {
     pub control_root: Option<Cid>,
 }
 
-/// The catalog records of a snapshot (section 7), in key order.
+/// Key-value entries of a tree, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The catalog records of a snapshot (section 7), in key order, with the
+/// checkpoints they hold.
 pub fn catalog_entries(
     source_version: &[u8; 32],
     indexes: &[IndexState],
-) -> Result<(Vec<Checkpoint>, Vec<(Vec<u8>, Vec<u8>)>)> {
+) -> Result<(Vec<Checkpoint>, Entries)> {
     let mut sorted: Vec<&IndexState> = indexes.iter().collect();
     sorted.sort_by(|a, b| a.descriptor.name.cmp(&b.descriptor.name));
     let mut entries = vec![(catalog_format_key(), CATALOG_FORMAT.to_vec())];

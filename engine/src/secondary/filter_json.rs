@@ -24,11 +24,13 @@ fn bad(reason: impl Into<String>) -> Error {
     }
 }
 
-fn hex_arg(v: &Value, what: &str) -> Result<Vec<u8>> {
+/// A hex argument; errors name the member (`filter.prefix`, ...).
+fn hex_arg(v: &Value, field: &'static str) -> Result<Vec<u8>> {
+    let at = |reason: String| Error::InvalidRequest { field, reason };
     let s = v
         .as_str()
-        .ok_or_else(|| bad(format!("{what} must be a hex string")))?;
-    hex::decode(s).map_err(|e| bad(format!("{what}: bad hex: {e}")))
+        .ok_or_else(|| at("must be a hex string".into()))?;
+    hex::decode(s).map_err(|e| at(format!("bad hex: {e}")))
 }
 
 /// Parses the JSON form of a filter.
@@ -60,28 +62,35 @@ fn parse(v: &Value, depth: usize) -> Result<Filter> {
     }
     let (kind, arg) = m.iter().next().ok_or_else(|| bad("empty"))?;
     Ok(match kind.as_str() {
-        "prefix" => Filter::Prefix(hex_arg(arg, "prefix")?),
+        "prefix" => Filter::Prefix(hex_arg(arg, "filter.prefix")?),
         "range" => {
-            let a = arg
-                .as_array()
-                .filter(|a| a.len() == 2)
-                .ok_or_else(|| bad("range must be [start hex or null, end hex or null]"))?;
+            let a = arg.as_array().filter(|a| a.len() == 2).ok_or_else(|| {
+                Error::InvalidRequest {
+                    field: "filter.range",
+                    reason: "must be [start hex or null, end hex or null]".into(),
+                }
+            })?;
             // A null start is the empty key, the smallest.
             let start = match &a[0] {
                 Value::Null => Vec::new(),
-                s => hex_arg(s, "range")?,
+                s => hex_arg(s, "filter.range")?,
             };
             let end = match &a[1] {
                 Value::Null => None,
-                e => Some(hex_arg(e, "range")?),
+                e => Some(hex_arg(e, "filter.range")?),
             };
             Filter::Range { start, end }
         }
         "keys" => {
-            let a = arg
-                .as_array()
-                .ok_or_else(|| bad("keys must be an array of hex keys"))?;
-            Filter::keys(a.iter().map(|k| hex_arg(k, "keys")).collect::<Result<_>>()?)
+            let a = arg.as_array().ok_or_else(|| Error::InvalidRequest {
+                field: "filter.keys",
+                reason: "must be an array of hex keys".into(),
+            })?;
+            Filter::keys(
+                a.iter()
+                    .map(|k| hex_arg(k, "filter.keys"))
+                    .collect::<Result<_>>()?,
+            )
         }
         "is_null" | "exists" => {
             let key = arg

@@ -34,7 +34,7 @@ pub use payload::{
 
 pub use build::{
     build_index, catalog_entries, record_delta, record_entries, write_catalog, Catalog, Definition,
-    Extract, IndexState, Limits, Term,
+    Entries, Extract, IndexState, Limits, Term,
 };
 pub use layout::{
     catalog_checkpoint_key, catalog_current_key, catalog_definition_key, catalog_format_key,

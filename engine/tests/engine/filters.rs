@@ -28,13 +28,13 @@ fn payload(rng: &mut SplitMix64, i: u64) -> Vec<u8> {
     let lang = LANGS[rng.below(4) as usize];
     let year = 2000 + rng.below(25) as i64;
     let mut p = json!({"lang": lang, "year": year, "price": (i as f64) / 8.0});
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         p["tag"] = json!(["spam", "x"]);
     }
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         p["year"] = Value::Null;
     }
-    if i % 50 == 0 {
+    if i.is_multiple_of(50) {
         return b"opaque bytes".to_vec();
     }
     serde_json::to_vec(&p).unwrap()
@@ -91,12 +91,15 @@ fn eligible(ix: &Index, f: &Value) -> Vec<Vec<u8>> {
     }
 }
 
+/// A reference predicate over one payload.
+type Pred = Box<dyn Fn(&Value) -> bool>;
+
 #[test]
 fn filters_select_exactly_the_matching_records() {
     let s = seed();
     let (_, ix) = open(false, s);
     let recs = records(s);
-    let cases: Vec<(Value, Box<dyn Fn(&Value) -> bool>)> = vec![
+    let cases: Vec<(Value, Pred)> = vec![
         (
             json!({"key": "lang", "match": {"value": "en"}}),
             Box::new(|p| p["lang"] == "en"),
@@ -267,7 +270,7 @@ fn writes_maintain_indexes_like_a_fresh_build() {
         batch.upsert(i.to_be_bytes().to_vec(), v.clone(), p.clone());
         recs[i as usize] = (i.to_be_bytes().to_vec(), v, p);
     }
-    for i in (5..N).step_by(31).filter(|i| i % 9 != 0) {
+    for i in (5..N).step_by(31).filter(|i| !i.is_multiple_of(9)) {
         batch.delete(i.to_be_bytes().to_vec());
     }
     recs.retain(|r| !batch.deletes.contains(&r.0));

@@ -25,7 +25,7 @@ pub(crate) struct Limits {
 /// must/should/must_not), its errors as 400s naming `filter`.
 pub fn filter_from_json(v: &Value) -> Result<Filter, ApiError> {
     prox_engine::secondary::filter_from_json(v).map_err(|e| match e {
-        prox_engine::Error::InvalidRequest { reason, .. } => ApiError::field("filter", reason),
+        prox_engine::Error::InvalidRequest { field, reason } => ApiError::field(field, reason),
         e => ApiError::field("filter", e.to_string()),
     })
 }
