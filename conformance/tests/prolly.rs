@@ -1,5 +1,5 @@
 //! Prolly conformance: every case of the shared `prolly-fixtures.v1.json`
-//! (except `secondary_index_fixture`, out of scope) plus the project's own
+//! (`secondary_index_fixture` has its own binary, `tests/secondary.rs`) plus the project's own
 //! frozen supplementary vectors in `fixtures/prolly-extra.v1.json`.
 
 use prox_conformance::{hex_bytes, own_json, shared_json};

@@ -224,6 +224,61 @@ pub enum Error {
         /// The descriptor the root names now (`None`: no map).
         found: Option<Cid>,
     },
+
+    // ----- secondary indexes and field filters -----
+    /// An index definition or declaration that cannot be used (empty
+    /// name, generation 0, a projection against its mode, a bad term range).
+    #[error("invalid index definition: {0}")]
+    InvalidIndexDefinition(String),
+    /// A descriptor's fingerprint differs from the one its fields give.
+    #[error("index definition mismatch: persisted fingerprint {persisted}, runtime {runtime}")]
+    IndexDefinitionMismatch {
+        /// Fingerprint stored (hex).
+        persisted: String,
+        /// Fingerprint recomputed (hex).
+        runtime: String,
+    },
+    /// An extraction or record limit was exceeded.
+    #[error("secondary index limit {resource} is {limit}, got {actual}")]
+    IndexResourceLimit {
+        /// Which limit (the reference's resource name).
+        resource: &'static str,
+        /// The limit.
+        limit: usize,
+        /// The offending size.
+        actual: usize,
+    },
+    /// An index extractor refused a record.
+    #[error(
+        "index {name} cannot extract terms from key {}: {reason}",
+        hex::encode(key)
+    )]
+    IndexExtractionFailed {
+        /// Index name.
+        name: String,
+        /// The record's key.
+        key: Vec<u8>,
+        /// Why.
+        reason: String,
+    },
+    /// A filter names a payload field the map has no index for.
+    #[error("filter field {field:?} is not indexed (indexed fields: {indexed})")]
+    UnknownField {
+        /// The field named by the filter.
+        field: String,
+        /// The indexed fields, comma-separated.
+        indexed: String,
+    },
+    /// A filter compares an indexed field with a value of another type.
+    #[error("filter field {field:?} is indexed as {indexed}, the filter gives {given}")]
+    FieldTypeMismatch {
+        /// The field.
+        field: String,
+        /// Its declared type.
+        indexed: &'static str,
+        /// What the filter gave.
+        given: String,
+    },
 }
 
 impl Error {

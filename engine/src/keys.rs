@@ -194,7 +194,66 @@ pub enum Filter {
     /// Exactly these keys, sorted strictly ascending ([`Filter::keys`]
     /// sorts and deduplicates; searches reject an unsorted set).
     Keys(Vec<Vec<u8>>),
+    /// A condition on an indexed payload field (docs/payloads.md). Only
+    /// [`crate::Index`] evaluates it, against the map's field indexes; the
+    /// search paths take key filters only.
+    Field {
+        /// The payload member.
+        key: String,
+        /// What it must satisfy.
+        condition: FieldCondition,
+    },
+    /// Qdrant's boolean clause: every `must`, at least one `should` (when
+    /// any is given), no `must_not`. Evaluated by [`crate::Index`] like
+    /// [`Filter::Field`].
+    Bool {
+        /// All of these.
+        must: Vec<Filter>,
+        /// At least one of these (ignored when empty).
+        should: Vec<Filter>,
+        /// None of these.
+        must_not: Vec<Filter>,
+    },
 }
+
+/// A condition on one payload field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldCondition {
+    /// The field holds (or, for an array, contains) any of these values.
+    Match(Vec<MatchValue>),
+    /// The field holds a number in this range (at least one bound).
+    Range {
+        /// Exclusive lower bound.
+        gt: Option<Number>,
+        /// Inclusive lower bound.
+        gte: Option<Number>,
+        /// Exclusive upper bound.
+        lt: Option<Number>,
+        /// Inclusive upper bound.
+        lte: Option<Number>,
+    },
+    /// The field is present and JSON `null`.
+    IsNull,
+    /// The field is present with a non-null value of the index's type.
+    Exists,
+}
+
+/// A value a keyword, integer or bool field is matched against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MatchValue {
+    /// A string (keyword fields).
+    Keyword(String),
+    /// An integer (integer and float fields).
+    Integer(i64),
+    /// A boolean (bool fields).
+    Bool(bool),
+}
+
+/// A finite `f64` range bound, compared by value (`Eq` by bits).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Number(pub f64);
+
+impl Eq for Number {}
 
 impl Filter {
     /// A key-set filter from keys in any order, duplicates dropped.
@@ -205,13 +264,26 @@ impl Filter {
     }
 
     /// Checks the invariant of [`Filter::Keys`] (sorted strictly ascending).
+    /// Field and boolean filters are refused here: [`crate::Index`]
+    /// resolves them to a key set before any search path sees them.
     pub fn validate(&self) -> Result<()> {
         match self {
             Filter::Keys(keys) if keys.windows(2).any(|w| w[0] >= w[1]) => Err(
                 Error::InvalidArgument("filter keys must be sorted strictly ascending".into()),
             ),
+            Filter::Field { .. } | Filter::Bool { .. } => Err(Error::InvalidArgument(
+                "field and boolean filters are evaluated by Index against the map's field indexes, not by a search path".into(),
+            )),
             _ => Ok(()),
         }
+    }
+
+    /// True when the filter only names record keys (range, prefix, set).
+    pub fn is_key_filter(&self) -> bool {
+        matches!(
+            self,
+            Filter::Range { .. } | Filter::Prefix(_) | Filter::Keys(_)
+        )
     }
 
     /// The half-open key interval a range or prefix filter denotes
@@ -222,7 +294,7 @@ impl Filter {
                 Some((start, end.as_deref().map(std::borrow::Cow::Borrowed)))
             }
             Filter::Prefix(p) => Some((p, prefix_end(p).map(std::borrow::Cow::Owned))),
-            Filter::Keys(_) => None,
+            Filter::Keys(_) | Filter::Field { .. } | Filter::Bool { .. } => None,
         }
     }
 }

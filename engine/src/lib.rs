@@ -13,6 +13,8 @@
 //!   selection shared by the search paths.
 //! * `proximity`: vector indexes (PRXI/PRXN/PRVR/...) over a prolly
 //!   directory, with best-first search and the HNSW/PQ accelerators.
+//! * [`secondary`]: secondary indexes over payload fields, byte-compatible
+//!   with the reference (`PSID`/`PSIP`/`PSIH`/`PSIO` records, catalog).
 //! * [`index`]: [`Index`], one map opened for queries with its sidecars;
 //!   the one entry point every front end calls (one `Request`, one
 //!   `Response`, one rule for which search runs).
@@ -32,6 +34,7 @@ mod numeric;
 pub mod prolly;
 pub mod proximity;
 pub mod refs;
+pub mod secondary;
 pub mod store;
 
 pub use cid::{Cid, ParseCidError};

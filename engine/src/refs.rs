@@ -13,7 +13,9 @@
 //! factor 1, seed 0, custom encoding `typed-content-root-v1`, cache limits
 //! 0/0) and its root CID names a `CRMF`; the `CRMF` (kind 2) names the
 //! `PRXI` descriptor, and its metadata may name sidecars by CID:
-//! `prox.hnsw` -> `HNSW` manifest, `prox.pq` -> `PQPQ` manifest.
+//! `prox.hnsw` -> `HNSW` manifest, `prox.pq` -> `PQPQ` manifest, and each
+//! `prox.si.*` -> the root node of a secondary-index tree (catalog, control,
+//! one per field index).
 
 use crate::cid::Cid;
 use crate::envelope::{ValueRef, VALUE_REF_MAGIC};
@@ -27,7 +29,8 @@ use crate::proximity::format::{
 // The typed-root conventions live with the `CRMF` codec; re-exported here
 // because walkers and publishers meet them through this module.
 pub use crate::proximity::format::{
-    is_typed_root_config, typed_root_config, META_HNSW, META_PQ, TYPED_ROOT_ENCODING,
+    is_typed_root_config, typed_root_config, META_HNSW, META_PQ, META_SECONDARY_PREFIX,
+    TYPED_ROOT_ENCODING,
 };
 
 /// What a block is, as far as link extraction is concerned.
@@ -171,10 +174,18 @@ pub fn links(kind: BlockKind, bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
                 RootKind::HnswManifest => BlockKind::HnswManifest,
             };
             push(&mut out, m.root, root_kind);
+            let secondary = m
+                .metadata
+                .keys()
+                .filter(|k| k.starts_with(META_SECONDARY_PREFIX))
+                .map(|k| (k.as_slice(), BlockKind::CrabNode));
             for (key, kind) in [
                 (META_HNSW, BlockKind::HnswManifest),
                 (META_PQ, BlockKind::PqManifest),
-            ] {
+            ]
+            .into_iter()
+            .chain(secondary)
+            {
                 if let Some(v) = m.metadata.get(key) {
                     let c = Cid::from_slice(v).ok_or_else(|| {
                         Error::invalid(

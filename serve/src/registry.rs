@@ -164,11 +164,20 @@ impl MapRegistry {
         }
         for (name, (descriptor, sidecars)) in wanted {
             if let Some(s) = self.get(&name) {
-                if s.descriptor() == descriptor && s.sidecars() == sidecars {
+                let meta = proximity::resolve_metadata(
+                    &**store,
+                    &name,
+                    prox_engine::refs::META_SECONDARY_PREFIX,
+                )
+                .unwrap_or_default();
+                if s.descriptor() == descriptor
+                    && s.sidecars() == sidecars
+                    && *s.field_meta() == meta
+                {
                     continue;
                 }
             }
-            match Snapshot::load(store.clone(), descriptor, sidecars) {
+            match Snapshot::load_named(store.clone(), &name, descriptor, sidecars) {
                 Ok(snap) => {
                     let generation = self.publish(&name, snap);
                     tracing::info!(%name, %descriptor, generation, "map published");

@@ -324,6 +324,8 @@ fn search_error(e: prox_engine::Error, q: &index::Request) -> ApiError {
         }
         prox_engine::Error::InvalidRequest { field, reason } => ApiError::field(field, reason),
         prox_engine::Error::DeadlineExceeded => deadline_error(),
+        e @ (prox_engine::Error::UnknownField { .. }
+        | prox_engine::Error::FieldTypeMismatch { .. }) => ApiError::field("filter", e.to_string()),
         prox_engine::Error::InvalidArgument(m) if q.path != PathChoice::Auto => {
             ApiError::field("path", m)
         }
@@ -514,7 +516,31 @@ async fn openapi(State(st): State<Arc<Shared>>) -> Response {
         served,
         ..st.openapi
     };
-    json_bytes(&api::openapi::document(&facts), 32 << 10)
+    let mut doc = api::openapi::document(&facts);
+    api::openapi::describe_fields(&mut doc, &common_fields(&st.maps.snapshots()));
+    json_bytes(&doc, 32 << 10)
+}
+
+/// The payload fields every served map indexes, with the same type.
+fn common_fields(snaps: &[Arc<Snapshot>]) -> Vec<(String, prox_engine::secondary::FieldType)> {
+    let mut out: Option<Vec<(String, prox_engine::secondary::FieldType)>> = None;
+    for s in snaps {
+        let mine: Vec<_> = s
+            .index()
+            .field_indexes()
+            .map(|f| {
+                f.fields()
+                    .iter()
+                    .map(|x| (x.index.field.clone(), x.index.ty))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out = Some(match out {
+            None => mine,
+            Some(prev) => prev.into_iter().filter(|x| mine.contains(x)).collect(),
+        });
+    }
+    out.unwrap_or_default()
 }
 
 /// `GET /metrics` (Prometheus text format).

@@ -7,7 +7,8 @@
 //! to end, whatever is published meanwhile. Searching is the index's: this
 //! crate never chooses a path itself.
 
-use prox_engine::proximity::Sidecars;
+use prox_engine::proximity::{self, Sidecars};
+use prox_engine::refs::META_SECONDARY_PREFIX;
 use prox_engine::{index, BlockStore, Cid, Index, Result};
 use std::sync::Arc;
 
@@ -17,6 +18,9 @@ pub struct Snapshot {
     name: String,
     generation: u64,
     index: Arc<Index>,
+    /// The root's `prox.si.*` metadata this snapshot's field indexes were
+    /// read from (a change reloads the map even when its descriptor did not).
+    field_meta: proximity::Metadata,
 }
 
 impl Snapshot {
@@ -28,12 +32,34 @@ impl Snapshot {
         Ok(Snapshot::new(Arc::new(index)))
     }
 
+    /// [`Snapshot::load`] plus the payload field indexes the root `name`
+    /// publishes for this descriptor.
+    pub fn load_named(
+        store: Arc<dyn BlockStore>,
+        name: &str,
+        descriptor: Cid,
+        sidecars: Sidecars,
+    ) -> Result<Self> {
+        let field_meta = proximity::resolve_metadata(&*store, name, META_SECONDARY_PREFIX)?;
+        let mut index = Index::load(store, descriptor, sidecars, &index::Options::default())?;
+        index.load_field_indexes(name)?;
+        let mut snap = Snapshot::new(Arc::new(index));
+        snap.field_meta = field_meta;
+        Ok(snap)
+    }
+
+    /// The `prox.si.*` metadata the field indexes were read from.
+    pub fn field_meta(&self) -> &proximity::Metadata {
+        &self.field_meta
+    }
+
     /// An unpublished snapshot of `index`.
     pub fn new(index: Arc<Index>) -> Snapshot {
         Snapshot {
             name: String::new(),
             generation: 0,
             index,
+            field_meta: proximity::Metadata::new(),
         }
     }
 

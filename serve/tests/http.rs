@@ -1087,3 +1087,97 @@ fn binary_bodies_answer_like_json_bodies() {
     let r = c.post("/v1/maps/m/search?k=0", body.as_bytes()).unwrap();
     expect(r, 400, Some("k"), "JSON body with a bad query option");
 }
+
+/// Payload field filters over HTTP: search and batch search take them,
+/// answer exactly the matching records, and an unknown field or a type
+/// mismatch is a 400 naming `filter`; the OpenAPI document lists the
+/// indexed field; `Index::change_field_indexes` + commit is picked up by
+/// the refresh although the descriptor is unchanged.
+#[test]
+fn payload_field_filters() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let mut rng = Rng::new(s);
+    let records = (0..200u64)
+        .map(|i| {
+            let lang = ["en", "fr"][(i % 2) as usize];
+            let p = json!({"lang": lang, "year": 2000 + (i % 30) as i64});
+            (
+                i.to_be_bytes().to_vec(),
+                rng.vector(),
+                p.to_string().into_bytes(),
+            )
+        })
+        .collect();
+    let mut b = prox_engine::index::Build::new(DIMS as u32);
+    b.indexes = vec!["lang:keyword".parse().unwrap()];
+    prox_engine::index::build(&*store, Some("m"), &b, records).unwrap();
+    let srv = served(store.clone(), Config::default());
+    let mut c = srv.client();
+    let v = rng.vector();
+    let en: Vec<String> = (0..200u64)
+        .filter(|i| i.is_multiple_of(2))
+        .map(|i| hex::encode(i.to_be_bytes()))
+        .collect();
+    let f = json!({"key": "lang", "match": {"value": "en"}});
+    let (st, body) = post_json(
+        &mut c,
+        "/v1/maps/m/search",
+        &json!({"vector": v, "k": 150, "filter": f}),
+    );
+    assert_eq!(st, 200, "seed {s:#x}: {body}");
+    let mut got: Vec<String> = keys_scores(&body).into_iter().map(|(k, _)| k).collect();
+    got.sort();
+    assert_eq!(
+        got, en,
+        "seed {s:#x}: exactly the en records, never under-filled"
+    );
+    let (st, body) = post_json(
+        &mut c,
+        "/v1/maps/m/search:batch",
+        &json!({"vectors": [v, v], "k": 5, "filter": {"must_not": f}}),
+    );
+    assert_eq!(st, 200, "{body}");
+    for a in body["results"].as_array().unwrap() {
+        assert_eq!(a["results"].as_array().unwrap().len(), 5);
+    }
+    for bad in [
+        json!({"key": "year", "range": {"gte": 2010}}),
+        json!({"key": "lang", "match": {"value": 3}}),
+    ] {
+        let (st, body) = post_json(
+            &mut c,
+            "/v1/maps/m/search",
+            &json!({"vector": v, "k": 3, "filter": bad}),
+        );
+        assert_eq!(st, 400, "{bad}: {body}");
+        assert_eq!(body["error"]["field"], "filter", "{body}");
+    }
+    let doc = c.get("/openapi.json").unwrap().json().unwrap();
+    let any = doc["components"]["schemas"]["Filter"]["anyOf"].to_string();
+    assert!(
+        any.contains("\"lang\""),
+        "document lists the indexed field: {any}"
+    );
+
+    let mut ix = prox_engine::Index::open(store.clone(), "m", &Default::default()).unwrap();
+    ix.change_field_indexes(&["year:integer".parse().unwrap()], &[])
+        .unwrap();
+    ix.commit("m", Some(ix.descriptor())).unwrap();
+    let t = Instant::now();
+    loop {
+        let (st, _) = post_json(
+            &mut c,
+            "/v1/maps/m/search",
+            &json!({"vector": v, "k": 3, "filter": {"key": "year", "range": {"gte": 2010}}}),
+        );
+        if st == 200 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "refresh never loaded the new index"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

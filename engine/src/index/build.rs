@@ -6,6 +6,7 @@ use crate::accel::{build_sidecars, HnswParams, PqParams};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{self, InputRecord, ProximityConfig, ProximityMap, Sidecars};
+use crate::secondary::{FieldIndex, FieldIndexes};
 use crate::store::{validate_root_name, BlockStore};
 use std::time::Instant;
 
@@ -24,6 +25,8 @@ pub struct Build {
     pub pq: Option<PqParams>,
     /// Build threads (`None`: rayon's global pool, i.e. every core).
     pub threads: Option<usize>,
+    /// Payload field indexes to build with the map (docs/payloads.md).
+    pub indexes: Vec<FieldIndex>,
 }
 
 impl Build {
@@ -35,6 +38,7 @@ impl Build {
             hnsw: None,
             pq: None,
             threads: None,
+            indexes: Vec::new(),
         }
     }
 }
@@ -112,8 +116,17 @@ fn run(
         store.commit()?;
     }
     let sidecar_seconds = t.elapsed().as_secs_f64();
+    let meta = if build.indexes.is_empty() {
+        proximity::Metadata::new()
+    } else {
+        let dir = map.directory()?;
+        let fields = FieldIndexes::build(store, &dir, map.dims(), &build.indexes)?;
+        let meta = fields.metadata(store, &dir)?;
+        store.commit()?;
+        meta
+    };
     if let Some(name) = name {
-        proximity::publish(store, name, &map, &sidecars)?;
+        proximity::publish_with(store, name, &map, &sidecars, &meta)?;
     }
     Ok(Built {
         descriptor,

@@ -6,6 +6,8 @@ use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::search::{ExactLayout, SearchContext, Searcher};
 use crate::proximity::{self, ProximityMap, Sidecars};
+use crate::refs::META_SECONDARY_PREFIX;
+use crate::secondary::FieldIndexes;
 use crate::store::BlockStore;
 use prox_kernels::Metric;
 use std::sync::Arc;
@@ -76,6 +78,8 @@ pub struct Index {
     /// named: a write from it would publish the map without them.
     pub(super) sidecars_skipped: bool,
     pub(super) accel: Accelerators,
+    /// The map's payload field indexes (`None`: none declared).
+    pub(super) fields: Option<Arc<FieldIndexes>>,
     pub(super) cell: Cell,
 }
 
@@ -97,7 +101,22 @@ impl Index {
             proximity::resolve(&*store, name)?.ok_or_else(|| Error::UnknownMap {
                 name: name.to_string(),
             })?;
-        Index::load(store, descriptor, sidecars, options)
+        let mut index = Index::load(store, descriptor, sidecars, options)?;
+        index.load_field_indexes(name)?;
+        Ok(index)
+    }
+
+    /// Reads the field indexes the root `name` publishes for this map
+    /// (none when it publishes none). They must belong to this map's
+    /// records, else [`Error::InvalidObject`] (the root moved on: reload).
+    pub fn load_field_indexes(&mut self, name: &str) -> Result<()> {
+        let meta = proximity::resolve_metadata(&**self.store(), name, META_SECONDARY_PREFIX)?;
+        let fields = {
+            let map = self.map();
+            FieldIndexes::load(&**self.store(), &meta, &map.directory()?, map.dims())?
+        };
+        self.fields = fields.map(Arc::new);
+        Ok(())
     }
 
     /// Opens the map `descriptor` with `sidecars` (each must have been
@@ -153,6 +172,7 @@ impl Index {
             sidecars,
             sidecars_skipped,
             accel,
+            fields: None,
             cell,
         };
         if options.warm {
@@ -186,6 +206,11 @@ impl Index {
     /// The sidecar manifests loaded with the map.
     pub fn sidecars(&self) -> Sidecars {
         self.sidecars
+    }
+
+    /// The map's payload field indexes, if any were declared.
+    pub fn field_indexes(&self) -> Option<&FieldIndexes> {
+        self.fields.as_deref()
     }
 
     /// The loaded sidecar layouts.

@@ -233,10 +233,14 @@ impl Request {
         if sidecar && self.budget.is_some() {
             return bad("path", "a budget applies to the native path only");
         }
-        if let Some(f) = &self.filter {
-            f.validate().map_err(|_| Error::InvalidRequest {
+        // Field and boolean filters are checked when `Index` resolves them.
+        if let Some(f) = self.filter.as_ref().filter(|f| f.is_key_filter()) {
+            f.validate().map_err(|e| Error::InvalidRequest {
                 field: "filter",
-                reason: "keys must be sorted strictly ascending".into(),
+                reason: match e {
+                    Error::InvalidArgument(m) => m,
+                    e => e.to_string(),
+                },
             })?;
         }
         Ok(())

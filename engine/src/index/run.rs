@@ -12,6 +12,23 @@ use crate::proximity::search::{Completion, SearchContext, SearchRequest};
 use rayon::prelude::*;
 
 impl Index {
+    /// `req` with a field or boolean filter replaced by the key set it
+    /// admits, read from the map's field indexes (the eligible set every
+    /// search path then takes). A field the map does not index is
+    /// [`Error::UnknownField`]; a value of another type than the field's
+    /// index is [`Error::FieldTypeMismatch`]. Key filters pass unchanged.
+    pub fn resolve_filter(&self, req: &Request) -> Result<Request> {
+        let Some(f) = req.filter.as_ref().filter(|f| !f.is_key_filter()) else {
+            return Ok(req.clone());
+        };
+        let map = self.map();
+        let keys =
+            crate::secondary::eval(self.fields.as_deref(), map.store(), &map.directory()?, f)?;
+        let mut out = req.clone();
+        out.filter = Some(crate::keys::Filter::Keys(keys));
+        Ok(out)
+    }
+
     /// Answers one query: `vector` is raw (`dims` finite components; it is
     /// prepared with the map's metric). Errors are typed and never panics:
     /// [`Error::WrongDimension`], [`Error::NonFiniteVector`],
@@ -35,6 +52,10 @@ impl Index {
         req: &Request,
         out: &mut Response,
     ) -> Result<()> {
+        if req.filter.as_ref().is_some_and(|f| !f.is_key_filter()) {
+            let resolved = self.resolve_filter(req)?;
+            return self.search_into(scratch, vector, &resolved, out);
+        }
         req.validate()?;
         let dims = self.dims();
         if vector.len() != dims {
@@ -114,6 +135,10 @@ impl Index {
     /// parallel with one [`Scratch`] per worker; answers are in row order
     /// and identical to sequential [`Index::search`] calls.
     pub fn search_batch(&self, vectors: &[f32], req: &Request) -> Result<Vec<Response>> {
+        if req.filter.as_ref().is_some_and(|f| !f.is_key_filter()) {
+            let resolved = self.resolve_filter(req)?;
+            return self.search_batch(vectors, &resolved);
+        }
         let dims = self.dims();
         if dims == 0 || !vectors.len().is_multiple_of(dims) {
             return Err(Error::WrongDimension {

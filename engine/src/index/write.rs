@@ -256,7 +256,23 @@ impl Index {
         };
         let sidecar_time = sidecar_start.elapsed();
         let (blocks_written, bytes_written) = counting.totals();
-        let index = assemble(store, descriptor, sidecars, accel, options)?;
+        let fields = match &self.fields {
+            Some(f) if !unchanged => {
+                let next = ProximityMap::load(&counting, descriptor)?;
+                let mut keys: Vec<Vec<u8>> = batch.upserts.iter().map(|u| u.key.clone()).collect();
+                keys.extend(batch.deletes.iter().cloned());
+                keys.sort_unstable();
+                Some(Arc::new(f.apply(
+                    &counting,
+                    &map.directory()?,
+                    &next.directory()?,
+                    &keys,
+                )?))
+            }
+            other => other.clone(),
+        };
+        let mut index = assemble(store, descriptor, sidecars, accel, options)?;
+        index.fields = fields;
         let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
         Ok(Applied {
             index,
@@ -283,14 +299,46 @@ impl Index {
     /// name absent or empty). Otherwise [`Error::Conflict`] and the root is
     /// unchanged. Returns this snapshot's descriptor CID.
     pub fn commit(&self, name: &str, expected: Option<Cid>) -> Result<Cid> {
-        proximity::publish_expecting(
+        let meta = match &self.fields {
+            Some(f) => f.metadata(&**self.store(), &self.map().directory()?)?,
+            None => proximity::Metadata::new(),
+        };
+        proximity::publish_expecting_with(
             &**self.store(),
             name,
             self.descriptor,
             &self.sidecars,
+            &meta,
             expected,
         )?;
         Ok(self.descriptor)
+    }
+
+    /// Builds the field indexes of `add` and removes those of `drop`
+    /// (both checked first: adding an indexed field or dropping an
+    /// unindexed one is an error). Takes effect for this snapshot's
+    /// searches at once, and in the store at the next [`Index::commit`].
+    pub fn change_field_indexes(
+        &mut self,
+        add: &[crate::secondary::FieldIndex],
+        drop: &[String],
+    ) -> Result<()> {
+        let (store, map) = (&**self.store(), self.map());
+        let directory = map.directory()?;
+        let next = match &self.fields {
+            Some(f) => f.with_changes(store, &directory, add, drop)?,
+            None => {
+                if let Some(d) = drop.first() {
+                    return Err(Error::UnknownField {
+                        field: d.clone(),
+                        indexed: String::new(),
+                    });
+                }
+                crate::secondary::FieldIndexes::build(store, &directory, map.dims(), add)?
+            }
+        };
+        self.fields = (!next.fields().is_empty()).then(|| Arc::new(next));
+        Ok(())
     }
 
     /// Checks `batch` and classifies every edit against the current
@@ -377,6 +425,7 @@ fn assemble(
         sidecars,
         sidecars_skipped: false,
         accel,
+        fields: None,
         cell,
     };
     if options.warm {

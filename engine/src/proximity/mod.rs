@@ -32,4 +32,7 @@ pub use format::{
 };
 pub use map::{InputRecord, ProximityMap, VerifyReport};
 pub use mutate::{ApplyStats, Mutation};
-pub use publish::{publish, publish_expecting, resolve, Sidecars};
+pub use publish::{
+    publish, publish_expecting, publish_expecting_with, publish_with, resolve, resolve_metadata,
+    Metadata, Sidecars,
+};

@@ -69,8 +69,15 @@ fn current(store: &dyn BlockStore, name: &str) -> Result<Option<(Vec<u8>, Cid, C
 /// The `CRMF` naming the descriptor `source` and its `sidecars` (each must
 /// be in the store and name `source` as its source), stamped now; the
 /// caller sets the logical version.
-fn content_root(store: &dyn BlockStore, source: Cid, sidecars: &Sidecars) -> Result<ContentRoot> {
+fn content_root(
+    store: &dyn BlockStore,
+    source: Cid,
+    sidecars: &Sidecars,
+    extra: &Metadata,
+) -> Result<ContentRoot> {
     let mut crmf = ContentRoot::new(RootKind::ProximityDescriptor, source);
+    crmf.metadata
+        .extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(c) = sidecars.hnsw {
         let m = HnswManifest::decode(&fetch(store, &c)?)?;
         if m.source != source {
@@ -108,8 +115,23 @@ pub fn publish(
     map: &ProximityMap<'_>,
     sidecars: &Sidecars,
 ) -> Result<Cid> {
+    publish_with(store, name, map, sidecars, &Metadata::new())
+}
+
+/// Extra `CRMF` metadata published beside the sidecars (the secondary-index
+/// roots, `prox.si.*`).
+pub type Metadata = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// [`publish`] with extra metadata pairs.
+pub fn publish_with(
+    store: &dyn BlockStore,
+    name: &str,
+    map: &ProximityMap<'_>,
+    sidecars: &Sidecars,
+    extra: &Metadata,
+) -> Result<Cid> {
     validate_root_name(name)?;
-    let mut crmf = content_root(store, map.descriptor_cid(), sidecars)?;
+    let mut crmf = content_root(store, map.descriptor_cid(), sidecars, extra)?;
     for _ in 0..16 {
         let prev = match current(store, name) {
             Ok(p) => p,
@@ -148,8 +170,20 @@ pub fn publish_expecting(
     sidecars: &Sidecars,
     expected: Option<Cid>,
 ) -> Result<Cid> {
+    publish_expecting_with(store, name, source, sidecars, &Metadata::new(), expected)
+}
+
+/// [`publish_expecting`] with extra metadata pairs.
+pub fn publish_expecting_with(
+    store: &dyn BlockStore,
+    name: &str,
+    source: Cid,
+    sidecars: &Sidecars,
+    extra: &Metadata,
+    expected: Option<Cid>,
+) -> Result<Cid> {
     validate_root_name(name)?;
-    let mut crmf = content_root(store, source, sidecars)?;
+    let mut crmf = content_root(store, source, sidecars, extra)?;
     let before = store.root(name)?;
     let prev = current(store, name)?;
     let found = prev.as_ref().map(|p| p.2.root);
@@ -208,4 +242,17 @@ pub fn resolve(store: &dyn BlockStore, name: &str) -> Result<Option<(Cid, Sideca
             pq: side(META_PQ)?,
         },
     )))
+}
+
+/// The `CRMF` metadata published under `name` whose keys start with
+/// `prefix` (empty when the name is absent or empty).
+pub fn resolve_metadata(store: &dyn BlockStore, name: &str, prefix: &[u8]) -> Result<Metadata> {
+    let Some((_, _, crmf)) = current(store, name)? else {
+        return Ok(Metadata::new());
+    };
+    Ok(crmf
+        .metadata
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .collect())
 }

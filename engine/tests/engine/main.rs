@@ -10,6 +10,7 @@ mod accel;
 mod build;
 mod corruption;
 mod deadline;
+mod filters;
 mod mutate;
 mod prolly;
 mod proximity;

@@ -10,6 +10,7 @@
 //! dimension of the map named in the path (`GET /v1/maps/{name}`), checked
 //! by the server (400 `wrong_dimension`).
 
+use prox_engine::secondary::FieldType;
 use serde_json::{json, Map, Value};
 
 /// `GET /healthz`.
@@ -325,7 +326,16 @@ fn schemas(f: &Facts) -> Value {
         "Error": {"type": "object", "required": ["error"], "additionalProperties": false,
             "properties": {"error": {"type": "object", "required": ["code", "message"], "additionalProperties": false,
                 "properties": {"code": {"type": "string"}, "field": {"type": "string"}, "message": {"type": "string"}}}}},
-        "Filter": {"nullable": true, "type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
+        "Filter": {"nullable": true, "anyOf": [{"$ref": "#/components/schemas/KeyFilter"}, {"$ref": "#/components/schemas/BoolFilter"}],
+            "description": "a record-key filter, or must/should/must_not over filters; payload field conditions are listed when the served maps index fields (docs/payloads.md)"},
+        "FilterClause": {"anyOf": [{"$ref": "#/components/schemas/KeyFilter"}, {"$ref": "#/components/schemas/BoolFilter"}]},
+        "BoolFilter": {"type": "object", "minProperties": 1, "additionalProperties": false,
+            "description": "every must, at least one should (when non-empty), no must_not",
+            "properties": {
+                "must": {"type": "array", "maxItems": 4, "items": {"$ref": "#/components/schemas/FilterClause"}},
+                "should": {"type": "array", "maxItems": 4, "items": {"$ref": "#/components/schemas/FilterClause"}},
+                "must_not": {"type": "array", "maxItems": 4, "items": {"$ref": "#/components/schemas/FilterClause"}}}},
+        "KeyFilter": {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
             "description": "exactly one of prefix, range (start inclusive, end exclusive or null), keys",
             "properties": {
                 "prefix": hex(None),
@@ -667,6 +677,53 @@ fn paths(f: &Facts) -> Value {
 }
 
 /// The document for a server with these facts.
+/// Adds the payload field conditions `fields` (indexed with that type by
+/// every served map) to the filter schemas of `doc`: a request using
+/// them is then accepted by every map.
+pub(crate) fn describe_fields(doc: &mut Value, fields: &[(String, FieldType)]) {
+    if fields.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+    let mut conds = vec![
+        json!({"type": "object", "required": ["is_null"], "additionalProperties": false,
+            "properties": {"is_null": {"type": "object", "required": ["key"], "additionalProperties": false,
+                "properties": {"key": {"type": "string", "enum": names}}}}}),
+        json!({"type": "object", "required": ["exists"], "additionalProperties": false,
+            "properties": {"exists": {"type": "object", "required": ["key"], "additionalProperties": false,
+                "properties": {"key": {"type": "string", "enum": names}}}}}),
+    ];
+    let int = json!({"type": "integer", "format": "int64",
+        "minimum": -9_007_199_254_740_991i64, "maximum": 9_007_199_254_740_991i64});
+    for (name, ty) in fields {
+        let value = match ty {
+            FieldType::Keyword => json!({"type": "string"}),
+            FieldType::Integer | FieldType::Float => int.clone(),
+            FieldType::Bool => json!({"type": "boolean"}),
+        };
+        let matcher = json!({"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
+            "properties": {"value": value, "any": {"type": "array", "maxItems": 8, "items": value}}});
+        conds.push(
+            json!({"type": "object", "required": ["key", "match"], "additionalProperties": false,
+            "properties": {"key": {"type": "string", "enum": [name]}, "match": matcher}}),
+        );
+        if matches!(ty, FieldType::Integer | FieldType::Float) {
+            let n = json!({"type": "number", "minimum": -1e300, "maximum": 1e300});
+            conds.push(json!({"type": "object", "required": ["key", "range"], "additionalProperties": false,
+                "properties": {"key": {"type": "string", "enum": [name]},
+                    "range": {"type": "object", "minProperties": 1, "additionalProperties": false,
+                        "properties": {"gt": n, "gte": n, "lt": n, "lte": n}}}}));
+        }
+    }
+    for schema in ["Filter", "FilterClause"] {
+        if let Some(Value::Array(any)) =
+            doc.pointer_mut(&format!("/components/schemas/{schema}/anyOf"))
+        {
+            any.extend(conds.iter().cloned());
+        }
+    }
+}
+
 pub(crate) fn document(f: &Facts) -> Value {
     let read = if f.read_token {
         "the read token (the write token is accepted too); needed by every route but /healthz and /openapi.json"

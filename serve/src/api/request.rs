@@ -18,64 +18,15 @@ pub(crate) struct Limits {
     pub(crate) max_batch: usize,
 }
 
-fn hex_bytes(v: &Value, field: &str) -> Result<Vec<u8>, ApiError> {
-    let s = v
-        .as_str()
-        .ok_or_else(|| ApiError::field(field, "must be a hex string"))?;
-    hex::decode(s).map_err(|e| ApiError::field(field, format!("bad hex: {e}")))
-}
-
 /// Reads the JSON form of a [`Filter`] (the `filter` member of a search
-/// body, and `prox query --filter`): exactly one of `{"prefix": hex}`,
-/// `{"range": [start hex or null, end hex or null]}`, `{"keys": [hex, ...]}` (any
-/// order, duplicates dropped).
+/// body, and `prox query --filter`): the engine's one parser,
+/// [`prox_engine::secondary::filter_from_json`] (record keys by prefix,
+/// range or set; payload fields by match, range, is_null, exists; and
+/// must/should/must_not), its errors as 400s naming `filter`.
 pub fn filter_from_json(v: &Value) -> Result<Filter, ApiError> {
-    let m = v.as_object().filter(|m| m.len() == 1).ok_or_else(|| {
-        ApiError::field(
-            "filter",
-            "must be an object with exactly one of prefix, range, keys",
-        )
-    })?;
-    let (kind, arg) = m
-        .iter()
-        .next()
-        .ok_or_else(|| ApiError::field("filter", "empty"))?;
-    Ok(match kind.as_str() {
-        "prefix" => Filter::Prefix(hex_bytes(arg, "filter.prefix")?),
-        "range" => {
-            let a = arg.as_array().filter(|a| a.len() == 2).ok_or_else(|| {
-                ApiError::field(
-                    "filter.range",
-                    "must be [start hex or null, end hex or null]",
-                )
-            })?;
-            // A null start is the empty key, the smallest.
-            let start = match &a[0] {
-                Value::Null => Vec::new(),
-                s => hex_bytes(s, "filter.range")?,
-            };
-            let end = match &a[1] {
-                Value::Null => None,
-                e => Some(hex_bytes(e, "filter.range")?),
-            };
-            Filter::Range { start, end }
-        }
-        "keys" => {
-            let a = arg
-                .as_array()
-                .ok_or_else(|| ApiError::field("filter.keys", "must be an array of hex keys"))?;
-            let keys = a
-                .iter()
-                .map(|k| hex_bytes(k, "filter.keys"))
-                .collect::<Result<Vec<_>, _>>()?;
-            Filter::keys(keys)
-        }
-        other => {
-            return Err(ApiError::field(
-                "filter",
-                format!("unknown filter {other:?} (prefix, range or keys)"),
-            ))
-        }
+    prox_engine::secondary::filter_from_json(v).map_err(|e| match e {
+        prox_engine::Error::InvalidRequest { field, reason } => ApiError::field(field, reason),
+        e => ApiError::field("filter", e.to_string()),
     })
 }
 

@@ -83,6 +83,11 @@ pub struct BuildArgs {
     /// Also build a PQ sidecar; optional k=v,... (see prox accel --help).
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = super::accel::parse_pq)]
     pub pq: Option<PqParams>,
+    /// Index a payload field (FIELD:TYPE, TYPE keyword, integer, float or
+    /// bool; repeatable). Values that are JSON objects are payloads
+    /// (docs/payloads.md).
+    #[arg(long = "index", value_name = "FIELD:TYPE")]
+    pub indexes: Vec<prox_engine::secondary::FieldIndex>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -199,6 +204,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         hnsw: args.hnsw,
         pq: args.pq,
         threads: args.threads,
+        indexes: args.indexes.clone(),
     };
     let built = build_and_publish(&store, &args.name, &build, records)
         .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;

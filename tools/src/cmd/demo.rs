@@ -141,6 +141,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         hnsw,
         pq,
         threads: None,
+        indexes: Vec::new(),
     };
     let built = super::build::build_and_publish(&store, "demo", &build, records)?;
     progress::note(format_args!(

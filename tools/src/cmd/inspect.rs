@@ -90,6 +90,11 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         }
     };
     let (kind, mut value) = describe(&bytes, &dims).with_context(|| label.clone())?;
+    if let (Some(name), Some(s), Value::Object(m)) = (&args.root, &store, &mut value) {
+        if let Some(ix) = field_indexes(s.as_ref(), name)? {
+            m.insert("field_indexes".into(), ix);
+        }
+    }
     if let Value::Object(m) = &mut value {
         let mut head = Map::new();
         head.insert("kind".into(), json!(kind));
@@ -118,6 +123,32 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         out.line(text.trim_end())?;
     }
     out.flush()
+}
+
+/// The payload field indexes a map's root publishes (field, type, tree
+/// root, version id), or `None` for a root that is not a map with any.
+fn field_indexes(store: &dyn BlockStore, name: &str) -> Result<Option<Value>> {
+    use prox_engine::proximity::{self, ProximityMap};
+    let Ok(Some((descriptor, _))) = proximity::resolve(store, name) else {
+        return Ok(None);
+    };
+    let meta = proximity::resolve_metadata(store, name, f::META_SECONDARY_PREFIX)?;
+    let map = ProximityMap::load(store, descriptor)?;
+    let Some(fx) =
+        prox_engine::secondary::FieldIndexes::load(store, &meta, &map.directory()?, map.dims())?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Value::Array(
+        fx.fields()
+            .iter()
+            .map(|x| {
+                json!({"field": x.index.field, "type": x.index.ty.name(),
+                    "root": x.state.root.map(|c| c.to_hex()),
+                    "version": hex::encode(x.state.version)})
+            })
+            .collect(),
+    )))
 }
 
 /// The dimensions shared by every map named in the store's roots.

@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod datagen;
 pub mod demo;
 pub mod gc;
+pub mod index;
 pub mod inspect;
 pub mod man;
 pub mod query;
@@ -96,6 +97,9 @@ pub enum Command {
     /// Build HNSW/PQ sidecars for an existing map.
     #[command(after_help = accel::EXAMPLES)]
     Accel(accel::AccelArgs),
+    /// List, add and drop a map's payload field indexes.
+    #[command(after_help = index::EXAMPLES)]
+    Index(index::IndexArgs),
     /// Generate data, build an index, search it every way, report (start here).
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::DemoArgs),
@@ -127,7 +131,7 @@ pub enum Command {
 
 /// Subcommand groups for the top-level help, by task.
 const GROUPS: &[(&str, &[&str])] = &[
-    ("Index", &["build", "query", "update", "accel"]),
+    ("Index", &["build", "query", "update", "accel", "index"]),
     ("Benchmark", &["demo", "bench", "datagen"]),
     ("Storage", &["inspect", "verify", "tree", "roots", "gc"]),
     ("Network", &["daemon", "serve", "sync"]),
@@ -217,6 +221,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Gc(a) => gc::run(a),
+        Command::Index(a) => index::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Query(a) => query::run(a),
         Command::Update(a) => update::run(a),

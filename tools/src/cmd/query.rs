@@ -21,6 +21,7 @@ Examples:
   prox query --store db --name gmm --queries q.jsonl --k 5 --mode exact --json
   prox query --store db --name gmm --queries q.fvecs --path hnsw --ef 128 --gt data/gt.ivecs
   prox query --store db --name docs --queries q.jsonl --filter '{\"prefix\": \"00ab\"}' --json
+  prox query --store db --name docs --queries q.jsonl --filter '{\"must\": [{\"key\": \"lang\", \"match\": {\"value\": \"en\"}}]}'
 
 Output: --out writes result ids as .ivecs (maps built from .fvecs/.npy, whose
 keys are 8-byte big-endian row numbers); --json prints one object per query
@@ -78,9 +79,11 @@ pub struct QueryArgs {
     /// Print one JSON object per query (with each hit's value).
     #[arg(long)]
     pub json: bool,
-    /// Eligible keys, in the JSON form of the HTTP API's "filter":
-    /// {"prefix": hex}, {"range": [start hex or null, end hex or null]} or
-    /// {"keys": [hex, ...]}.
+    /// Eligible records, in the JSON form of the HTTP API's "filter":
+    /// {"prefix": hex}, {"range": [start hex or null, end hex or null]},
+    /// {"keys": [hex, ...]}, payload fields {"key": F, "match": {"value": v}}
+    /// or {"key": F, "range": {"gte": x}}, {"is_null"|"exists": {"key": F}},
+    /// and {"must"|"should"|"must_not": [...]} (docs/payloads.md).
     #[arg(long)]
     pub filter: Option<String>,
     /// Return each hit's value (printed as `id:hexvalue`; --json always
@@ -208,6 +211,11 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         sidecars: may_use_sidecar(&req),
     };
     let index = map::open(store, &args.name, &options)?;
+    // A payload field filter is evaluated once, to the key set every
+    // query then shares.
+    let req = index
+        .resolve_filter(&req)
+        .with_context(|| format!("--filter on map {:?}", args.name))?;
     // Whatever the native path builds at load (nodes, the adaptive
     // codebooks, an exact layout) is built here, so the reported QPS is
     // query time only; skipped when every query goes to a sidecar.

@@ -61,6 +61,29 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
                 args.name, p.descriptor
             )
         })?;
+        // Field indexes: each rebuilt from the records and compared.
+        let fields = {
+            let options = index::Options {
+                warm: false,
+                sidecars: false,
+                ..index::Options::default()
+            };
+            let ix = map::open(store.clone(), &args.name, &options)?;
+            match ix.field_indexes() {
+                None => 0,
+                Some(f) => {
+                    let bad = f.verify(&ix.map().directory()?)?;
+                    if !bad.is_empty() {
+                        anyhow::bail!(
+                            "map {:?}: field indexes {} differ from a rebuild from the records",
+                            args.name,
+                            bad.join(", ")
+                        );
+                    }
+                    f.fields().len()
+                }
+            }
+        };
         if p.hnsw.is_some() || p.pq.is_some() {
             let options = index::Options {
                 warm: false,
@@ -69,10 +92,10 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             map::open_published(store.clone(), &p, &options)
                 .with_context(|| format!("sidecars of map {:?} are broken", args.name))?;
         }
-        Ok(report)
+        Ok((report, fields))
     })();
     sp.finish_and_clear();
-    let report = checked?;
+    let (report, fields) = checked?;
     let secs = t.elapsed().as_secs_f64();
     let mut out = Stdout::new();
     if args.json {
@@ -87,6 +110,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             "nodes": report.nodes,
             "external_vectors": report.external_vectors,
             "quantizers": report.quantizers,
+            "field_indexes": fields,
             "damaged_ranges": ranges.iter().map(|r| serde_json::json!({
                 "segment": r.segment.display().to_string(),
                 "start": r.start,
@@ -96,7 +120,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         }))?;
     } else {
         out.line(format_args!(
-            "ok: {} ({} records, {} directory nodes, {} PRXN nodes, {} external vectors, {} quantizers{}{}) in {:.2}s",
+            "ok: {} ({} records, {} directory nodes, {} PRXN nodes, {} external vectors, {} quantizers{}{}, {} field indexes) in {:.2}s",
             args.name,
             report.records,
             report.directory_nodes,
@@ -105,6 +129,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             report.quantizers,
             if p.hnsw.is_some() { ", HNSW sidecar" } else { "" },
             if p.pq.is_some() { ", PQ sidecar" } else { "" },
+            fields,
             secs
         ))?;
         if !ranges.is_empty() {

@@ -43,7 +43,8 @@ impl Lines {
 }
 
 /// A vector line: `{"key": hex, "vector": [...], "value": hex}` with key and
-/// value optional.
+/// value optional, or `"payload": {...}` instead of `"value"` (stored as
+/// canonical JSON, docs/payloads.md).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct VectorLine {
@@ -52,6 +53,8 @@ struct VectorLine {
     vector: Vec<f32>,
     #[serde(default)]
     value: Option<String>,
+    #[serde(default)]
+    payload: Option<serde_json::Value>,
 }
 
 /// Vectors from JSON lines, for [`super::VectorReader`] (which adds the
@@ -82,11 +85,13 @@ impl VectorLines {
             .as_deref()
             .map(|k| super::parse_hex("key", k))
             .transpose()?;
-        row.value = v
-            .value
-            .as_deref()
-            .map(|k| super::parse_hex("value", k))
-            .transpose()?;
+        row.value = match (v.value.as_deref(), &v.payload) {
+            (Some(_), Some(_)) => anyhow::bail!("a line has either value or payload, not both"),
+            (Some(k), None) => Some(super::parse_hex("value", k)?),
+            (None, Some(p)) if p.is_object() => Some(prox_engine::secondary::encode_canonical(p)?),
+            (None, Some(_)) => anyhow::bail!("payload must be a JSON object"),
+            (None, None) => None,
+        };
         row.vector = v.vector;
         Ok(true)
     }

@@ -20,6 +20,10 @@ pub const TYPED_ROOT_ENCODING: &str = "typed-content-root-v1";
 pub const META_HNSW: &[u8] = b"prox.hnsw";
 /// `CRMF` metadata key naming the map's `PQPQ` manifest (32-byte CID).
 pub const META_PQ: &[u8] = b"prox.pq";
+/// Prefix of the `CRMF` metadata keys naming the map's secondary-index
+/// trees (each value a 32-byte root CID of a `CRAB` tree): `prox.si.catalog`,
+/// `prox.si.control` and `prox.si.index.<field>` (docs/payloads.md).
+pub const META_SECONDARY_PREFIX: &[u8] = b"prox.si.";
 
 /// True when `config` is the typed-root `RootManifest` config.
 pub fn is_typed_root_config(config: &prolly::Config) -> bool {

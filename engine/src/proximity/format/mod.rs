@@ -25,7 +25,7 @@ mod tests;
 
 pub use content_root::{
     is_typed_root_config, typed_root_config, ContentRoot, RootKind, CONTENT_ROOT_VERSION,
-    MAX_METADATA, META_HNSW, META_PQ, TYPED_ROOT_ENCODING,
+    MAX_METADATA, META_HNSW, META_PQ, META_SECONDARY_PREFIX, TYPED_ROOT_ENCODING,
 };
 pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
