@@ -59,6 +59,9 @@ pub struct Config {
     pub trust_all: bool,
     /// Try the bulk path when pulling into an empty store.
     pub bulk: bool,
+    /// Block patches: pull changed blocks as patches against the previous
+    /// version, and answer such requests (`docs/sync.md`, "Delta blocks").
+    pub delta: bool,
     /// mDNS discovery on the local network.
     pub mdns: bool,
     /// Protocol limits and timeouts.
@@ -77,6 +80,7 @@ impl Default for Config {
             follow_interval_secs: 300,
             trust_all: false,
             bulk: true,
+            delta: true,
             mdns: false,
             limits: Limits::default(),
         }

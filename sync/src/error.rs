@@ -43,6 +43,14 @@ pub enum Violation {
     /// A frame that is not valid at this point of the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A `DELTA` answer that does not apply to its base.
+    #[error("patch for {cid} does not apply: {reason}")]
+    BadPatch {
+        /// CID that was asked for.
+        cid: Cid,
+        /// What was wrong with the patch.
+        reason: String,
+    },
     /// A block nobody asked for.
     #[error("unsolicited block {cid}")]
     Unsolicited {

@@ -846,18 +846,27 @@ impl EventLoop {
 
     fn get_root(&self, name: &str, bulk: bool) -> Response {
         if !self.access.serves(name) {
-            return Response::Root { value: None, bulk };
+            return Response::Root {
+                value: None,
+                bulk,
+                delta: self.access.delta,
+            };
         }
         match self.store.root(name) {
             Ok(Some(v)) if v.len() <= MAX_ROOT_VALUE => Response::Root {
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
                 bulk,
+                delta: self.access.delta,
             },
             Ok(Some(_)) => Response::Error {
                 code: ErrorCode::Internal,
                 message: "root value too large".into(),
             },
-            Ok(None) => Response::Root { value: None, bulk },
+            Ok(None) => Response::Root {
+                value: None,
+                bulk,
+                delta: self.access.delta,
+            },
             Err(e) => Response::Error {
                 code: ErrorCode::Internal,
                 message: e.to_string(),

@@ -20,11 +20,13 @@
 pub mod bench;
 pub mod config;
 pub mod control;
+pub mod delta;
 pub mod daemon;
 mod error;
 mod event_loop;
 mod follow;
 mod gate;
+mod groups;
 pub mod identity;
 mod links;
 pub mod local;

@@ -74,6 +74,8 @@ struct Inner<L: Linker> {
     linker: Arc<L>,
     limits: Limits,
     bulk: bool,
+    /// Ask for block patches when the source offers them.
+    delta: bool,
     peer_id: PeerId,
     listen: Vec<Multiaddr>,
     control: Mutex<libp2p_stream::Control>,
@@ -135,6 +137,7 @@ pub fn access_from_config(config: &Config) -> Result<Access> {
         allow,
         serve,
         bulk_for_anyone: config.trust_all,
+        delta: config.delta,
         open: config.open,
         followed: config
             .follow
@@ -251,6 +254,7 @@ impl<L: Linker> Node<L> {
             linker,
             limits,
             bulk: config.bulk,
+            delta: config.delta,
             peer_id,
             listen,
             control: Mutex::new(control),
@@ -407,7 +411,7 @@ impl<L: Linker> Node<L> {
         addr: Option<&Multiaddr>,
         name: &str,
         local: &str,
-        known: Option<(bytes::Bytes, bool)>,
+        known: Option<(bytes::Bytes, bool, bool)>,
         bounds: PullBounds,
     ) -> Result<PullReport> {
         prox_engine::store::validate_root_name(name)?;
@@ -418,9 +422,10 @@ impl<L: Linker> Node<L> {
         let local_name = local.to_string();
         let expected = inner.gate.run(move || Ok(main.root(&local_name)?)).await?;
         let answer = match known {
-            Some((v, bulk)) => Response::Root {
+            Some((v, bulk, delta)) => Response::Root {
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
                 bulk,
+                delta,
             },
             None => {
                 let ask = inner.client.request(
@@ -434,11 +439,12 @@ impl<L: Linker> Node<L> {
                     .map_err(|_| bounds.expired(Some(peer)))??
             }
         };
-        let (value, bulk_offered) = match answer {
+        let (value, bulk_offered, delta_offered) = match answer {
             Response::Root {
                 value: Some(v),
                 bulk,
-            } => (bytes::Bytes::from(v.into_vec()), bulk),
+                delta,
+            } => (bytes::Bytes::from(v.into_vec()), bulk, delta),
             Response::Root { value: None, .. } => {
                 return Err(Error::NoSuchRoot {
                     peer,
@@ -495,6 +501,7 @@ impl<L: Linker> Node<L> {
                 local,
                 value,
                 bulk_offered,
+                delta_offered,
                 expected,
                 start,
                 &limits,
@@ -533,6 +540,7 @@ impl<L: Linker> Node<L> {
         local: &str,
         value: bytes::Bytes,
         bulk_offered: bool,
+        delta_offered: bool,
         expected: Option<bytes::Bytes>,
         start: Instant,
         limits: &Limits,
@@ -542,9 +550,12 @@ impl<L: Linker> Node<L> {
         let stores = inner.stores.clone();
         let v = value.clone();
         let gate = inner.gate.clone();
+        // The previous local value pairs old blocks with new ones by
+        // position; only useful when the source answers with patches.
+        let base = expected.clone().filter(|_| inner.delta && delta_offered);
         let planner = inner
             .gate
-            .run(move || WantPlanner::new(linker, stores, gate, peer, &v))
+            .run(move || WantPlanner::new(linker, stores, gate, peer, &v, base.as_deref()))
             .await?;
         let planner = if planner.done() {
             planner
@@ -751,9 +762,10 @@ impl<L: Linker> Node<L> {
             Ok(Response::Root {
                 value: Some(v),
                 bulk,
+                delta,
             }) => {
                 inner.follows.update(name, |s| s.subscribed = true);
-                Some((bytes::Bytes::from(v.into_vec()), bulk))
+                Some((bytes::Bytes::from(v.into_vec()), bulk, delta))
             }
             Ok(Response::Root { value: None, .. }) => {
                 return Err(Error::NoSuchRoot {

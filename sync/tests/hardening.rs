@@ -490,6 +490,7 @@ async fn fake_server(answer: FakeAnswer) -> (libp2p::Multiaddr, tokio::task::Joi
                             Request::GetRoot { .. } => Response::Root {
                                 value: Some(serde_bytes::ByteBuf::from(value.to_vec())),
                                 bulk: false,
+                                delta: false,
                             },
                             _ => Response::Error {
                                 code: ErrorCode::BadRequest,

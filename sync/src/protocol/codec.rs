@@ -153,6 +153,7 @@ mod tests {
         let resp = Response::Root {
             value: Some(value),
             bulk: false,
+            delta: false,
         };
         let body = encode(&resp).unwrap();
         // A byte string costs a few header bytes, not one CBOR item per byte.
@@ -191,5 +192,39 @@ mod tests {
             let mut input: &[u8] = &out;
             assert_eq!(codec.read_request(&p, &mut input).await.unwrap(), hello);
         });
+    }
+
+    /// `Root.delta` was added inside version 1: a peer that predates it
+    /// reads the new answer, and its answer reads as "no deltas".
+    #[test]
+    fn root_answers_interoperate_with_peers_without_deltas() {
+        #[derive(Debug, serde::Serialize, serde::Deserialize)]
+        enum OldResponse {
+            Root {
+                value: Option<serde_bytes::ByteBuf>,
+                bulk: bool,
+            },
+        }
+        let old = OldResponse::Root {
+            value: Some(serde_bytes::ByteBuf::from(vec![1u8, 2])),
+            bulk: true,
+        };
+        let body = encode(&old).unwrap();
+        match decode::<Response>(&body).unwrap() {
+            Response::Root { value, bulk, delta } => {
+                assert_eq!(value.map(|v| v.into_vec()), Some(vec![1, 2]));
+                assert!(bulk);
+                assert!(!delta, "an old peer offers no deltas");
+            }
+            other => panic!("{other:?}"),
+        }
+        let new = Response::Root {
+            value: None,
+            bulk: false,
+            delta: true,
+        };
+        let body = encode(&new).unwrap();
+        let OldResponse::Root { value, bulk } = decode::<OldResponse>(&body).unwrap();
+        assert_eq!((value, bulk), (None, false));
     }
 }

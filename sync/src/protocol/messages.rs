@@ -126,6 +126,11 @@ pub enum Response {
         /// Whether this peer may fetch the closure with `WANT_CLOSURE`
         /// (saves a refused round trip).
         bulk: bool,
+        /// Whether this peer answers `WANT_DELTA` with patches. Added
+        /// within version 1: absent in answers of older peers (read as
+        /// false), ignored by older readers.
+        #[serde(default)]
+        delta: bool,
     },
     /// Answer to `ListRoots`.
     Roots {
