@@ -126,6 +126,17 @@ pub enum Error {
         /// The last failure.
         reason: String,
     },
+    /// A root from `peer` was refused by this node's record policy
+    /// (signed root records, `--trust`).
+    #[error("root {name:?} from {peer} refused: {reason}")]
+    Record {
+        /// The serving peer.
+        peer: PeerId,
+        /// The root name asked for.
+        name: String,
+        /// What was wrong with its record.
+        reason: crate::record::RecordError,
+    },
     /// A request did not complete in time.
     #[error("timed out after {seconds} s: {what}")]
     Timeout {

@@ -327,6 +327,8 @@ pub(crate) struct EventLoop {
     follows: Arc<FollowTable>,
     /// Signalled by the node when one of its roots moved.
     changed: Arc<Notify>,
+    /// Signed root records sent with root values.
+    records: Arc<crate::record::Records>,
 }
 
 impl EventLoop {
@@ -338,6 +340,7 @@ impl EventLoop {
         announces: mpsc::Sender<InboundAnnounce>,
         follows: Arc<FollowTable>,
         changed: Arc<Notify>,
+        records: Arc<crate::record::Records>,
     ) -> (EventLoop, Client) {
         let (tx, rx) = mpsc::channel(64);
         let client = Client {
@@ -364,6 +367,7 @@ impl EventLoop {
             subs: HashMap::new(),
             follows,
             changed,
+            records,
         };
         (el, client)
     }
@@ -845,18 +849,24 @@ impl EventLoop {
     }
 
     fn get_root(&self, name: &str, bulk: bool) -> Response {
+        let delta = self.access.delta;
         if !self.access.serves(name) {
             return Response::Root {
                 value: None,
                 bulk,
-                delta: self.access.delta,
+                delta,
+                record: None,
             };
         }
         match self.store.root(name) {
             Ok(Some(v)) if v.len() <= MAX_ROOT_VALUE => Response::Root {
+                record: self
+                    .records
+                    .attach(name, &v)
+                    .map(serde_bytes::ByteBuf::from),
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
                 bulk,
-                delta: self.access.delta,
+                delta,
             },
             Ok(Some(_)) => Response::Error {
                 code: ErrorCode::Internal,
@@ -865,7 +875,8 @@ impl EventLoop {
             Ok(None) => Response::Root {
                 value: None,
                 bulk,
-                delta: self.access.delta,
+                delta,
+                record: None,
             },
             Err(e) => Response::Error {
                 code: ErrorCode::Internal,

@@ -12,6 +12,7 @@ use crate::pending::{self, PendingPull};
 use crate::protocol::limits::{Limits, PullLimits};
 use crate::protocol::messages::{AnnounceOutcome, Request, Response};
 use crate::protocol::BLOCKS_PROTOCOL;
+use crate::record::Records;
 use crate::server::{Access, ServeCtx};
 use crate::session::{self, PullReport, WantPlanner};
 use crate::stores::Stores;
@@ -23,6 +24,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex, Notify};
+
+mod listing;
+pub use listing::{MirroredRoot, RemoteRoot};
 
 /// Block streams opened per pull before giving up, when each one is lost
 /// before its first answer (libp2p-stream drops inbound streams its
@@ -76,6 +80,8 @@ struct Inner<L: Linker> {
     bulk: bool,
     /// Ask for block patches when the source offers them.
     delta: bool,
+    /// Signed root records: signing, trust, keeping.
+    records: Arc<Records>,
     peer_id: PeerId,
     listen: Vec<Multiaddr>,
     control: Mutex<libp2p_stream::Control>,
@@ -91,6 +97,16 @@ struct Inner<L: Linker> {
     /// Set once [`Node::shutdown`] has finished (held while it runs, so a
     /// second caller waits for the first).
     stopped: Mutex<bool>,
+}
+
+/// Parses peer ids from a config list.
+fn parse_peers(ids: &[String]) -> Result<HashSet<PeerId>> {
+    ids.iter()
+        .map(|p| {
+            p.parse::<PeerId>()
+                .map_err(|e| Error::Config(format!("peer id {p:?}: {e}")))
+        })
+        .collect()
 }
 
 /// A running node. Cloning gives another handle to the same node.
@@ -173,6 +189,13 @@ impl<L: Linker> Node<L> {
             Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
             Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
         }
+        let records = Arc::new(Records::new(
+            stores.clone(),
+            config.sign.then(|| key.clone()),
+            config.record_validity_secs,
+            parse_peers(&config.trust)?,
+            parse_peers(&config.allow)?,
+        ));
         let behaviour = Behaviour::new(&key, &access, &limits, config.mdns)?;
         let idle = limits.idle_connection;
         let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
@@ -238,6 +261,7 @@ impl<L: Linker> Node<L> {
             ann_tx,
             follows.clone(),
             changed.clone(),
+            records.clone(),
         );
         let linker = Arc::new(linker);
         let gate = Gate::default();
@@ -255,6 +279,7 @@ impl<L: Linker> Node<L> {
             limits,
             bulk: config.bulk,
             delta: config.delta,
+            records,
             peer_id,
             listen,
             control: Mutex::new(control),
@@ -411,7 +436,7 @@ impl<L: Linker> Node<L> {
         addr: Option<&Multiaddr>,
         name: &str,
         local: &str,
-        known: Option<(bytes::Bytes, bool, bool)>,
+        known: Option<Response>,
         bounds: PullBounds,
     ) -> Result<PullReport> {
         prox_engine::store::validate_root_name(name)?;
@@ -422,11 +447,7 @@ impl<L: Linker> Node<L> {
         let local_name = local.to_string();
         let expected = inner.gate.run(move || Ok(main.root(&local_name)?)).await?;
         let answer = match known {
-            Some((v, bulk, delta)) => Response::Root {
-                value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
-                bulk,
-                delta,
-            },
+            Some(answer) => answer,
             None => {
                 let ask = inner.client.request(
                     peer,
@@ -439,12 +460,13 @@ impl<L: Linker> Node<L> {
                     .map_err(|_| bounds.expired(Some(peer)))??
             }
         };
-        let (value, bulk_offered, delta_offered) = match answer {
+        let (value, bulk_offered, delta_offered, record) = match answer {
             Response::Root {
                 value: Some(v),
                 bulk,
                 delta,
-            } => (bytes::Bytes::from(v.into_vec()), bulk, delta),
+                record,
+            } => (bytes::Bytes::from(v.into_vec()), bulk, delta, record),
             Response::Root { value: None, .. } => {
                 return Err(Error::NoSuchRoot {
                     peer,
@@ -464,7 +486,18 @@ impl<L: Linker> Node<L> {
                 ))
             }
         };
+        let signed = inner
+            .records
+            .admit(&peer, name, local, &value, record.as_ref().map(|b| &b[..]))
+            .map_err(|reason| Error::Record {
+                peer,
+                name: name.to_string(),
+                reason,
+            })?;
         if expected.as_deref() == Some(&value[..]) {
+            if let Some(r) = &signed {
+                inner.records.keep(local, r);
+            }
             let roots = inner.linker.root_links(&value)?;
             return Ok(PullReport {
                 root: roots.first().map(|(c, _)| c.to_hex()),
@@ -527,6 +560,9 @@ impl<L: Linker> Node<L> {
                 .await;
         }
         if result.is_ok() {
+            if let Some(r) = &signed {
+                inner.records.keep(local, r);
+            }
             inner.changed.notify_one();
         }
         result
@@ -759,13 +795,9 @@ impl<L: Linker> Node<L> {
             )
             .await;
         let known = match answer {
-            Ok(Response::Root {
-                value: Some(v),
-                bulk,
-                delta,
-            }) => {
+            Ok(answer @ Response::Root { value: Some(_), .. }) => {
                 inner.follows.update(name, |s| s.subscribed = true);
-                Some((bytes::Bytes::from(v.into_vec()), bulk, delta))
+                Some(answer)
             }
             Ok(Response::Root { value: None, .. }) => {
                 return Err(Error::NoSuchRoot {

@@ -154,10 +154,11 @@ mod tests {
             value: Some(value),
             bulk: false,
             delta: false,
+            record: None,
         };
         let body = encode(&resp).unwrap();
         // A byte string costs a few header bytes, not one CBOR item per byte.
-        assert!(body.len() < 4096 + 32, "{}", body.len());
+        assert!(body.len() < 4096 + 64, "{}", body.len());
         assert_eq!(decode::<Response>(&body).unwrap(), resp);
         let mut extra = body.clone();
         extra.push(0);
@@ -211,7 +212,13 @@ mod tests {
         };
         let body = encode(&old).unwrap();
         match decode::<Response>(&body).unwrap() {
-            Response::Root { value, bulk, delta } => {
+            Response::Root {
+                value,
+                bulk,
+                delta,
+                record,
+            } => {
+                assert!(record.is_none());
                 assert_eq!(value.map(|v| v.into_vec()), Some(vec![1, 2]));
                 assert!(bulk);
                 assert!(!delta, "an old peer offers no deltas");
@@ -222,6 +229,7 @@ mod tests {
             value: None,
             bulk: false,
             delta: true,
+            record: Some(serde_bytes::ByteBuf::from(vec![9u8])),
         };
         let body = encode(&new).unwrap();
         let OldResponse::Root { value, bulk } = decode::<OldResponse>(&body).unwrap();
