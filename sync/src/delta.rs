@@ -288,6 +288,37 @@ pub fn pair_by_position<K: PartialEq>(new: &[(Cid, K)], old: &[(Cid, K)]) -> Vec
         .collect()
 }
 
+/// Most old blocks one patch may copy from (`WANT_DELTA`).
+pub const MAX_BASES: usize = 3;
+
+/// For each link of a new block: its paired old link (see
+/// [`pair_by_position`]) with the old links on either side of it, in tree
+/// order and of the same kind. A patch copies from their concatenation: a
+/// chunk boundary that moved makes a new node out of the end of one old
+/// node and the start of the next, which the pair alone does not contain.
+/// Returns `(paired, bases)`; `bases` is empty where nothing is paired.
+pub fn bases_by_position<K: PartialEq>(
+    new: &[(Cid, K)],
+    old: &[(Cid, K)],
+) -> Vec<(Option<Cid>, Vec<Cid>)> {
+    pair_by_position(new, old)
+        .into_iter()
+        .zip(new)
+        .map(|(paired, (_, kind))| {
+            let Some(p) = paired else {
+                return (None, Vec::new());
+            };
+            let j = old.iter().position(|(c, _)| *c == p).unwrap_or(0);
+            let bases = old[j.saturating_sub(1)..(j + 2).min(old.len())]
+                .iter()
+                .filter(|(_, k)| k == kind)
+                .map(|(c, _)| *c)
+                .collect();
+            (Some(p), bases)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,6 +397,11 @@ mod tests {
         assert_eq!(pair_by_position(&new, &old[..1]), vec![None]);
         assert_eq!(pair_by_position::<u8>(&[], &old), Vec::<Option<Cid>>::new());
         assert_eq!(pair_by_position(&old, &[]), vec![None; 6]);
+        // Bases: the pair and its neighbours, in tree order.
+        let new = vec![(c(0), 0), (c(1), 0), (c(20), 0), (c(3), 0), (c(4), 0), (c(5), 0)];
+        let b = bases_by_position(&new, &old);
+        assert_eq!(b[2], (Some(c(2)), vec![c(1), c(2), c(3)]));
+        assert_eq!(b[0], (None, vec![]));
     }
 
     #[test]

@@ -268,7 +268,7 @@ where
                 } => Request::Want {
                     batch,
                     max_bytes,
-                    items: cids.into_iter().map(|c| (c, None)).collect(),
+                    items: cids.into_iter().map(|c| (c, Vec::new())).collect(),
                 },
                 ClientFrame::WantDelta {
                     batch,
@@ -276,7 +276,7 @@ where
                     mut items,
                 } => {
                     if !ctx.access.delta {
-                        items.iter_mut().for_each(|(_, b)| *b = None);
+                        items.iter_mut().for_each(|(_, b)| b.clear());
                     }
                     Request::Want {
                         batch,
@@ -400,7 +400,7 @@ enum Request {
     Want {
         batch: u32,
         max_bytes: u32,
-        items: Vec<(Cid, Option<Cid>)>,
+        items: Vec<(Cid, Vec<Cid>)>,
     },
     /// `WANT_CLOSURE`.
     Closure {
@@ -434,25 +434,25 @@ enum Job {
 
 /// Answers one `WANT`: blocks in order, `MISSING` for absent ones, `DEFER`
 /// once `budget` bytes were sent (at least one block always goes out). A
-/// block with a base this store holds goes as a `DELTA` when the patch is
-/// smaller than the block.
+/// block whose bases this store all holds goes as a `DELTA` (a patch
+/// against their concatenation) when the patch is smaller than the block.
 fn answer_want(
     store: &dyn BlockStore,
-    items: &[(Cid, Option<Cid>)],
+    items: &[(Cid, Vec<Cid>)],
     budget: u64,
     max_block: usize,
 ) -> Vec<ServerFrame> {
     let mut out = Vec::with_capacity(items.len() + 1);
     let mut sent = 0u64;
     let mut over = false;
-    for (cid, base) in items {
+    for (cid, bases) in items {
         if over {
             out.push(ServerFrame::Defer);
             continue;
         }
         match store.get(cid) {
             Ok(Some(b)) if b.len() <= max_block => {
-                let frame = match base.and_then(|c| store.get(&c).ok().flatten()) {
+                let frame = match concat_bases(store, bases) {
                     Some(old) => {
                         let patch = crate::delta::encode(&old, &b);
                         if patch.len() < b.len() {
@@ -480,6 +480,19 @@ fn answer_want(
         }
     }
     out
+}
+
+/// The concatenation of `bases` when there are some and all are in
+/// `store` (the client rebuilds against the same bytes).
+pub(crate) fn concat_bases(store: &dyn BlockStore, bases: &[Cid]) -> Option<Vec<u8>> {
+    if bases.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for c in bases {
+        out.extend_from_slice(&store.get(c).ok().flatten()?);
+    }
+    Some(out)
 }
 
 /// Streams the closure of the named root `name` breadth-first, parents

@@ -70,10 +70,16 @@ struct Want<K> {
     cid: Cid,
     kind: K,
     wave: u64,
-    /// The old block at this position, held in `main`: the server may
-    /// answer with a patch against it.
+    /// The old block at this position, held in `main` (its links pair
+    /// this block's children with old ones).
     base: Option<Cid>,
+    /// The old blocks a patch for this block may copy from (the base and
+    /// its neighbours, all in `main`), in order; empty: ask for the block.
+    bases: Vec<Cid>,
 }
+
+/// The old block paired with a new one, and the bases of its patch.
+type Base = (Option<Cid>, Vec<Cid>);
 
 /// A checked block: what was wanted, its hashed bytes, its typed children.
 type Checked<K> = (Want<K>, Verified, Vec<(Cid, K)>);
@@ -159,8 +165,8 @@ impl<L: Linker> WantPlanner<L> {
     ) -> Result<Self> {
         let roots = linker.root_links(value)?;
         let bases = match old.map(|v| linker.root_links(v)) {
-            Some(Ok(old)) => crate::delta::pair_by_position(&roots, &old),
-            _ => vec![None; roots.len()],
+            Some(Ok(old)) => crate::delta::bases_by_position(&roots, &old),
+            _ => vec![(None, Vec::new()); roots.len()],
         };
         let pins = stores.pins.set();
         let mut p = WantPlanner {
@@ -379,6 +385,7 @@ impl<L: Linker> WantPlanner<L> {
                     kind,
                     wave,
                     base: None,
+                    bases: Vec::new(),
                 },
                 block,
                 children,
@@ -394,17 +401,21 @@ impl<L: Linker> WantPlanner<L> {
     /// `main`). A patch for a CID sent without a base, or one that does not
     /// apply, is a violation; the result is hashed like any block.
     fn rebuild(&self, item: &Want<L::Kind>, patch: &Bytes) -> Result<Bytes> {
-        let Some(base) = item.base else {
+        if item.bases.is_empty() {
             return Err(self.violation(Violation::Protocol(format!(
                 "DELTA for {} which was asked without a base",
                 item.cid
             ))));
-        };
-        let old = self
-            .stores
-            .main
-            .get(&base)?
-            .ok_or(prox_engine::Error::NotFound { cid: base })?;
+        }
+        let mut old = Vec::new();
+        for c in &item.bases {
+            let b = self
+                .stores
+                .main
+                .get(c)?
+                .ok_or(prox_engine::Error::NotFound { cid: *c })?;
+            old.extend_from_slice(&b);
+        }
         crate::delta::apply(&old, patch, self.max_block as u64)
             .map(Bytes::from)
             .map_err(|e| {
@@ -518,7 +529,7 @@ impl<L: Linker> WantPlanner<L> {
         parent: Parent,
         cid: Cid,
         kind: L::Kind,
-        base: Option<Cid>,
+        base: Base,
         wave: u64,
         local: &mut Vec<(Cid, L::Kind)>,
     ) -> Result<bool> {
@@ -545,7 +556,8 @@ impl<L: Linker> WantPlanner<L> {
                         cid,
                         kind,
                         wave: wave + 1,
-                        base,
+                        base: base.0,
+                        bases: base.1,
                     },
                 );
             }
@@ -584,6 +596,7 @@ impl<L: Linker> WantPlanner<L> {
                             kind,
                             wave: 1,
                             base: None,
+                            bases: Vec::new(),
                         },
                     );
                 }
@@ -625,21 +638,21 @@ impl<L: Linker> WantPlanner<L> {
         }
     }
 
-    /// The old child at each child's position (see
-    /// [`crate::delta::pair_by_position`]); all `None` without a base, or
-    /// when the base cannot be read or decoded (then blocks come whole).
+    /// The old child at each child's position and its patch bases (see
+    /// [`crate::delta::bases_by_position`]); none without a base, or when
+    /// the base cannot be read or decoded (then blocks come whole).
     fn child_bases(
         &self,
         kind: &L::Kind,
         base: Option<Cid>,
         children: &[(Cid, L::Kind)],
-    ) -> Vec<Option<Cid>> {
+    ) -> Vec<Base> {
         let old = base
             .and_then(|b| self.stores.main.get(&b).ok().flatten())
             .and_then(|bytes| self.linker.links(kind, &bytes).ok());
         match old {
-            Some(old) => crate::delta::pair_by_position(children, &old),
-            None => vec![None; children.len()],
+            Some(old) => crate::delta::bases_by_position(children, &old),
+            None => vec![(None, Vec::new()); children.len()],
         }
     }
 
@@ -825,11 +838,15 @@ where
                     break;
                 };
                 let mut buf = Vec::new();
-                let frame = if batch.items.iter().any(|w| w.base.is_some()) {
+                let frame = if batch.items.iter().any(|w| !w.bases.is_empty()) {
                     ClientFrame::WantDelta {
                         batch: batch.id,
                         max_bytes: limits.batch_bytes,
-                        items: batch.items.iter().map(|w| (w.cid, w.base)).collect(),
+                        items: batch
+                            .items
+                            .iter()
+                            .map(|w| (w.cid, w.bases.clone()))
+                            .collect(),
                     }
                 } else {
                     ClientFrame::Want {

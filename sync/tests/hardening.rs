@@ -530,7 +530,7 @@ async fn answer_wants(mut stream: libp2p::Stream, answer: FakeAnswer) {
     loop {
         let (batch, items) = match ClientFrame::read(&mut stream).await {
             Ok(Some(ClientFrame::Want { batch, cids, .. })) => {
-                (batch, cids.into_iter().map(|c| (c, None)).collect())
+                (batch, cids.into_iter().map(|c| (c, Vec::new())).collect())
             }
             Ok(Some(ClientFrame::WantDelta { batch, items, .. })) => (batch, items),
             _ => return,
@@ -552,9 +552,12 @@ async fn answer_wants(mut stream: libp2p::Stream, answer: FakeAnswer) {
             FakeAnswer::Busy => vec![ServerFrame::Busy { batch }],
             FakeAnswer::GarbageDelta | FakeAnswer::WrongDelta => items
                 .iter()
-                .map(|(_, base)| match base {
-                    Some(_) => ServerFrame::Delta(patch(matches!(answer, FakeAnswer::GarbageDelta))),
-                    None => ServerFrame::Missing,
+                .map(|(_, bases)| {
+                    if bases.is_empty() {
+                        ServerFrame::Missing
+                    } else {
+                        ServerFrame::Delta(patch(matches!(answer, FakeAnswer::GarbageDelta)))
+                    }
                 })
                 .chain([ServerFrame::Done { batch }])
                 .collect(),

@@ -5,12 +5,12 @@
 //! ```text
 //! WANT          01 | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × cid
 //! WANT_CLOSURE  02 | batch u32 | max_bytes u64 | value_cid | name_len u8 | name
-//! WANT_DELTA    0b | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × (cid | base_cid)
+//! WANT_DELTA    0b | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × (cid | k u8 (0..=3) | k × base_cid)
 //! ```
 //!
-//! `WANT_DELTA` is a `WANT` whose every CID comes with the CID of an old
-//! block the client holds (all zero bytes: none); the server may answer it
-//! with `DELTA` instead of `BLOCK`. Clients send it only to servers that
+//! `WANT_DELTA` is a `WANT` whose every CID comes with up to three old
+//! blocks the client holds (its bases); the server may answer it with
+//! `DELTA`, a patch against the bases' concatenation, instead of `BLOCK`. Clients send it only to servers that
 //! advertised deltas in their `Root` answer.
 //!
 //! Server to client. For each `WANT`, exactly one of `BLOCK`/`MISSING`/`DEFER`
@@ -26,7 +26,7 @@
 //! CLOSURE_END   08 | batch u32 | status u8
 //! REFUSED       09 | code u8                 then the server closes the stream
 //! BUSY          0a | batch u32               request not served: too many in flight
-//! DELTA         0c | len u32 (<= max_block) | patch   the block as a patch against its base
+//! DELTA         0c | len u32 (<= max_block) | patch   the block as a patch against its bases
 //! ```
 //!
 //! `BUSY` answers a whole `WANT` (or `WANT_CLOSURE`) in place of its frames
@@ -107,8 +107,8 @@ pub enum ClientFrame {
         batch: u32,
         /// Byte budget for the answer.
         max_bytes: u32,
-        /// CIDs wanted (1..=4096), each with its base.
-        items: Vec<(Cid, Option<Cid>)>,
+        /// CIDs wanted (1..=4096), each with its bases (0..=3).
+        items: Vec<(Cid, Vec<Cid>)>,
     },
     /// Ask for the whole closure of a named root's value.
     WantClosure {
@@ -216,9 +216,18 @@ impl ClientFrame {
                 out.extend_from_slice(&batch.to_be_bytes());
                 out.extend_from_slice(&max_bytes.to_be_bytes());
                 out.extend_from_slice(&(items.len() as u16).to_be_bytes());
-                for (c, base) in items {
+                for (c, bases) in items {
+                    if bases.len() > crate::delta::MAX_BASES {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "WANT_DELTA takes at most 3 bases per CID",
+                        ));
+                    }
                     out.extend_from_slice(c.as_bytes());
-                    out.extend_from_slice(base.as_ref().map_or(&[0u8; 32], |b| b.as_bytes()));
+                    out.push(bases.len() as u8);
+                    for b in bases {
+                        out.extend_from_slice(b.as_bytes());
+                    }
                 }
             }
             ClientFrame::WantClosure {
@@ -282,16 +291,24 @@ impl ClientFrame {
                         max: super::limits::MAX_WANT_CIDS as u64,
                     }));
                 }
-                let mut raw = vec![0u8; n as usize * 64];
-                io.read_exact(&mut raw).await?;
-                let items = raw
-                    .chunks_exact(64)
-                    .filter_map(|pair| {
-                        let cid = Cid::from_slice(&pair[..32])?;
-                        let base = Cid::from_slice(&pair[32..])?;
-                        Some((cid, (base.0 != [0u8; 32]).then_some(base)))
-                    })
-                    .collect();
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let cid = read_cid(io).await?;
+                    let mut k = [0u8; 1];
+                    io.read_exact(&mut k).await?;
+                    if k[0] as usize > crate::delta::MAX_BASES {
+                        return Err(ReadError::Violation(Violation::Oversize {
+                            what: "WANT_DELTA bases",
+                            len: k[0] as u64,
+                            max: crate::delta::MAX_BASES as u64,
+                        }));
+                    }
+                    let mut bases = Vec::with_capacity(k[0] as usize);
+                    for _ in 0..k[0] {
+                        bases.push(read_cid(io).await?);
+                    }
+                    items.push((cid, bases));
+                }
                 Ok(Some(ClientFrame::WantDelta {
                     batch,
                     max_bytes,
@@ -501,7 +518,10 @@ mod tests {
             let delta = ClientFrame::WantDelta {
                 batch: 4,
                 max_bytes: 99,
-                items: vec![(Cid::of(b"n"), Some(Cid::of(b"o"))), (Cid::of(b"m"), None)],
+                items: vec![
+                    (Cid::of(b"n"), vec![Cid::of(b"o"), Cid::of(b"p")]),
+                    (Cid::of(b"m"), vec![]),
+                ],
             };
             delta.encode(&mut out).unwrap();
             let mut r: &[u8] = &out;
