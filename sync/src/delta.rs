@@ -398,7 +398,14 @@ mod tests {
         assert_eq!(pair_by_position::<u8>(&[], &old), Vec::<Option<Cid>>::new());
         assert_eq!(pair_by_position(&old, &[]), vec![None; 6]);
         // Bases: the pair and its neighbours, in tree order.
-        let new = vec![(c(0), 0), (c(1), 0), (c(20), 0), (c(3), 0), (c(4), 0), (c(5), 0)];
+        let new = vec![
+            (c(0), 0),
+            (c(1), 0),
+            (c(20), 0),
+            (c(3), 0),
+            (c(4), 0),
+            (c(5), 0),
+        ];
         let b = bases_by_position(&new, &old);
         assert_eq!(b[2], (Some(c(2)), vec![c(1), c(2), c(3)]));
         assert_eq!(b[0], (None, vec![]));

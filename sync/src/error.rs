@@ -134,8 +134,8 @@ pub enum Error {
         peer: PeerId,
         /// The root name asked for.
         name: String,
-        /// What was wrong with its record.
-        reason: crate::record::RecordError,
+        /// What was wrong with its record (boxed: keeps `Error` small).
+        reason: Box<crate::record::RecordError>,
     },
     /// A request did not complete in time.
     #[error("timed out after {seconds} s: {what}")]

@@ -332,6 +332,7 @@ pub(crate) struct EventLoop {
 }
 
 impl EventLoop {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         swarm: Swarm<Behaviour>,
         store: Arc<dyn BlockStore>,

@@ -126,4 +126,3 @@ pub(crate) async fn read_groups<R: AsyncRead + Unpin>(
         }
     }
 }
-

@@ -20,8 +20,8 @@
 pub mod bench;
 pub mod config;
 pub mod control;
-pub mod delta;
 pub mod daemon;
+pub mod delta;
 mod error;
 mod event_loop;
 mod follow;

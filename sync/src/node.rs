@@ -492,7 +492,7 @@ impl<L: Linker> Node<L> {
             .map_err(|reason| Error::Record {
                 peer,
                 name: name.to_string(),
-                reason,
+                reason: Box::new(reason),
             })?;
         if expected.as_deref() == Some(&value[..]) {
             if let Some(r) = &signed {

@@ -163,7 +163,10 @@ pub fn verify(bytes: &[u8]) -> Result<RootRecord, RecordError> {
         .map_err(|e| RecordError::Malformed(format!("key: {e}")))?;
     let publisher = key.to_peer_id();
     if w.name.len() > u16::MAX as usize
-        || !key.verify(&signed_bytes(&w.name, &value_cid, w.seq, w.not_after), &w.sig)
+        || !key.verify(
+            &signed_bytes(&w.name, &value_cid, w.seq, w.not_after),
+            &w.sig,
+        )
     {
         return Err(RecordError::BadSignature { publisher });
     }

@@ -626,7 +626,10 @@ fn prolly_version(store: &dyn prox_engine::BlockStore, n: u32, version: u8) -> b
     let kv = (0..n)
         .map(|i| {
             let v = if i % 97 == 0 { version } else { 0 };
-            (format!("k{i:06}").into_bytes(), vec![(i % 251) as u8 ^ v; 64])
+            (
+                format!("k{i:06}").into_bytes(),
+                vec![(i % 251) as u8 ^ v; 64],
+            )
         })
         .collect();
     let root = prox_engine::prolly::build(store, &cfg, kv).unwrap();

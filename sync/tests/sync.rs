@@ -463,7 +463,7 @@ async fn a_mirror_lists_pulls_and_follows_every_served_root() {
 async fn signed_roots_are_relayed_and_stale_forged_or_replayed_ones_refused() {
     bounded(async {
         let refused = |r: prox_sync::Result<prox_sync::PullReport>| match r {
-            Err(Error::Record { reason, .. }) => reason,
+            Err(Error::Record { reason, .. }) => *reason,
             other => panic!("expected a refused record, got {other:?}"),
         };
         let publisher = |validity| Config {
@@ -472,7 +472,7 @@ async fn signed_roots_are_relayed_and_stale_forged_or_replayed_ones_refused() {
             ..config()
         };
         let p_src = mem_stores();
-        let (v1, _) = build(&*p_src.main, &vec![1u32; 40]);
+        let (v1, _) = build(&*p_src.main, &[1u32; 40]);
         p_src.main.set_root("ds", Some(&v1)).unwrap();
         let p = start(&publisher(86_400), p_src.clone()).await;
         let mirror = start(&config(), mem_stores()).await;
@@ -487,7 +487,7 @@ async fn signed_roots_are_relayed_and_stale_forged_or_replayed_ones_refused() {
         r.pull(&addr(&mirror), "ds", "ds").await.unwrap();
         assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&v1[..]));
         // P moves on; R takes the newer record from P itself.
-        let (v2, _) = build(&*p_src.main, &vec![2u32; 40]);
+        let (v2, _) = build(&*p_src.main, &[2u32; 40]);
         p_src.main.set_root("ds", Some(&v2)).unwrap();
         r.pull(&addr(&p), "ds", "ds").await.unwrap();
         assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&v2[..]));
@@ -500,7 +500,7 @@ async fn signed_roots_are_relayed_and_stale_forged_or_replayed_ones_refused() {
         assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&v2[..]));
         // A root signed by another key (claiming the same name): refused.
         let f_src = mem_stores();
-        let (v3, _) = build(&*f_src.main, &vec![3u32; 40]);
+        let (v3, _) = build(&*f_src.main, &[3u32; 40]);
         f_src.main.set_root("ds", Some(&v3)).unwrap();
         let forger = start(&publisher(86_400), f_src).await;
         let reason = refused(r.pull(&addr(&forger), "ds", "ds").await);
@@ -510,7 +510,7 @@ async fn signed_roots_are_relayed_and_stale_forged_or_replayed_ones_refused() {
         );
         // A relayed record past its validity: stale.
         let q_src = mem_stores();
-        let (v4, _) = build(&*q_src.main, &vec![4u32; 40]);
+        let (v4, _) = build(&*q_src.main, &[4u32; 40]);
         q_src.main.set_root("qs", Some(&v4)).unwrap();
         let q = start(&publisher(1), q_src).await;
         let mirror2 = start(&config(), mem_stores()).await;

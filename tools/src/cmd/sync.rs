@@ -187,10 +187,17 @@ pub fn run(args: &SyncArgs) -> Result<()> {
     print(&op, &value, json)?;
     if let Op::Mirror { .. } = op {
         let roots = value.get("roots").and_then(|r| r.as_array());
-        let failed = roots.into_iter().flatten().filter(|r| !r["error"].is_null());
+        let failed = roots
+            .into_iter()
+            .flatten()
+            .filter(|r| !r["error"].is_null());
         let failed: Vec<&str> = failed.filter_map(|r| r["name"].as_str()).collect();
         if !failed.is_empty() {
-            anyhow::bail!("mirror: {} root(s) failed: {}", failed.len(), failed.join(", "));
+            anyhow::bail!(
+                "mirror: {} root(s) failed: {}",
+                failed.len(),
+                failed.join(", ")
+            );
         }
     }
     Ok(())
