@@ -59,6 +59,18 @@ pub struct Config {
     pub trust_all: bool,
     /// Try the bulk path when pulling into an empty store.
     pub bulk: bool,
+    /// Block patches: pull changed blocks as patches against the previous
+    /// version, and answer such requests (`docs/sync.md`, "Delta blocks").
+    pub delta: bool,
+    /// Publishers (peer ids) whose signed root records this node requires:
+    /// a pulled root must carry a valid record of one of them with a seq
+    /// not lower than the one kept (unsigned roots are still accepted from
+    /// allowlisted peers). Empty: records are optional.
+    pub trust: Vec<String>,
+    /// Sign the roots this node serves with its identity key.
+    pub sign: bool,
+    /// Validity of the records this node signs, seconds.
+    pub record_validity_secs: u64,
     /// mDNS discovery on the local network.
     pub mdns: bool,
     /// Protocol limits and timeouts.
@@ -77,6 +89,10 @@ impl Default for Config {
             follow_interval_secs: 300,
             trust_all: false,
             bulk: true,
+            delta: true,
+            trust: Vec::new(),
+            sign: false,
+            record_validity_secs: 86_400,
             mdns: false,
             limits: Limits::default(),
         }
@@ -103,6 +119,13 @@ impl Config {
         for p in &self.allow {
             p.parse::<libp2p::PeerId>()
                 .map_err(|e| Error::Config(format!("allowed peer {p:?}: {e}")))?;
+        }
+        for p in &self.trust {
+            p.parse::<libp2p::PeerId>()
+                .map_err(|e| Error::Config(format!("trusted publisher {p:?}: {e}")))?;
+        }
+        if self.record_validity_secs == 0 {
+            return Err(Error::Config("record_validity_secs must be > 0".into()));
         }
         for f in &self.follow {
             f.peer

@@ -63,10 +63,29 @@ pub enum Op {
         #[serde(rename = "as", default)]
         remote: Option<String>,
     },
+    /// The roots `peer` serves to this node: names, root CIDs, value sizes.
+    Ls {
+        /// Peer multiaddr.
+        peer: String,
+    },
+    /// Pull every root `peer` serves into the local root of the same name;
+    /// with `follow`, keep each in step afterwards (only a daemon keeps
+    /// following: one-shot, the node stops with the command).
+    Mirror {
+        /// Peer multiaddr.
+        peer: String,
+        /// Follow the mirrored roots (default true).
+        #[serde(default = "yes")]
+        follow: bool,
+    },
     /// Node status.
     Status,
     /// Connected and banned peers.
     Peers,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A request line.
@@ -123,6 +142,17 @@ pub async fn execute<L: Linker>(node: &Node<L>, op: &Op) -> Result<serde_json::V
                 .push(&addr, name, remote.as_deref().unwrap_or(name))
                 .await?;
             Ok(serde_json::json!({ "outcome": format!("{out:?}") }))
+        }
+        Op::Ls { peer } => {
+            let roots = node.list_roots(&parse_addr(peer)?).await?;
+            Ok(serde_json::json!({ "roots": roots }))
+        }
+        Op::Mirror { peer, follow } => {
+            let fallback = Duration::from_secs(crate::Config::default().follow_interval_secs);
+            let roots = node
+                .mirror(&parse_addr(peer)?, follow.then_some(fallback))
+                .await?;
+            Ok(serde_json::json!({ "roots": roots }))
         }
         Op::Status => json(serde_json::to_value(node.status().await?)),
         Op::Peers => {

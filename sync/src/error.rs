@@ -43,6 +43,14 @@ pub enum Violation {
     /// A frame that is not valid at this point of the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A `DELTA` answer that does not apply to its base.
+    #[error("patch for {cid} does not apply: {reason}")]
+    BadPatch {
+        /// CID that was asked for.
+        cid: Cid,
+        /// What was wrong with the patch.
+        reason: String,
+    },
     /// A block nobody asked for.
     #[error("unsolicited block {cid}")]
     Unsolicited {
@@ -117,6 +125,17 @@ pub enum Error {
         attempts: u32,
         /// The last failure.
         reason: String,
+    },
+    /// A root from `peer` was refused by this node's record policy
+    /// (signed root records, `--trust`).
+    #[error("root {name:?} from {peer} refused: {reason}")]
+    Record {
+        /// The serving peer.
+        peer: PeerId,
+        /// The root name asked for.
+        name: String,
+        /// What was wrong with its record (boxed: keeps `Error` small).
+        reason: Box<crate::record::RecordError>,
     },
     /// A request did not complete in time.
     #[error("timed out after {seconds} s: {what}")]

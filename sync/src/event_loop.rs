@@ -327,9 +327,12 @@ pub(crate) struct EventLoop {
     follows: Arc<FollowTable>,
     /// Signalled by the node when one of its roots moved.
     changed: Arc<Notify>,
+    /// Signed root records sent with root values.
+    records: Arc<crate::record::Records>,
 }
 
 impl EventLoop {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         swarm: Swarm<Behaviour>,
         store: Arc<dyn BlockStore>,
@@ -338,6 +341,7 @@ impl EventLoop {
         announces: mpsc::Sender<InboundAnnounce>,
         follows: Arc<FollowTable>,
         changed: Arc<Notify>,
+        records: Arc<crate::record::Records>,
     ) -> (EventLoop, Client) {
         let (tx, rx) = mpsc::channel(64);
         let client = Client {
@@ -364,6 +368,7 @@ impl EventLoop {
             subs: HashMap::new(),
             follows,
             changed,
+            records,
         };
         (el, client)
     }
@@ -845,19 +850,35 @@ impl EventLoop {
     }
 
     fn get_root(&self, name: &str, bulk: bool) -> Response {
+        let delta = self.access.delta;
         if !self.access.serves(name) {
-            return Response::Root { value: None, bulk };
+            return Response::Root {
+                value: None,
+                bulk,
+                delta,
+                record: None,
+            };
         }
         match self.store.root(name) {
             Ok(Some(v)) if v.len() <= MAX_ROOT_VALUE => Response::Root {
+                record: self
+                    .records
+                    .attach(name, &v)
+                    .map(serde_bytes::ByteBuf::from),
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
                 bulk,
+                delta,
             },
             Ok(Some(_)) => Response::Error {
                 code: ErrorCode::Internal,
                 message: "root value too large".into(),
             },
-            Ok(None) => Response::Root { value: None, bulk },
+            Ok(None) => Response::Root {
+                value: None,
+                bulk,
+                delta,
+                record: None,
+            },
             Err(e) => Response::Error {
                 code: ErrorCode::Internal,
                 message: e.to_string(),

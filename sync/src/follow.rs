@@ -78,6 +78,11 @@ impl FollowTable {
         wake
     }
 
+    /// True when `name` is followed.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.lock().contains_key(name)
+    }
+
     /// Updates the state of `name` (no-op if not followed).
     pub(crate) fn update(&self, name: &str, f: impl FnOnce(&mut FollowState)) {
         if let Some(e) = self.lock().get_mut(name) {

@@ -16,7 +16,7 @@ use std::fmt::Debug;
 /// bytes that are not a valid object of `kind`, and is deterministic.
 pub trait Linker: Send + Sync + 'static {
     /// The type tag a parent gives each child.
-    type Kind: Clone + Debug + Send + Sync + 'static;
+    type Kind: Clone + Debug + PartialEq + Send + Sync + 'static;
 
     /// The blocks a named root's value (RootManifest bytes) points at.
     fn root_links(&self, value: &[u8]) -> Result<Vec<(Cid, Self::Kind)>>;

@@ -52,6 +52,14 @@ pub async fn execute(dir: &Path, op: &Op) -> Result<serde_json::Value> {
             };
         }
     }
+    // One-shot, nothing outlives the command: a mirror cannot follow.
+    let op = &match op {
+        Op::Mirror { peer, .. } => Op::Mirror {
+            peer: peer.clone(),
+            follow: false,
+        },
+        other => other.clone(),
+    };
     let stores = open_stores(dir)?;
     let key = identity::load_or_create(&dir.join("sync.key"))?;
     let node = Node::start(&Config::default(), key, stores, RefsLinker).await?;

@@ -12,6 +12,7 @@ use crate::pending::{self, PendingPull};
 use crate::protocol::limits::{Limits, PullLimits};
 use crate::protocol::messages::{AnnounceOutcome, Request, Response};
 use crate::protocol::BLOCKS_PROTOCOL;
+use crate::record::Records;
 use crate::server::{Access, ServeCtx};
 use crate::session::{self, PullReport, WantPlanner};
 use crate::stores::Stores;
@@ -23,6 +24,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex, Notify};
+
+mod listing;
+pub use listing::{MirroredRoot, RemoteRoot};
 
 /// Block streams opened per pull before giving up, when each one is lost
 /// before its first answer (libp2p-stream drops inbound streams its
@@ -74,6 +78,10 @@ struct Inner<L: Linker> {
     linker: Arc<L>,
     limits: Limits,
     bulk: bool,
+    /// Ask for block patches when the source offers them.
+    delta: bool,
+    /// Signed root records: signing, trust, keeping.
+    records: Arc<Records>,
     peer_id: PeerId,
     listen: Vec<Multiaddr>,
     control: Mutex<libp2p_stream::Control>,
@@ -89,6 +97,16 @@ struct Inner<L: Linker> {
     /// Set once [`Node::shutdown`] has finished (held while it runs, so a
     /// second caller waits for the first).
     stopped: Mutex<bool>,
+}
+
+/// Parses peer ids from a config list.
+fn parse_peers(ids: &[String]) -> Result<HashSet<PeerId>> {
+    ids.iter()
+        .map(|p| {
+            p.parse::<PeerId>()
+                .map_err(|e| Error::Config(format!("peer id {p:?}: {e}")))
+        })
+        .collect()
 }
 
 /// A running node. Cloning gives another handle to the same node.
@@ -135,6 +153,7 @@ pub fn access_from_config(config: &Config) -> Result<Access> {
         allow,
         serve,
         bulk_for_anyone: config.trust_all,
+        delta: config.delta,
         open: config.open,
         followed: config
             .follow
@@ -170,6 +189,13 @@ impl<L: Linker> Node<L> {
             Ok(n) => tracing::info!(removed = n, "collected abandoned staged blocks"),
             Err(e) => tracing::warn!(%e, "cannot collect abandoned staging"),
         }
+        let records = Arc::new(Records::new(
+            stores.clone(),
+            config.sign.then(|| key.clone()),
+            config.record_validity_secs,
+            parse_peers(&config.trust)?,
+            parse_peers(&config.allow)?,
+        ));
         let behaviour = Behaviour::new(&key, &access, &limits, config.mdns)?;
         let idle = limits.idle_connection;
         let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
@@ -235,6 +261,7 @@ impl<L: Linker> Node<L> {
             ann_tx,
             follows.clone(),
             changed.clone(),
+            records.clone(),
         );
         let linker = Arc::new(linker);
         let gate = Gate::default();
@@ -251,6 +278,8 @@ impl<L: Linker> Node<L> {
             linker,
             limits,
             bulk: config.bulk,
+            delta: config.delta,
+            records,
             peer_id,
             listen,
             control: Mutex::new(control),
@@ -407,7 +436,7 @@ impl<L: Linker> Node<L> {
         addr: Option<&Multiaddr>,
         name: &str,
         local: &str,
-        known: Option<(bytes::Bytes, bool)>,
+        known: Option<Response>,
         bounds: PullBounds,
     ) -> Result<PullReport> {
         prox_engine::store::validate_root_name(name)?;
@@ -418,10 +447,7 @@ impl<L: Linker> Node<L> {
         let local_name = local.to_string();
         let expected = inner.gate.run(move || Ok(main.root(&local_name)?)).await?;
         let answer = match known {
-            Some((v, bulk)) => Response::Root {
-                value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
-                bulk,
-            },
+            Some(answer) => answer,
             None => {
                 let ask = inner.client.request(
                     peer,
@@ -434,11 +460,13 @@ impl<L: Linker> Node<L> {
                     .map_err(|_| bounds.expired(Some(peer)))??
             }
         };
-        let (value, bulk_offered) = match answer {
+        let (value, bulk_offered, delta_offered, record) = match answer {
             Response::Root {
                 value: Some(v),
                 bulk,
-            } => (bytes::Bytes::from(v.into_vec()), bulk),
+                delta,
+                record,
+            } => (bytes::Bytes::from(v.into_vec()), bulk, delta, record),
             Response::Root { value: None, .. } => {
                 return Err(Error::NoSuchRoot {
                     peer,
@@ -458,7 +486,18 @@ impl<L: Linker> Node<L> {
                 ))
             }
         };
+        let signed = inner
+            .records
+            .admit(&peer, name, local, &value, record.as_ref().map(|b| &b[..]))
+            .map_err(|reason| Error::Record {
+                peer,
+                name: name.to_string(),
+                reason: Box::new(reason),
+            })?;
         if expected.as_deref() == Some(&value[..]) {
+            if let Some(r) = &signed {
+                inner.records.keep(local, r);
+            }
             let roots = inner.linker.root_links(&value)?;
             return Ok(PullReport {
                 root: roots.first().map(|(c, _)| c.to_hex()),
@@ -495,6 +534,7 @@ impl<L: Linker> Node<L> {
                 local,
                 value,
                 bulk_offered,
+                delta_offered,
                 expected,
                 start,
                 &limits,
@@ -520,6 +560,9 @@ impl<L: Linker> Node<L> {
                 .await;
         }
         if result.is_ok() {
+            if let Some(r) = &signed {
+                inner.records.keep(local, r);
+            }
             inner.changed.notify_one();
         }
         result
@@ -533,6 +576,7 @@ impl<L: Linker> Node<L> {
         local: &str,
         value: bytes::Bytes,
         bulk_offered: bool,
+        delta_offered: bool,
         expected: Option<bytes::Bytes>,
         start: Instant,
         limits: &Limits,
@@ -542,9 +586,12 @@ impl<L: Linker> Node<L> {
         let stores = inner.stores.clone();
         let v = value.clone();
         let gate = inner.gate.clone();
+        // The previous local value pairs old blocks with new ones by
+        // position; only useful when the source answers with patches.
+        let base = expected.clone().filter(|_| inner.delta && delta_offered);
         let planner = inner
             .gate
-            .run(move || WantPlanner::new(linker, stores, gate, peer, &v))
+            .run(move || WantPlanner::new(linker, stores, gate, peer, &v, base.as_deref()))
             .await?;
         let planner = if planner.done() {
             planner
@@ -748,12 +795,9 @@ impl<L: Linker> Node<L> {
             )
             .await;
         let known = match answer {
-            Ok(Response::Root {
-                value: Some(v),
-                bulk,
-            }) => {
+            Ok(answer @ Response::Root { value: Some(_), .. }) => {
                 inner.follows.update(name, |s| s.subscribed = true);
-                Some((bytes::Bytes::from(v.into_vec()), bulk))
+                Some(answer)
             }
             Ok(Response::Root { value: None, .. }) => {
                 return Err(Error::NoSuchRoot {

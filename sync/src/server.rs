@@ -31,6 +31,9 @@ pub struct Access {
     /// Allow the bulk path (`WANT_CLOSURE`) for peers that are not on an
     /// allowlist (by default only allowlisted peers may use it).
     pub bulk_for_anyone: bool,
+    /// Offer block patches (`Root{delta: true}`) and answer `WANT_DELTA`
+    /// bases with `DELTA` frames when a patch is smaller than the block.
+    pub delta: bool,
 }
 
 impl Access {
@@ -251,7 +254,47 @@ where
                     }
                 };
             let batch_id = match &frame {
-                ClientFrame::Want { batch, .. } | ClientFrame::WantClosure { batch, .. } => *batch,
+                ClientFrame::Want { batch, .. }
+                | ClientFrame::WantDelta { batch, .. }
+                | ClientFrame::WantClosure { batch, .. } => *batch,
+            };
+            // A plain WANT is a WANT_DELTA without bases; bases are
+            // honoured only when this node offers deltas.
+            let frame = match frame {
+                ClientFrame::Want {
+                    batch,
+                    max_bytes,
+                    cids,
+                } => Request::Want {
+                    batch,
+                    max_bytes,
+                    items: cids.into_iter().map(|c| (c, Vec::new())).collect(),
+                },
+                ClientFrame::WantDelta {
+                    batch,
+                    max_bytes,
+                    mut items,
+                } => {
+                    if !ctx.access.delta {
+                        items.iter_mut().for_each(|(_, b)| b.clear());
+                    }
+                    Request::Want {
+                        batch,
+                        max_bytes,
+                        items,
+                    }
+                }
+                ClientFrame::WantClosure {
+                    batch,
+                    max_bytes,
+                    value_cid,
+                    name,
+                } => Request::Closure {
+                    batch,
+                    max_bytes,
+                    value_cid,
+                    name,
+                },
             };
             let Some(claim) = ctx.claim_request(&slot) else {
                 tracing::debug!(%peer, batch = batch_id, "too many block requests in flight; BUSY");
@@ -261,10 +304,10 @@ where
                 continue;
             };
             let job = match frame {
-                ClientFrame::Want {
+                Request::Want {
                     batch,
                     max_bytes,
-                    cids,
+                    items,
                 } => {
                     let store = ctx.store.clone();
                     let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
@@ -288,7 +331,7 @@ where
                     };
                     match ctx
                         .gate
-                        .run(move || Ok(answer_want(&*store, &cids, budget, max_block)))
+                        .run(move || Ok(answer_want(&*store, &items, budget, max_block)))
                         .await
                     {
                         Ok(mut frames) => {
@@ -299,7 +342,7 @@ where
                         Err(_) => break,
                     }
                 }
-                ClientFrame::WantClosure {
+                Request::Closure {
                     batch,
                     max_bytes,
                     value_cid,
@@ -351,6 +394,23 @@ where
     let _ = writer.close().await;
 }
 
+/// A block request as the server handles it.
+enum Request {
+    /// `WANT` or `WANT_DELTA`: CIDs, each with the base to patch against.
+    Want {
+        batch: u32,
+        max_bytes: u32,
+        items: Vec<(Cid, Vec<Cid>)>,
+    },
+    /// `WANT_CLOSURE`.
+    Closure {
+        batch: u32,
+        max_bytes: u64,
+        value_cid: Cid,
+        name: String,
+    },
+}
+
 /// Work for the writer half of a block session, in request order.
 enum Job {
     /// A whole `WANT` answer, `DONE` included, with the share of the
@@ -373,29 +433,43 @@ enum Job {
 }
 
 /// Answers one `WANT`: blocks in order, `MISSING` for absent ones, `DEFER`
-/// once `budget` bytes were sent (at least one block always goes out).
+/// once `budget` bytes were sent (at least one block always goes out). A
+/// block whose bases this store all holds goes as a `DELTA` (a patch
+/// against their concatenation) when the patch is smaller than the block.
 fn answer_want(
     store: &dyn BlockStore,
-    cids: &[Cid],
+    items: &[(Cid, Vec<Cid>)],
     budget: u64,
     max_block: usize,
 ) -> Vec<ServerFrame> {
-    let mut out = Vec::with_capacity(cids.len() + 1);
+    let mut out = Vec::with_capacity(items.len() + 1);
     let mut sent = 0u64;
     let mut over = false;
-    for cid in cids {
+    for (cid, bases) in items {
         if over {
             out.push(ServerFrame::Defer);
             continue;
         }
         match store.get(cid) {
             Ok(Some(b)) if b.len() <= max_block => {
-                if sent > 0 && sent + b.len() as u64 > budget {
+                let frame = match concat_bases(store, bases) {
+                    Some(old) => {
+                        let patch = crate::delta::encode(&old, &b);
+                        if patch.len() < b.len() {
+                            ServerFrame::Delta(Bytes::from(patch))
+                        } else {
+                            ServerFrame::Block(b)
+                        }
+                    }
+                    None => ServerFrame::Block(b),
+                };
+                let len = frame.payload().map_or(0, |p| p.len() as u64);
+                if sent > 0 && sent + len > budget {
                     over = true;
                     out.push(ServerFrame::Defer);
                 } else {
-                    sent += b.len() as u64;
-                    out.push(ServerFrame::Block(b));
+                    sent += len;
+                    out.push(frame);
                 }
             }
             Ok(_) => out.push(ServerFrame::Missing),
@@ -406,6 +480,19 @@ fn answer_want(
         }
     }
     out
+}
+
+/// The concatenation of `bases` when there are some and all are in
+/// `store` (the client rebuilds against the same bytes).
+pub(crate) fn concat_bases(store: &dyn BlockStore, bases: &[Cid]) -> Option<Vec<u8>> {
+    if bases.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for c in bases {
+        out.extend_from_slice(&store.get(c).ok().flatten()?);
+    }
+    Some(out)
 }
 
 /// Streams the closure of the named root `name` breadth-first, parents

@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result, Violation};
 use crate::gate::Gate;
+use crate::groups::{read_groups, Group};
 use crate::links::Linker;
 use crate::pacing::{batch_len, busy_pause, MAX_BUSY};
 use crate::protocol::frames::{ClientFrame, ClosureStatus, ReadError, RefusedCode, ServerFrame};
@@ -41,8 +42,12 @@ pub struct PullReport {
     pub root: Option<String>,
     /// Blocks received over the network and accepted.
     pub blocks_fetched: u64,
-    /// Bytes of those blocks.
+    /// Bytes of those blocks (as stored, patches rebuilt).
     pub bytes_fetched: u64,
+    /// Of those blocks, how many arrived as patches against an old block.
+    pub blocks_patched: u64,
+    /// Block payload bytes received: whole blocks and patches as sent.
+    pub bytes_received: u64,
     /// Subtrees not fetched because their root block was already present.
     pub blocks_skipped: u64,
     /// Blocks found in staging from an earlier, interrupted pull.
@@ -65,7 +70,16 @@ struct Want<K> {
     cid: Cid,
     kind: K,
     wave: u64,
+    /// The old block at this position, held in `main` (its links pair
+    /// this block's children with old ones).
+    base: Option<Cid>,
+    /// The old blocks a patch for this block may copy from (the base and
+    /// its neighbours, all in `main`), in order; empty: ask for the block.
+    bases: Vec<Cid>,
 }
+
+/// The old block paired with a new one, and the bases of its patch.
+type Base = (Option<Cid>, Vec<Cid>);
 
 /// A checked block: what was wanted, its hashed bytes, its typed children.
 type Checked<K> = (Want<K>, Verified, Vec<(Cid, K)>);
@@ -121,6 +135,8 @@ pub(crate) struct WantPlanner<L: Linker> {
     /// Blocks and bytes of the last answered batch (for batch sizing).
     seen_blocks: u64,
     seen_bytes: u64,
+    /// Largest block (and rebuilt patch) accepted.
+    pub(crate) max_block: u32,
     pub(crate) report: PullReport,
 }
 
@@ -135,16 +151,23 @@ enum Placed {
 impl<L: Linker> WantPlanner<L> {
     /// Starts a pull of the closure of `value` (a named root's bytes).
     /// Subtrees already in `main` are skipped, staged ones walked locally.
-    /// Every later step that touches the stores runs under a permit of
-    /// `gate` (see [`step`]).
+    /// With `old` (the previous local value, whose closure is in `main`),
+    /// changed blocks are paired with their old versions by position and
+    /// may arrive as patches. Every later step that touches the stores runs
+    /// under a permit of `gate` (see [`step`]).
     pub(crate) fn new(
         linker: Arc<L>,
         stores: Stores,
         gate: Gate,
         peer: PeerId,
         value: &[u8],
+        old: Option<&[u8]>,
     ) -> Result<Self> {
         let roots = linker.root_links(value)?;
+        let bases = match old.map(|v| linker.root_links(v)) {
+            Some(Ok(old)) => crate::delta::bases_by_position(&roots, &old),
+            _ => vec![(None, Vec::new()); roots.len()],
+        };
         let pins = stores.pins.set();
         let mut p = WantPlanner {
             linker,
@@ -164,6 +187,7 @@ impl<L: Linker> WantPlanner<L> {
             to_staging: HashMap::new(),
             seen_blocks: 0,
             seen_bytes: 0,
+            max_block: Limits::default().max_block,
             report: PullReport {
                 root: roots.first().map(|(c, _)| c.to_hex()),
                 ..PullReport::default()
@@ -171,11 +195,11 @@ impl<L: Linker> WantPlanner<L> {
         };
         let mut seen = HashSet::new();
         let mut local = Vec::new();
-        for (cid, kind) in roots {
+        for ((cid, kind), base) in roots.into_iter().zip(bases) {
             if !seen.insert(cid) {
                 continue;
             }
-            if p.link_child(Parent::Root, cid, kind, 0, &mut local)? {
+            if p.link_child(Parent::Root, cid, kind, base, 0, &mut local)? {
                 p.roots_missing += 1;
             }
         }
@@ -249,6 +273,10 @@ impl<L: Linker> WantPlanner<L> {
             .sum();
         let check = |(item, frame): (&Want<L::Kind>, &ServerFrame)| match frame {
             ServerFrame::Block(bytes) => Some(self.verify(&item.cid, &item.kind, bytes.clone())),
+            ServerFrame::Delta(patch) => Some(
+                self.rebuild(item, patch)
+                    .and_then(|bytes| self.verify(&item.cid, &item.kind, bytes)),
+            ),
             _ => None,
         };
         let checked: Vec<Option<Result<Decoded<L::Kind>>>> = if total >= PARALLEL_CHECK_BYTES {
@@ -266,7 +294,10 @@ impl<L: Linker> WantPlanner<L> {
         let mut deferred = Vec::new();
         for ((item, frame), checked) in batch.items.into_iter().zip(frames).zip(checked) {
             match frame {
-                ServerFrame::Block(_) => {
+                ServerFrame::Block(_) | ServerFrame::Delta(_) => {
+                    if matches!(frame, ServerFrame::Delta(_)) {
+                        self.report.blocks_patched += 1;
+                    }
                     let (block, children) = checked.ok_or_else(|| {
                         self.violation(Violation::Protocol("unchecked block".into()))
                     })??;
@@ -296,6 +327,7 @@ impl<L: Linker> WantPlanner<L> {
         if blocks > 0 {
             self.note_batch(blocks, total as u64);
         }
+        self.report.bytes_received += total as u64;
         // Deferred CIDs go back to the front, keeping their wave: deferral is
         // flow control, not a data dependency.
         for c in deferred.into_iter().rev() {
@@ -325,6 +357,7 @@ impl<L: Linker> WantPlanner<L> {
             blocks.into_iter().map(hash).collect()
         };
         let mut expect: HashMap<Cid, L::Kind> = HashMap::new();
+        self.report.bytes_received += total as u64;
         let mut accepted = Vec::new();
         for (cid, block) in hashed {
             let kind = match self.wanted.get(&cid) {
@@ -346,12 +379,51 @@ impl<L: Linker> WantPlanner<L> {
                 expect.entry(*c).or_insert_with(|| k.clone());
             }
             expect.remove(&cid);
-            accepted.push((Want { cid, kind, wave }, block, children));
+            accepted.push((
+                Want {
+                    cid,
+                    kind,
+                    wave,
+                    base: None,
+                    bases: Vec::new(),
+                },
+                block,
+                children,
+            ));
         }
         // Children precede parents so that a block whose subtree arrived in
         // the same chunk is published right after it.
         accepted.reverse();
         self.accept(accepted)
+    }
+
+    /// Rebuilds the block `item` from a patch against its base (read from
+    /// `main`). A patch for a CID sent without a base, or one that does not
+    /// apply, is a violation; the result is hashed like any block.
+    fn rebuild(&self, item: &Want<L::Kind>, patch: &Bytes) -> Result<Bytes> {
+        if item.bases.is_empty() {
+            return Err(self.violation(Violation::Protocol(format!(
+                "DELTA for {} which was asked without a base",
+                item.cid
+            ))));
+        }
+        let mut old = Vec::new();
+        for c in &item.bases {
+            let b = self
+                .stores
+                .main
+                .get(c)?
+                .ok_or(prox_engine::Error::NotFound { cid: *c })?;
+            old.extend_from_slice(&b);
+        }
+        crate::delta::apply(&old, patch, self.max_block as u64)
+            .map(Bytes::from)
+            .map_err(|e| {
+                self.violation(Violation::BadPatch {
+                    cid: item.cid,
+                    reason: e.to_string(),
+                })
+            })
     }
 
     /// Hashes `bytes` (the one hash a received block gets: the stores take
@@ -405,6 +477,7 @@ impl<L: Linker> WantPlanner<L> {
                 Placed::Received(block),
                 children,
                 want.wave,
+                want.base,
                 &mut local,
             )?;
         }
@@ -456,6 +529,7 @@ impl<L: Linker> WantPlanner<L> {
         parent: Parent,
         cid: Cid,
         kind: L::Kind,
+        base: Base,
         wave: u64,
         local: &mut Vec<(Cid, L::Kind)>,
     ) -> Result<bool> {
@@ -482,6 +556,8 @@ impl<L: Linker> WantPlanner<L> {
                         cid,
                         kind,
                         wave: wave + 1,
+                        base: base.0,
+                        bases: base.1,
                     },
                 );
             }
@@ -501,11 +577,28 @@ impl<L: Linker> WantPlanner<L> {
             match decoded {
                 Some((bytes, Ok(children))) => {
                     self.report.blocks_resumed += 1;
-                    self.place(cid, kind, Placed::Staged(bytes), children, 0, &mut stack)?;
+                    self.place(
+                        cid,
+                        kind,
+                        Placed::Staged(bytes),
+                        children,
+                        0,
+                        None,
+                        &mut stack,
+                    )?;
                 }
                 _ => {
                     self.queue.push_back(cid);
-                    self.wanted.insert(cid, Want { cid, kind, wave: 1 });
+                    self.wanted.insert(
+                        cid,
+                        Want {
+                            cid,
+                            kind,
+                            wave: 1,
+                            base: None,
+                            bases: Vec::new(),
+                        },
+                    );
                 }
             }
         }
@@ -513,6 +606,8 @@ impl<L: Linker> WantPlanner<L> {
     }
 
     /// Publishes `cid` if all its children are complete, else stages it.
+    /// With `base` (its old version in `main`), each child is paired with
+    /// the old block's child at the same position.
     #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
@@ -521,12 +616,14 @@ impl<L: Linker> WantPlanner<L> {
         block: Placed,
         children: Vec<(Cid, L::Kind)>,
         wave: u64,
+        base: Option<Cid>,
         local: &mut Vec<(Cid, L::Kind)>,
     ) -> Result<()> {
+        let bases = self.child_bases(&kind, base, &children);
         let mut waiting = 0usize;
         let mut seen = HashSet::new();
-        for (c, k) in children {
-            if seen.insert(c) && self.link_child(Parent::Block(cid), c, k, wave, local)? {
+        for ((c, k), b) in children.into_iter().zip(bases) {
+            if seen.insert(c) && self.link_child(Parent::Block(cid), c, k, b, wave, local)? {
                 waiting += 1;
             }
         }
@@ -538,6 +635,24 @@ impl<L: Linker> WantPlanner<L> {
             }
             self.pending.insert(cid, (kind, waiting));
             Ok(())
+        }
+    }
+
+    /// The old child at each child's position and its patch bases (see
+    /// [`crate::delta::bases_by_position`]); none without a base, or when
+    /// the base cannot be read or decoded (then blocks come whole).
+    fn child_bases(
+        &self,
+        kind: &L::Kind,
+        base: Option<Cid>,
+        children: &[(Cid, L::Kind)],
+    ) -> Vec<Base> {
+        let old = base
+            .and_then(|b| self.stores.main.get(&b).ok().flatten())
+            .and_then(|bytes| self.linker.links(kind, &bytes).ok());
+        match old {
+            Some(old) => crate::delta::bases_by_position(children, &old),
+            None => vec![(None, Vec::new()); children.len()],
         }
     }
 
@@ -591,123 +706,6 @@ impl<L: Linker> WantPlanner<L> {
     }
 }
 
-/// A batch of frames as grouped by the reader task.
-enum Group {
-    Batch {
-        id: u32,
-        frames: Vec<ServerFrame>,
-    },
-    Closure(Vec<(Cid, Bytes)>),
-    ClosureEnd(ClosureStatus),
-    Refused(RefusedCode),
-    /// The request `id` was not served (too many in flight on the server).
-    Busy(u32),
-}
-
-/// Reads frames and groups them into whole `WANT` answers or closure chunks,
-/// refusing answers larger than the budget allows.
-async fn read_groups<R: AsyncRead + Unpin>(
-    mut reader: R,
-    limits: Limits,
-    idle: Duration,
-    out: tokio::sync::mpsc::Sender<std::result::Result<Group, ReadError>>,
-) {
-    let max_frames = limits.want_cids as usize;
-    let max_bytes = limits.batch_bytes as u64 + limits.max_block as u64;
-    let mut frames = Vec::new();
-    let mut bytes = 0u64;
-    let mut chunk = Vec::new();
-    let mut chunk_bytes = 0u64;
-    loop {
-        let frame = match tokio::time::timeout(
-            idle,
-            ServerFrame::read(&mut reader, limits.max_block),
-        )
-        .await
-        {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => {
-                let _ = out.send(Err(e)).await;
-                return;
-            }
-            Err(_) => {
-                let _ = out
-                    .send(Err(ReadError::Io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no progress on block stream",
-                    ))))
-                    .await;
-                return;
-            }
-        };
-        let group = match frame {
-            ServerFrame::Done { batch } => Some(Group::Batch {
-                id: batch,
-                frames: std::mem::take(&mut frames),
-            }),
-            ServerFrame::ClosureBlock { cid, bytes: b } => {
-                chunk_bytes += b.len() as u64;
-                chunk.push((cid, b));
-                if chunk.len() >= max_frames || chunk_bytes >= limits.batch_bytes as u64 {
-                    chunk_bytes = 0;
-                    Some(Group::Closure(std::mem::take(&mut chunk)))
-                } else {
-                    None
-                }
-            }
-            ServerFrame::ClosureEnd { status, .. } => {
-                if !chunk.is_empty() {
-                    chunk_bytes = 0;
-                    if out
-                        .send(Ok(Group::Closure(std::mem::take(&mut chunk))))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Some(Group::ClosureEnd(status))
-            }
-            ServerFrame::Refused(code) => Some(Group::Refused(code)),
-            ServerFrame::Busy { batch } => {
-                if !frames.is_empty() || !chunk.is_empty() {
-                    let _ = out
-                        .send(Err(ReadError::Violation(Violation::Protocol(
-                            "BUSY inside an answer".into(),
-                        ))))
-                        .await;
-                    return;
-                }
-                Some(Group::Busy(batch))
-            }
-            f => {
-                bytes += f.payload().map_or(0, |p| p.len() as u64);
-                frames.push(f);
-                if frames.len() > max_frames || bytes > max_bytes {
-                    let _ = out
-                        .send(Err(ReadError::Violation(Violation::Oversize {
-                            what: "WANT answer",
-                            len: bytes.max(frames.len() as u64),
-                            max: max_bytes,
-                        })))
-                        .await;
-                    return;
-                }
-                None
-            }
-        };
-        if let Some(g) = group {
-            if matches!(g, Group::Batch { .. }) {
-                bytes = 0;
-            }
-            let stop = matches!(g, Group::Refused(_));
-            if out.send(Ok(g)).await.is_err() || stop {
-                return;
-            }
-        }
-    }
-}
-
 /// How [`drive`] ended without finishing.
 pub(crate) enum Stopped<L: Linker> {
     /// The stream failed before any answer reached the planner (typically:
@@ -757,6 +755,8 @@ where
 {
     use futures::AsyncReadExt;
     let peer = planner.peer;
+    let mut planner = planner;
+    planner.max_block = limits.max_block;
     let (reader, writer) = stream.split();
     let mut writer = futures::io::BufWriter::with_capacity(64 << 10, writer);
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
@@ -838,13 +838,24 @@ where
                     break;
                 };
                 let mut buf = Vec::new();
-                ClientFrame::Want {
-                    batch: batch.id,
-                    max_bytes: limits.batch_bytes,
-                    cids: batch.items.iter().map(|w| w.cid).collect(),
-                }
-                .encode(&mut buf)
-                .map_err(net)?;
+                let frame = if batch.items.iter().any(|w| !w.bases.is_empty()) {
+                    ClientFrame::WantDelta {
+                        batch: batch.id,
+                        max_bytes: limits.batch_bytes,
+                        items: batch
+                            .items
+                            .iter()
+                            .map(|w| (w.cid, w.bases.clone()))
+                            .collect(),
+                    }
+                } else {
+                    ClientFrame::Want {
+                        batch: batch.id,
+                        max_bytes: limits.batch_bytes,
+                        cids: batch.items.iter().map(|w| w.cid).collect(),
+                    }
+                };
+                frame.encode(&mut buf).map_err(net)?;
                 // Queued before the write: a failed write leaves it in flight,
                 // to be queued again if the stream turns out to be lost.
                 inflight.push_back(batch);
@@ -1057,6 +1068,7 @@ mod tests {
             crate::gate::Gate::default(),
             libp2p::PeerId::random(),
             &value,
+            None,
         )
         .unwrap()
     }

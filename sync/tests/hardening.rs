@@ -423,6 +423,10 @@ enum FakeAnswer {
     DeferAll,
     /// `BUSY`.
     Busy,
+    /// `DELTA` bytes that are not a patch, for every CID with a base.
+    GarbageDelta,
+    /// A well-formed patch that rebuilds other bytes than the CID names.
+    WrongDelta,
 }
 
 #[derive(libp2p::swarm::NetworkBehaviour)]
@@ -435,10 +439,19 @@ struct FakeBehaviour {
 /// value of [`source`]'s root "docs" and every `WANT` as `answer` says.
 /// Returns its address (with `/p2p/<id>`) and the task running it.
 async fn fake_server(answer: FakeAnswer) -> (libp2p::Multiaddr, tokio::task::JoinHandle<()>) {
+    let value = source().main.root("docs").unwrap().unwrap();
+    fake_server_with(answer, value, false).await
+}
+
+/// [`fake_server`] answering `GetRoot` with `value` and `delta`.
+async fn fake_server_with(
+    answer: FakeAnswer,
+    value: bytes::Bytes,
+    delta: bool,
+) -> (libp2p::Multiaddr, tokio::task::JoinHandle<()>) {
     use futures::StreamExt;
     use libp2p::request_response::{self, ProtocolSupport};
     use libp2p::swarm::SwarmEvent;
-    let value = source().main.root("docs").unwrap().unwrap();
     let mut swarm =
         libp2p::SwarmBuilder::with_existing_identity(libp2p::identity::Keypair::generate_ed25519())
             .with_tokio()
@@ -490,6 +503,8 @@ async fn fake_server(answer: FakeAnswer) -> (libp2p::Multiaddr, tokio::task::Joi
                             Request::GetRoot { .. } => Response::Root {
                                 value: Some(serde_bytes::ByteBuf::from(value.to_vec())),
                                 bulk: false,
+                                delta,
+                                record: None,
                             },
                             _ => Response::Error {
                                 code: ErrorCode::BadRequest,
@@ -512,19 +527,47 @@ async fn fake_server(answer: FakeAnswer) -> (libp2p::Multiaddr, tokio::task::Joi
 async fn answer_wants(mut stream: libp2p::Stream, answer: FakeAnswer) {
     use futures::AsyncWriteExt;
     use prox_sync::protocol::frames::{ClientFrame, ServerFrame};
-    while let Ok(Some(ClientFrame::Want { batch, cids, .. })) = ClientFrame::read(&mut stream).await
-    {
-        let frames = match answer {
-            FakeAnswer::DeferAll => cids
+    loop {
+        let (batch, items) = match ClientFrame::read(&mut stream).await {
+            Ok(Some(ClientFrame::Want { batch, cids, .. })) => {
+                (batch, cids.into_iter().map(|c| (c, Vec::new())).collect())
+            }
+            Ok(Some(ClientFrame::WantDelta { batch, items, .. })) => (batch, items),
+            _ => return,
+        };
+        let patch = |garbage: bool| {
+            if garbage {
+                bytes::Bytes::from_static(&[0xff; 11])
+            } else {
+                // Target length 5, one literal "hello".
+                bytes::Bytes::from_static(b"\x05\x0bhello")
+            }
+        };
+        let frames: Vec<ServerFrame> = match answer {
+            FakeAnswer::DeferAll => items
                 .iter()
                 .map(|_| ServerFrame::Defer)
                 .chain([ServerFrame::Done { batch }])
                 .collect(),
             FakeAnswer::Busy => vec![ServerFrame::Busy { batch }],
+            FakeAnswer::GarbageDelta | FakeAnswer::WrongDelta => items
+                .iter()
+                .map(|(_, bases)| {
+                    if bases.is_empty() {
+                        ServerFrame::Missing
+                    } else {
+                        ServerFrame::Delta(patch(matches!(answer, FakeAnswer::GarbageDelta)))
+                    }
+                })
+                .chain([ServerFrame::Done { batch }])
+                .collect(),
         };
         let mut buf = Vec::new();
         for f in &frames {
             f.encode_header(&mut buf);
+            if let Some(p) = f.payload() {
+                buf.extend_from_slice(p);
+            }
         }
         if stream.write_all(&buf).await.is_err() || stream.flush().await.is_err() {
             return;
@@ -574,6 +617,65 @@ async fn a_server_that_stays_busy_ends_the_pull_with_a_typed_error() {
     })
     .await
     .expect("a pull from a busy server ends in bounded time");
+}
+
+/// A prolly tree of `n` entries whose values carry `version`, under root
+/// "docs" of `store`; returns the root value.
+fn prolly_version(store: &dyn prox_engine::BlockStore, n: u32, version: u8) -> bytes::Bytes {
+    let cfg = prox_engine::prolly::Config::default();
+    let kv = (0..n)
+        .map(|i| {
+            let v = if i % 97 == 0 { version } else { 0 };
+            (
+                format!("k{i:06}").into_bytes(),
+                vec![(i % 251) as u8 ^ v; 64],
+            )
+        })
+        .collect();
+    let root = prox_engine::prolly::build(store, &cfg, kv).unwrap();
+    let m = prox_engine::manifest::RootManifest::new(root, cfg).encode();
+    store.set_root("docs", Some(&m)).unwrap();
+    bytes::Bytes::from(m)
+}
+
+/// A server answering the patches a replica asks for with bytes that are
+/// not a patch, or with a well-formed patch rebuilding other bytes: the
+/// pull fails with a typed violation at the first such answer, the peer is
+/// banned, nothing of the batch is stored and the old root stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_and_mismatched_patches_are_rejected_and_nothing_is_stored() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for answer in [FakeAnswer::GarbageDelta, FakeAnswer::WrongDelta] {
+            let dst = mem_stores();
+            let v1 = prolly_version(&*dst.main, 2000, 0);
+            let v2 = prolly_version(&MemStore::new(), 2000, 1);
+            dst.main.set_root("docs", Some(&v1)).unwrap();
+            let before: std::collections::HashSet<_> =
+                dst.main.cids().unwrap().into_iter().collect();
+            let (target, fake) = fake_server_with(answer, v2, true).await;
+            let puller = start(false, dst.clone()).await;
+            let err = puller.pull(&target, "docs", "docs").await.unwrap_err();
+            let prox_sync::Error::Misbehaving { violation, .. } = &err else {
+                panic!("{answer:?}: expected a violation, got {err}");
+            };
+            match (answer, &**violation) {
+                (FakeAnswer::GarbageDelta, prox_sync::Violation::BadPatch { .. })
+                | (FakeAnswer::WrongDelta, prox_sync::Violation::HashMismatch { .. }) => {}
+                (a, v) => panic!("{a:?}: unexpected violation {v}"),
+            }
+            assert_eq!(dst.main.root("docs").unwrap().as_deref(), Some(&v1[..]));
+            let after: std::collections::HashSet<_> =
+                dst.main.cids().unwrap().into_iter().collect();
+            assert_eq!(after, before, "{answer:?}: main changed");
+            assert!(dst.staging.cids().unwrap().is_empty(), "{answer:?}: staged");
+            let status = puller.status().await.unwrap();
+            assert_eq!(status.banned.len(), 1, "{answer:?}: {status:?}");
+            puller.shutdown().await;
+            fake.abort();
+        }
+    })
+    .await
+    .expect("bounded");
 }
 
 /// A source with root "docs": a prolly tree of `n` entries.

@@ -354,6 +354,205 @@ async fn clone_then_incremental_pull_fetches_exactly_the_difference() {
     .await;
 }
 
+/// A replica holding version 1 pulls version 2 as patches against the
+/// blocks it has (paired by position): every new block arrives, is rebuilt
+/// and verified, the closure is exact, and the payload on the wire is a
+/// fraction of the blocks. A source that does not offer deltas (as a peer
+/// from before them) still serves the same pull with whole blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_travels_as_patches_and_whole_blocks_without_delta_support() {
+    bounded(async {
+        let seed = seed();
+        let src = mem_stores();
+        let v1: Vec<u32> = vec![0; 4000];
+        let (root1, _) = build(&*src.main, &v1);
+        let v2 = changed(&v1, 10, seed);
+        let (root2, _) = build(&*src.main, &v2);
+        src.main.set_root("ds", Some(&root2)).unwrap();
+        let c1 = closure(&*src.main, &root1);
+        let c2 = closure(&*src.main, &root2);
+        let new: HashSet<Cid> = c2.difference(&c1).copied().collect();
+        let new_bytes: u64 = new
+            .iter()
+            .map(|c| src.main.get(c).unwrap().unwrap().len() as u64)
+            .sum();
+        for offer in [true, false] {
+            let a = start(
+                &Config {
+                    delta: offer,
+                    ..config()
+                },
+                src.clone(),
+            )
+            .await;
+            let dst = mem_stores();
+            for c in &c1 {
+                dst.main.put(&src.main.get(c).unwrap().unwrap()).unwrap();
+            }
+            dst.main.set_root("ds", Some(&root1)).unwrap();
+            let b = start(&config(), dst.clone()).await;
+            let r = b.pull(&addr(&a), "ds", "ds").await.unwrap();
+            assert_eq!(r.blocks_fetched as usize, new.len(), "seed {seed}: {r:?}");
+            assert_eq!(r.bytes_fetched, new_bytes, "{r:?}");
+            assert_eq!(closure(&*dst.main, &root2), c2);
+            assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root2[..]));
+            if offer {
+                assert_eq!(r.blocks_patched, r.blocks_fetched, "{r:?}");
+                assert!(r.bytes_received * 3 < r.bytes_fetched, "{r:?}");
+            } else {
+                assert_eq!(r.blocks_patched, 0, "{r:?}");
+                assert_eq!(r.bytes_received, r.bytes_fetched, "{r:?}");
+            }
+            a.shutdown().await;
+            b.shutdown().await;
+        }
+    })
+    .await;
+}
+
+/// `list_roots` pages through the served names with their root CIDs;
+/// `mirror` pulls every one of them and then follows them, so a later
+/// change of one of them on the source reaches the mirror by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_lists_pulls_and_follows_every_served_root() {
+    bounded(async {
+        let src = mem_stores();
+        let mut values = Vec::new();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let (v, _) = build(&*src.main, &vec![i as u32; 50 + i]);
+            src.main.set_root(name, Some(&v)).unwrap();
+            values.push(v);
+        }
+        let a = start(&config(), src.clone()).await;
+        let dst = mem_stores();
+        let b = start(&config(), dst.clone()).await;
+        let listed = b.list_roots(&addr(&a)).await.unwrap();
+        let names: Vec<&str> = listed.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        for (r, v) in listed.iter().zip(&values) {
+            assert_eq!(r.root.as_deref(), Some(report_root(v).as_str()));
+            assert_eq!(r.value_bytes, v.len());
+        }
+        let mirrored = b
+            .mirror(&addr(&a), Some(Duration::from_secs(3600)))
+            .await
+            .unwrap();
+        assert_eq!(mirrored.len(), 3);
+        for (m, v) in mirrored.iter().zip(&values) {
+            assert!(m.error.is_none() && m.following, "{m:?}");
+            assert_eq!(dst.main.root(&m.name).unwrap().as_deref(), Some(&v[..]));
+            assert_eq!(closure(&*dst.main, v), closure(&*src.main, v));
+        }
+        // A change on the source reaches the mirror through its follow.
+        let (v2, _) = build(&*src.main, &vec![9u32; 60]);
+        src.main.set_root("b", Some(&v2)).unwrap();
+        wait_root(&*dst.main, "b", &v2).await;
+        assert_eq!(closure(&*dst.main, &v2), closure(&*src.main, &v2));
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+/// Signed root records: a receiver that trusts publisher P takes P's root
+/// from a mirror (the record is relayed), refuses the mirror's older
+/// record once it holds a newer one (rollback), refuses a root signed by a
+/// key it does not trust (forged publisher) and a relayed record past its
+/// validity (stale); nothing moves its root when it refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_roots_are_relayed_and_stale_forged_or_replayed_ones_refused() {
+    bounded(async {
+        let refused = |r: prox_sync::Result<prox_sync::PullReport>| match r {
+            Err(Error::Record { reason, .. }) => *reason,
+            other => panic!("expected a refused record, got {other:?}"),
+        };
+        let publisher = |validity| Config {
+            sign: true,
+            record_validity_secs: validity,
+            ..config()
+        };
+        let p_src = mem_stores();
+        let (v1, _) = build(&*p_src.main, &[1u32; 40]);
+        p_src.main.set_root("ds", Some(&v1)).unwrap();
+        let p = start(&publisher(86_400), p_src.clone()).await;
+        let mirror = start(&config(), mem_stores()).await;
+        mirror.pull(&addr(&p), "ds", "ds").await.unwrap();
+        let dst = mem_stores();
+        let trusting = Config {
+            trust: vec![p.peer_id().to_string()],
+            ..config()
+        };
+        let r = start(&trusting, dst.clone()).await;
+        // Relayed by the mirror, checked against P's key.
+        r.pull(&addr(&mirror), "ds", "ds").await.unwrap();
+        assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&v1[..]));
+        // P moves on; R takes the newer record from P itself.
+        let (v2, _) = build(&*p_src.main, &[2u32; 40]);
+        p_src.main.set_root("ds", Some(&v2)).unwrap();
+        r.pull(&addr(&p), "ds", "ds").await.unwrap();
+        assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&v2[..]));
+        // The mirror still serves v1 under the older seq: a rollback.
+        let reason = refused(r.pull(&addr(&mirror), "ds", "ds").await);
+        assert!(
+            matches!(reason, prox_sync::record::RecordError::Rollback { .. }),
+            "{reason}"
+        );
+        assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&v2[..]));
+        // A root signed by another key (claiming the same name): refused.
+        let f_src = mem_stores();
+        let (v3, _) = build(&*f_src.main, &[3u32; 40]);
+        f_src.main.set_root("ds", Some(&v3)).unwrap();
+        let forger = start(&publisher(86_400), f_src).await;
+        let reason = refused(r.pull(&addr(&forger), "ds", "ds").await);
+        assert!(
+            matches!(reason, prox_sync::record::RecordError::Untrusted { .. }),
+            "{reason}"
+        );
+        // A relayed record past its validity: stale.
+        let q_src = mem_stores();
+        let (v4, _) = build(&*q_src.main, &[4u32; 40]);
+        q_src.main.set_root("qs", Some(&v4)).unwrap();
+        let q = start(&publisher(1), q_src).await;
+        let mirror2 = start(&config(), mem_stores()).await;
+        mirror2.pull(&addr(&q), "qs", "qs").await.unwrap();
+        let dst2 = mem_stores();
+        let r2 = start(
+            &Config {
+                trust: vec![q.peer_id().to_string()],
+                ..config()
+            },
+            dst2.clone(),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let reason = refused(r2.pull(&addr(&mirror2), "qs", "qs").await);
+        assert!(
+            matches!(reason, prox_sync::record::RecordError::Expired { .. }),
+            "{reason}"
+        );
+        assert!(dst2.main.root("qs").unwrap().is_none());
+        // A record of a publisher r2 does not trust, and no record at all
+        // from a peer that is not allowlisted.
+        let reason = refused(r2.pull(&addr(&mirror), "ds", "other").await);
+        assert!(
+            matches!(reason, prox_sync::record::RecordError::Untrusted { .. }),
+            "{reason}"
+        );
+        let plain_src = mem_stores();
+        plain_src.main.set_root("ps", Some(&v4)).unwrap();
+        let plain = start(&config(), plain_src).await;
+        let reason = refused(r2.pull(&addr(&plain), "ps", "ps").await);
+        assert!(
+            matches!(reason, prox_sync::record::RecordError::Missing),
+            "{reason}"
+        );
+        for n in [p, mirror, r, forger, q, mirror2, r2, plain] {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_path_clones_in_one_round_trip_for_trusted_peers() {
     bounded(async {

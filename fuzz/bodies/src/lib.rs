@@ -48,6 +48,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("store_segment", store_segment),
     ("sync_control", sync_control),
     ("sync_frames", sync_frames),
+    ("sync_patch", sync_patch),
 ];
 
 /// Node decoder: every accepted `CRAB` input re-encodes to the same bytes
@@ -347,4 +348,22 @@ pub fn sync_frames(data: &[u8]) {
             Err(_) => break,
         }
     }
+}
+
+/// Block patches from a hostile peer (`DELTA` frames): applying any bytes
+/// to a base never panics, never yields more than the limit, and a patch
+/// the encoder makes from the input rebuilds the input exactly.
+pub fn sync_patch(data: &[u8]) {
+    use prox_sync::delta::{apply, encode};
+    const MAX: u64 = 1 << 16;
+    let (base, rest) = data.split_at(data.len() / 2);
+    if let Ok(out) = apply(base, rest, MAX) {
+        assert!(out.len() as u64 <= MAX, "patch rebuilt past the limit");
+    }
+    let patch = encode(base, rest);
+    assert_eq!(
+        apply(base, &patch, MAX).as_deref(),
+        Ok(rest),
+        "encoded patch does not rebuild its target"
+    );
 }

@@ -163,6 +163,8 @@ fn sync_seeds() -> Vec<Vec<u8>> {
         Response::Root {
             value: Some(serde_bytes::ByteBuf::from(vec![9; 40])),
             bulk: true,
+            delta: true,
+            record: Some(serde_bytes::ByteBuf::from(vec![1; 8])),
         },
         Response::Error {
             code: ErrorCode::Busy,

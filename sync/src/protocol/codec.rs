@@ -153,10 +153,12 @@ mod tests {
         let resp = Response::Root {
             value: Some(value),
             bulk: false,
+            delta: false,
+            record: None,
         };
         let body = encode(&resp).unwrap();
         // A byte string costs a few header bytes, not one CBOR item per byte.
-        assert!(body.len() < 4096 + 32, "{}", body.len());
+        assert!(body.len() < 4096 + 64, "{}", body.len());
         assert_eq!(decode::<Response>(&body).unwrap(), resp);
         let mut extra = body.clone();
         extra.push(0);
@@ -191,5 +193,46 @@ mod tests {
             let mut input: &[u8] = &out;
             assert_eq!(codec.read_request(&p, &mut input).await.unwrap(), hello);
         });
+    }
+
+    /// `Root.delta` was added inside version 1: a peer that predates it
+    /// reads the new answer, and its answer reads as "no deltas".
+    #[test]
+    fn root_answers_interoperate_with_peers_without_deltas() {
+        #[derive(Debug, serde::Serialize, serde::Deserialize)]
+        enum OldResponse {
+            Root {
+                value: Option<serde_bytes::ByteBuf>,
+                bulk: bool,
+            },
+        }
+        let old = OldResponse::Root {
+            value: Some(serde_bytes::ByteBuf::from(vec![1u8, 2])),
+            bulk: true,
+        };
+        let body = encode(&old).unwrap();
+        match decode::<Response>(&body).unwrap() {
+            Response::Root {
+                value,
+                bulk,
+                delta,
+                record,
+            } => {
+                assert!(record.is_none());
+                assert_eq!(value.map(|v| v.into_vec()), Some(vec![1, 2]));
+                assert!(bulk);
+                assert!(!delta, "an old peer offers no deltas");
+            }
+            other => panic!("{other:?}"),
+        }
+        let new = Response::Root {
+            value: None,
+            bulk: false,
+            delta: true,
+            record: Some(serde_bytes::ByteBuf::from(vec![9u8])),
+        };
+        let body = encode(&new).unwrap();
+        let OldResponse::Root { value, bulk } = decode::<OldResponse>(&body).unwrap();
+        assert_eq!((value, bulk), (None, false));
     }
 }

@@ -5,7 +5,13 @@
 //! ```text
 //! WANT          01 | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × cid
 //! WANT_CLOSURE  02 | batch u32 | max_bytes u64 | value_cid | name_len u8 | name
+//! WANT_DELTA    0b | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × (cid | k u8 (0..=3) | k × base_cid)
 //! ```
+//!
+//! `WANT_DELTA` is a `WANT` whose every CID comes with up to three old
+//! blocks the client holds (its bases); the server may answer it with
+//! `DELTA`, a patch against the bases' concatenation, instead of `BLOCK`. Clients send it only to servers that
+//! advertised deltas in their `Root` answer.
 //!
 //! Server to client. For each `WANT`, exactly one of `BLOCK`/`MISSING`/`DEFER`
 //! per CID in request order, then `DONE`; requests are answered FIFO, so the
@@ -20,6 +26,7 @@
 //! CLOSURE_END   08 | batch u32 | status u8
 //! REFUSED       09 | code u8                 then the server closes the stream
 //! BUSY          0a | batch u32               request not served: too many in flight
+//! DELTA         0c | len u32 (<= max_block) | patch   the block as a patch against its bases
 //! ```
 //!
 //! `BUSY` answers a whole `WANT` (or `WANT_CLOSURE`) in place of its frames
@@ -42,6 +49,8 @@ const CBLOCK: u8 = 7;
 const CLOSURE_END: u8 = 8;
 const REFUSED: u8 = 9;
 const BUSY: u8 = 10;
+const WANT_DELTA: u8 = 11;
+const DELTA: u8 = 12;
 
 /// How a `WANT_CLOSURE` stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +100,16 @@ pub enum ClientFrame {
         /// CIDs wanted (1..=4096).
         cids: Vec<Cid>,
     },
+    /// Ask for blocks, each with an optional base the client holds; the
+    /// server may answer with patches against the bases.
+    WantDelta {
+        /// Batch id echoed in `DONE`.
+        batch: u32,
+        /// Byte budget for the answer.
+        max_bytes: u32,
+        /// CIDs wanted (1..=4096), each with its bases (0..=3).
+        items: Vec<(Cid, Vec<Cid>)>,
+    },
     /// Ask for the whole closure of a named root's value.
     WantClosure {
         /// Batch id echoed in `CLOSURE_END`.
@@ -109,6 +128,8 @@ pub enum ClientFrame {
 pub enum ServerFrame {
     /// The next wanted block.
     Block(Bytes),
+    /// The next wanted block as a patch against the base the client named.
+    Delta(Bytes),
     /// The server does not have the next wanted block.
     Missing,
     /// Not sent: batch budget exhausted.
@@ -180,6 +201,35 @@ impl ClientFrame {
                     out.extend_from_slice(c.as_bytes());
                 }
             }
+            ClientFrame::WantDelta {
+                batch,
+                max_bytes,
+                items,
+            } => {
+                if items.is_empty() || items.len() > super::limits::MAX_WANT_CIDS as usize {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "WANT_DELTA needs 1..=4096 CIDs",
+                    ));
+                }
+                out.push(WANT_DELTA);
+                out.extend_from_slice(&batch.to_be_bytes());
+                out.extend_from_slice(&max_bytes.to_be_bytes());
+                out.extend_from_slice(&(items.len() as u16).to_be_bytes());
+                for (c, bases) in items {
+                    if bases.len() > crate::delta::MAX_BASES {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "WANT_DELTA takes at most 3 bases per CID",
+                        ));
+                    }
+                    out.extend_from_slice(c.as_bytes());
+                    out.push(bases.len() as u8);
+                    for b in bases {
+                        out.extend_from_slice(b.as_bytes());
+                    }
+                }
+            }
             ClientFrame::WantClosure {
                 batch,
                 max_bytes,
@@ -230,6 +280,41 @@ impl ClientFrame {
                     cids,
                 }))
             }
+            WANT_DELTA => {
+                let batch = read_u32(io).await?;
+                let max_bytes = read_u32(io).await?;
+                let n = read_u16(io).await?;
+                if n == 0 || n > super::limits::MAX_WANT_CIDS {
+                    return Err(ReadError::Violation(Violation::Oversize {
+                        what: "WANT_DELTA",
+                        len: n as u64,
+                        max: super::limits::MAX_WANT_CIDS as u64,
+                    }));
+                }
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let cid = read_cid(io).await?;
+                    let mut k = [0u8; 1];
+                    io.read_exact(&mut k).await?;
+                    if k[0] as usize > crate::delta::MAX_BASES {
+                        return Err(ReadError::Violation(Violation::Oversize {
+                            what: "WANT_DELTA bases",
+                            len: k[0] as u64,
+                            max: crate::delta::MAX_BASES as u64,
+                        }));
+                    }
+                    let mut bases = Vec::with_capacity(k[0] as usize);
+                    for _ in 0..k[0] {
+                        bases.push(read_cid(io).await?);
+                    }
+                    items.push((cid, bases));
+                }
+                Ok(Some(ClientFrame::WantDelta {
+                    batch,
+                    max_bytes,
+                    items,
+                }))
+            }
             WANT_CLOSURE => {
                 let batch = read_u32(io).await?;
                 let mut b8 = [0u8; 8];
@@ -265,6 +350,10 @@ impl ServerFrame {
                 out.push(BLOCK);
                 out.extend_from_slice(&(b.len() as u32).to_be_bytes());
             }
+            ServerFrame::Delta(p) => {
+                out.push(DELTA);
+                out.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            }
             ServerFrame::Missing => out.push(MISSING),
             ServerFrame::Defer => out.push(DEFER),
             ServerFrame::Done { batch } => {
@@ -295,7 +384,9 @@ impl ServerFrame {
     /// The payload that follows the header, if any.
     pub fn payload(&self) -> Option<&Bytes> {
         match self {
-            ServerFrame::Block(b) | ServerFrame::ClosureBlock { bytes: b, .. } => Some(b),
+            ServerFrame::Block(b)
+            | ServerFrame::Delta(b)
+            | ServerFrame::ClosureBlock { bytes: b, .. } => Some(b),
             _ => None,
         }
     }
@@ -310,6 +401,7 @@ impl ServerFrame {
         io.read_exact(&mut tag).await?;
         Ok(match tag[0] {
             BLOCK => ServerFrame::Block(read_block(io, max_block).await?),
+            DELTA => ServerFrame::Delta(read_block(io, max_block).await?),
             MISSING => ServerFrame::Missing,
             DEFER => ServerFrame::Defer,
             DONE => ServerFrame::Done {
@@ -423,14 +515,25 @@ mod tests {
             let mut out = Vec::new();
             want.encode(&mut out).unwrap();
             closure.encode(&mut out).unwrap();
+            let delta = ClientFrame::WantDelta {
+                batch: 4,
+                max_bytes: 99,
+                items: vec![
+                    (Cid::of(b"n"), vec![Cid::of(b"o"), Cid::of(b"p")]),
+                    (Cid::of(b"m"), vec![]),
+                ],
+            };
+            delta.encode(&mut out).unwrap();
             let mut r: &[u8] = &out;
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(want));
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(closure));
+            assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(delta));
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), None);
 
             let frames = vec![
                 ServerFrame::Block(Bytes::from_static(b"hello")),
                 ServerFrame::Missing,
+                ServerFrame::Delta(Bytes::from_static(b"patch")),
                 ServerFrame::Defer,
                 ServerFrame::Done { batch: 9 },
                 ServerFrame::ClosureBlock {

@@ -126,6 +126,15 @@ pub enum Response {
         /// Whether this peer may fetch the closure with `WANT_CLOSURE`
         /// (saves a refused round trip).
         bulk: bool,
+        /// Whether this peer answers `WANT_DELTA` with patches. Added
+        /// within version 1: absent in answers of older peers (read as
+        /// false), ignored by older readers.
+        #[serde(default)]
+        delta: bool,
+        /// The publisher's signed record for this value, when the peer has
+        /// one (`crate::record`). Added within version 1, like `delta`.
+        #[serde(default)]
+        record: Option<ByteBuf>,
     },
     /// Answer to `ListRoots`.
     Roots {

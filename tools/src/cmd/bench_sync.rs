@@ -4,8 +4,10 @@
 //! memory store, publishes it as a typed root, and measures with two real
 //! nodes on 127.0.0.1, every connection relayed through a byte-counting
 //! proxy: a cold clone level by level (`WANT` batches), a cold clone through
-//! the bulk path, and the pull of an update touching a fraction of the
-//! records. The same closure bytes are then copied over a bare libp2p
+//! the bulk path, and pulls of updates touching a fraction of the records
+//! (applied through `Index::apply`, as `prox update` does, so sidecars are
+//! edited in place), each pulled with whole blocks and with block patches.
+//! The same closure bytes are then copied over a bare libp2p
 //! stream (same transport) and raw TCP (same framing and hashing) in the
 //! same run. Medians over `--runs`.
 
@@ -13,6 +15,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use clap::Args;
 use prox_engine::accel::{build_sidecars, HnswParams};
+use prox_engine::index::{Batch, Index, Options, WriteOptions};
 use prox_engine::manifest::RootManifest;
 use prox_engine::proximity::{ContentRoot, ProximityConfig, ProximityMap, RootKind};
 use prox_engine::refs;
@@ -39,9 +42,10 @@ pub struct BenchSyncArgs {
     /// Dimensions.
     #[arg(long, default_value_t = 128)]
     pub dim: usize,
-    /// Fraction of records changed by the update scenario.
-    #[arg(long, default_value_t = 0.001)]
-    pub update_fraction: f64,
+    /// Fractions of records changed by the update scenarios
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "0.001,0.01,0.1")]
+    pub update_fraction: Vec<f64>,
     /// Runs per scenario (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
@@ -71,8 +75,12 @@ pub struct SyncResult {
     pub ideal_bytes: u64,
     /// Blocks fetched.
     pub blocks_fetched: u64,
-    /// Block bytes fetched.
+    /// Block bytes fetched (as stored).
     pub bytes_fetched: u64,
+    /// Blocks that arrived as patches.
+    pub blocks_patched: u64,
+    /// Block payload received (whole blocks and patches as sent).
+    pub bytes_received: u64,
     /// Bytes relayed by the counting proxy, both directions.
     pub wire_bytes: u64,
     /// `wire_bytes / ideal_bytes`.
@@ -170,11 +178,12 @@ struct Pair {
 }
 
 impl Pair {
-    async fn start(src: Stores, trusted: bool) -> Result<Pair> {
+    async fn start(src: Stores, trusted: bool, delta: bool) -> Result<Pair> {
         let cfg = Config {
             listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
             trust_all: trusted,
             open: true,
+            delta,
             ..Config::default()
         };
         let key = libp2p_key();
@@ -311,6 +320,8 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         ideal_bytes,
         blocks_fetched: blocks1.len() as u64,
         bytes_fetched: ideal_bytes,
+        blocks_patched: 0,
+        bytes_received: ideal_bytes,
         wire_bytes: bare_stream_copy(&payload, true).await?.1,
         wire_ratio: 0.0,
         round_trips: 1,
@@ -330,6 +341,8 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         ideal_bytes,
         blocks_fetched: blocks1.len() as u64,
         bytes_fetched: ideal_bytes,
+        blocks_patched: 0,
+        bytes_received: ideal_bytes,
         wire_bytes: ideal_bytes + 4 * blocks1.len() as u64,
         wire_ratio: (ideal_bytes + 4 * blocks1.len() as u64) as f64 / ideal_bytes as f64,
         round_trips: 1,
@@ -341,7 +354,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
 
     // Cold clones: level by level (untrusted) and bulk (trusted).
     for (scenario, trusted) in [("clone-levels", false), ("clone-bulk", true)] {
-        let pair = Pair::start(src.clone(), trusted).await?;
+        let pair = Pair::start(src.clone(), trusted, true).await?;
         let mut secs = Vec::new();
         let mut last = None;
         for _ in 0..runs {
@@ -363,6 +376,8 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
             ideal_bytes,
             blocks_fetched: r.blocks_fetched,
             bytes_fetched: r.bytes_fetched,
+            blocks_patched: r.blocks_patched,
+            bytes_received: r.bytes_received,
             wire_bytes: wire,
             wire_ratio: wire as f64 / ideal_bytes as f64,
             round_trips: r.round_trips,
@@ -374,57 +389,102 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         pair.source.shutdown().await;
     }
 
-    // Update of a fraction of the records, pulled by replicas of v1.
-    let changes = ((args.n as f64 * args.update_fraction).round() as usize).max(1);
-    let bump: HashSet<usize> = (0..changes)
-        .map(|i| (i * 7919 + args.seed as usize) % args.n)
-        .collect();
-    let value2 = {
+    // Updates of a fraction of the records through the index API, each
+    // pulled by replicas of v1 with whole blocks, then with patches.
+    let index1 = {
         let store = src.main.clone();
-        let recs = vectors(args.n, args.dim, args.seed, &bump);
-        tokio::task::spawn_blocking(move || publish(&*store, recs, hnsw)).await??
+        tokio::task::spawn_blocking(move || {
+            let open = Options {
+                warm: false,
+                ..Options::default()
+            };
+            Index::open(store, "bench", &open)
+        })
+        .await??
     };
-    let blocks2 = closure(&*src.main, &value2)?;
-    let old: HashSet<Cid> = blocks1.iter().map(|(c, _)| *c).collect();
-    let new_blocks: Vec<&(Cid, Bytes)> = blocks2.iter().filter(|(c, _)| !old.contains(c)).collect();
-    let ideal2: u64 = new_blocks.iter().map(|(_, b)| b.len() as u64).sum();
-    let pair = Pair::start(src.clone(), false).await?;
-    let mut secs = Vec::new();
-    let mut last = None;
-    for _ in 0..runs {
-        let (node, stores) = receiver().await?;
-        for (_, b) in &blocks1 {
-            stores.main.put(b)?;
-        }
-        stores.main.set_root("bench", Some(&value1))?;
-        pair.proxy.reset();
-        let r = node.pull(&pair.addr(), "bench", "bench").await?;
+    let index1 = Arc::new(index1);
+    for &fraction in &args.update_fraction {
+        let changes = ((args.n as f64 * fraction).round() as usize).clamp(1, args.n);
+        let bump: HashSet<usize> = (0..changes)
+            .map(|i| (i * 7919 + args.seed as usize) % args.n)
+            .collect();
+        let t = Instant::now();
+        let value2 = {
+            let (store, index1) = (src.main.clone(), index1.clone());
+            let recs = vectors(args.n, args.dim, args.seed, &bump);
+            let value1 = value1.clone();
+            let bump = bump.clone();
+            tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
+                let mut batch = Batch::new();
+                for (i, (key, vector, value)) in recs.into_iter().enumerate() {
+                    if bump.contains(&i) {
+                        batch.upsert(key, vector, value);
+                    }
+                }
+                let applied = index1.apply(&batch, &WriteOptions::default())?;
+                store.set_root("bench", Some(&value1))?;
+                applied.index.commit("bench", Some(index1.descriptor()))?;
+                Ok(store.root("bench")?.context("root after commit")?.to_vec())
+            })
+            .await??
+        };
         eprintln!(
-            "  update-{changes} hnsw={hnsw}: {:.3} s, {} blocks, {} round trips",
-            r.seconds, r.blocks_fetched, r.round_trips
+            "update of {} records applied in {:.1} s",
+            bump.len(),
+            t.elapsed().as_secs_f64()
         );
-        secs.push(r.seconds);
-        last = Some((r, pair.proxy.bytes()));
-        node.shutdown().await;
+        let blocks2 = closure(&*src.main, &value2)?;
+        let old: HashSet<Cid> = blocks1.iter().map(|(c, _)| *c).collect();
+        let new_blocks: Vec<&(Cid, Bytes)> =
+            blocks2.iter().filter(|(c, _)| !old.contains(c)).collect();
+        let ideal2: u64 = new_blocks.iter().map(|(_, b)| b.len() as u64).sum();
+        for delta in [false, true] {
+            let pair = Pair::start(src.clone(), false, delta).await?;
+            let scenario = format!(
+                "update-{}{}",
+                bump.len(),
+                if delta { "-delta" } else { "-whole" }
+            );
+            let mut secs = Vec::new();
+            let mut last = None;
+            for _ in 0..runs {
+                let (node, stores) = receiver().await?;
+                for (_, b) in &blocks1 {
+                    stores.main.put(b)?;
+                }
+                stores.main.set_root("bench", Some(&value1))?;
+                pair.proxy.reset();
+                let r = node.pull(&pair.addr(), "bench", "bench").await?;
+                eprintln!(
+                    "  {scenario} hnsw={hnsw}: {:.3} s, {} blocks ({} patched), {} B received, {} round trips",
+                    r.seconds, r.blocks_fetched, r.blocks_patched, r.bytes_received, r.round_trips
+                );
+                secs.push(r.seconds);
+                last = Some((r, pair.proxy.bytes()));
+                node.shutdown().await;
+            }
+            let (r, wire) = last.context("at least one run")?;
+            let s = median(secs);
+            out.push(SyncResult {
+                scenario,
+                hnsw,
+                records: args.n,
+                ideal_blocks: new_blocks.len() as u64,
+                ideal_bytes: ideal2,
+                blocks_fetched: r.blocks_fetched,
+                bytes_fetched: r.bytes_fetched,
+                blocks_patched: r.blocks_patched,
+                bytes_received: r.bytes_received,
+                wire_bytes: wire,
+                wire_ratio: wire as f64 / ideal2.max(1) as f64,
+                round_trips: r.round_trips,
+                seconds: s,
+                mb_per_s: r.bytes_fetched as f64 / s / 1e6,
+                vs_bare_stream: None,
+                vs_raw_tcp: None,
+            });
+            pair.source.shutdown().await;
+        }
     }
-    let (r, wire) = last.context("at least one run")?;
-    let s = median(secs);
-    out.push(SyncResult {
-        scenario: format!("update-{changes}"),
-        hnsw,
-        records: args.n,
-        ideal_blocks: new_blocks.len() as u64,
-        ideal_bytes: ideal2,
-        blocks_fetched: r.blocks_fetched,
-        bytes_fetched: r.bytes_fetched,
-        wire_bytes: wire,
-        wire_ratio: wire as f64 / ideal2.max(1) as f64,
-        round_trips: r.round_trips,
-        seconds: s,
-        mb_per_s: r.bytes_fetched as f64 / s / 1e6,
-        vs_bare_stream: None,
-        vs_raw_tcp: None,
-    });
-    pair.source.shutdown().await;
     Ok(out)
 }

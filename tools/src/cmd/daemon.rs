@@ -57,6 +57,14 @@ pub struct DaemonArgs {
     /// Without an allowlist, let every peer use the bulk path and push.
     #[arg(long)]
     pub trust_all: bool,
+    /// Require signed root records from this publisher (repeatable): a
+    /// pulled root must carry its valid record, seq never going back;
+    /// allowlisted peers may still send unsigned roots.
+    #[arg(long = "trust", value_name = "PEER_ID")]
+    pub trust: Vec<String>,
+    /// Sign the roots this daemon serves with its identity key.
+    #[arg(long)]
+    pub sign: bool,
     /// The HTTP search API next to the daemon (enabled by --http ADDR).
     #[command(flatten)]
     pub http: super::serve::HttpArgs,
@@ -82,6 +90,8 @@ pub fn config(args: &DaemonArgs) -> Result<Config> {
     }
     cfg.mdns |= args.mdns;
     cfg.trust_all |= args.trust_all;
+    cfg.trust.extend(args.trust.iter().cloned());
+    cfg.sign |= args.sign;
     cfg.open |= args.open;
     if cfg.allow.is_empty() && !cfg.open {
         tracing::warn!(

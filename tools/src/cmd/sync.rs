@@ -1,4 +1,4 @@
-//! `prox sync pull|push|status|peers`: talk to a running daemon through its
+//! `prox sync pull|push|ls|mirror|status|peers`: talk to a running daemon through its
 //! control socket, or do the same operation one-shot when none runs.
 
 use crate::cmd::store_arg::StoreArg;
@@ -15,6 +15,8 @@ Examples:
   prox sync pull --store b/ --peer ADDR --name docs --as docs-mirror
   prox sync pull --store b/ --peer ADDR --name docs --max-pull-bytes 20G --pull-deadline 2h
   prox sync push --store a/ --peer ADDR --name docs
+  prox sync ls --store b/ --peer ADDR
+  prox sync mirror --store b/ --peer ADDR     # follows too when a daemon runs on b/
   prox sync status --store b/
 
 With a daemon running on the store, the command goes through its control
@@ -37,6 +39,11 @@ pub enum SyncOp {
     Pull(PullArgs),
     /// Ask a peer to pull one of our roots.
     Push(TransferArgs),
+    /// The roots a peer serves us: names, root CIDs, value sizes.
+    Ls(PeerArgs),
+    /// Pull every root a peer serves, then follow them (through a running
+    /// daemon; one-shot it only pulls).
+    Mirror(PeerArgs),
     /// Identity, listen addresses, roots, running pulls.
     Status(LocalArgs),
     /// Connected and banned peers.
@@ -86,6 +93,23 @@ pub struct PullArgs {
     pub pull_deadline: Option<Duration>,
 }
 
+/// Arguments of `ls` and `mirror`.
+#[derive(Debug, Args)]
+pub struct PeerArgs {
+    /// Local store.
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// The peer's multiaddr, ending in /p2p/<peer id>.
+    #[arg(long)]
+    pub peer: String,
+    /// Accept a peer address without /p2p/<peer id> (trusted networks only).
+    #[arg(long)]
+    pub insecure_any_peer: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Arguments of `status` and `peers`.
 #[derive(Debug, Args)]
 pub struct LocalArgs {
@@ -114,6 +138,9 @@ pub fn run(args: &SyncArgs) -> Result<()> {
     if let SyncOp::Pull(PullArgs { transfer: a, .. }) | SyncOp::Push(a) = &args.op {
         check_peer_names_identity(&a.peer, a.insecure_any_peer)?;
     }
+    if let SyncOp::Ls(a) | SyncOp::Mirror(a) = &args.op {
+        check_peer_names_identity(&a.peer, a.insecure_any_peer)?;
+    }
     let (store, op, json) = match &args.op {
         SyncOp::Pull(p) => (
             &p.transfer.store,
@@ -137,12 +164,43 @@ pub fn run(args: &SyncArgs) -> Result<()> {
             },
             a.json,
         ),
+        SyncOp::Ls(a) => (
+            &a.store,
+            Op::Ls {
+                peer: a.peer.clone(),
+            },
+            a.json,
+        ),
+        SyncOp::Mirror(a) => (
+            &a.store,
+            Op::Mirror {
+                peer: a.peer.clone(),
+                follow: true,
+            },
+            a.json,
+        ),
         SyncOp::Status(a) => (&a.store, Op::Status, true),
         SyncOp::Peers(a) => (&a.store, Op::Peers, true),
     };
     let rt = runtime()?;
     let value = rt.block_on(prox_sync::local::execute(&store.store, &op))?;
-    print(&op, &value, json)
+    print(&op, &value, json)?;
+    if let Op::Mirror { .. } = op {
+        let roots = value.get("roots").and_then(|r| r.as_array());
+        let failed = roots
+            .into_iter()
+            .flatten()
+            .filter(|r| !r["error"].is_null());
+        let failed: Vec<&str> = failed.filter_map(|r| r["name"].as_str()).collect();
+        if !failed.is_empty() {
+            anyhow::bail!(
+                "mirror: {} root(s) failed: {}",
+                failed.len(),
+                failed.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 fn print(op: &Op, v: &serde_json::Value, json: bool) -> Result<()> {
@@ -165,6 +223,35 @@ fn print(op: &Op, v: &serde_json::Value, json: bool) -> Result<()> {
                     g("round_trips"),
                     g("seconds").as_f64().unwrap_or(0.0)
                 );
+            }
+        }
+        Op::Ls { .. } => {
+            let roots = v.get("roots").and_then(|r| r.as_array());
+            for r in roots.into_iter().flatten() {
+                println!(
+                    "{}\t{}\t{} B value",
+                    r["name"].as_str().unwrap_or("?"),
+                    r["root"].as_str().unwrap_or("-"),
+                    r["value_bytes"]
+                );
+            }
+        }
+        Op::Mirror { .. } => {
+            let roots = v.get("roots").and_then(|r| r.as_array());
+            for r in roots.into_iter().flatten() {
+                let name = r["name"].as_str().unwrap_or("?");
+                let follow = if r["following"] == serde_json::Value::Bool(true) {
+                    "following"
+                } else {
+                    "not following (no daemon on this store)"
+                };
+                match r["error"].as_str() {
+                    Some(e) => println!("{name}: failed: {e}; {follow}"),
+                    None => println!(
+                        "{name}: {} blocks, {} bytes fetched; {follow}",
+                        r["pull"]["blocks_fetched"], r["pull"]["bytes_fetched"]
+                    ),
+                }
             }
         }
         _ => println!("{}", serde_json::to_string_pretty(v)?),
