@@ -37,4 +37,4 @@ pub use format::{
 pub use map::{InputRecord, ProximityMap, VerifyReport};
 pub use mutate::{ApplyStats, Mutation};
 pub use publish::{publish, publish_expecting, resolve, Sidecars};
-pub use stream::{NoProgress, Phase, Progress, StreamBuild, StreamStats};
+pub use stream::{clear_checkpoint, NoProgress, Phase, Progress, StreamBuild, StreamStats};

@@ -141,6 +141,7 @@ impl Spill {
     /// Spills into `dir` (created if missing) items of `dims` components.
     pub(crate) fn new(dir: &Path, dims: usize) -> Result<Spill> {
         std::fs::create_dir_all(dir)?;
+        sweep_stale(dir);
         Ok(Spill {
             dir: dir.to_path_buf(),
             files: Vec::new(),
@@ -229,6 +230,30 @@ impl Spill {
             m.refill(i)?;
         }
         Ok(m)
+    }
+}
+
+/// Removes the spill files of builds whose process is gone (killed before
+/// it could clean up), where `/proc` tells which processes run.
+fn sweep_stale(dir: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("prox-build-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if rest.ends_with(".spill") && !Path::new(&format!("/proc/{pid}")).exists() {
+            // Best effort, like the removal on drop.
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

@@ -30,11 +30,16 @@
 //! batch of leaves being written; a single leaf group is held whole.
 
 use super::build::{Ent, Hierarchy, Records, Writer};
-use super::format::{Descriptor, DirectoryBlock, NodeKind, ProximityConfig, Record};
+use super::format::{
+    typed_root_config, ContentRoot, Descriptor, DirectoryBlock, NodeKind, ProximityConfig, Record,
+    RootKind,
+};
 use super::map::ProximityMap;
 use super::math::{prepare, promotion_level};
 use super::spill::{item_bytes, Item, Run, SortBy, Spill};
+use crate::cid::Cid;
 use crate::error::{Error, Result};
+use crate::manifest::RootManifest;
 use crate::prolly;
 use crate::store::BlockStore;
 use rayon::prelude::*;
@@ -117,7 +122,15 @@ pub struct StreamBuild<'s> {
     buf_bytes: usize,
     runs: Vec<Run>,
     count: u64,
+    /// Named root to write the checkpoint under (see [`StreamBuild::checkpoint_as`]).
+    checkpoint: Option<String>,
+    /// Resuming: the directory of the checkpoint replaces the input.
+    resumed: Option<Cid>,
 }
+
+/// Metadata key of a checkpoint's `CRMF`: the map configuration's
+/// fingerprint (6.4), so a resume with other options is refused.
+const META_PENDING_CONFIG: &[u8] = b"prox.pending-build.config";
 
 impl<'s> StreamBuild<'s> {
     /// Starts a build into `store` that keeps its own memory near
@@ -148,7 +161,66 @@ impl<'s> StreamBuild<'s> {
             buf_bytes: 0,
             runs: Vec::new(),
             count: 0,
+            checkpoint: None,
+            resumed: None,
         })
+    }
+
+    /// Writes a checkpoint under the named root `root` once the sort phase
+    /// is done: the directory (ordinary blocks, committed) named by a typed
+    /// `CRMF` of kind ordered node whose metadata carries the configuration
+    /// fingerprint. Garbage collection keeps it like any named root;
+    /// [`StreamBuild::resume`] continues from it; [`clear_checkpoint`]
+    /// removes it once the map is published.
+    pub fn checkpoint_as(mut self, root: &str) -> Result<StreamBuild<'s>> {
+        crate::store::validate_root_name(root)?;
+        self.checkpoint = Some(root.to_string());
+        Ok(self)
+    }
+
+    /// A build that continues from the checkpoint under `root`, or `None`
+    /// when there is none. Nothing is pushed to it: its records are the
+    /// checkpoint's directory, and [`StreamBuild::finish`] starts at the
+    /// cluster phase (after re-deriving the promoted records from the
+    /// directory). Errors: a checkpoint made with another configuration
+    /// ([`Error::InvalidArgument`]); a damaged checkpoint.
+    pub fn resume(
+        store: &'s dyn BlockStore,
+        config: &ProximityConfig,
+        memory_limit: u64,
+        spill_dir: &Path,
+        root: &str,
+    ) -> Result<Option<StreamBuild<'s>>> {
+        let Some(bytes) = store.root(root)? else {
+            return Ok(None);
+        };
+        let manifest = RootManifest::decode(&bytes)?;
+        let Some(cid) = manifest.root else {
+            return Ok(None);
+        };
+        let bytes = store.get(&cid)?.ok_or(Error::NotFound { cid })?;
+        let crmf = ContentRoot::decode(&bytes)?;
+        let made_with = crmf.metadata.get(META_PENDING_CONFIG);
+        if crmf.kind != RootKind::OrderedNode || made_with.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "root {root:?} is not a build checkpoint"
+            )));
+        }
+        if made_with.map(Vec::as_slice) != Some(config.fingerprint().as_bytes().as_slice()) {
+            return Err(Error::InvalidArgument(format!(
+                "the checkpoint under {root:?} was made with another map configuration; \
+                 resume with the options of the interrupted build, or build afresh"
+            )));
+        }
+        let mut b = StreamBuild::new(store, config, memory_limit, spill_dir)?;
+        b.checkpoint = Some(root.to_string());
+        b.resumed = Some(crmf.root);
+        Ok(Some(b))
+    }
+
+    /// True when this build continues from a checkpoint.
+    pub fn is_resumed(&self) -> bool {
+        self.resumed.is_some()
     }
 
     /// Bytes one run may hold before it is sorted and spilled.
@@ -237,17 +309,15 @@ impl<'s> StreamBuild<'s> {
             runs.push(self.spill.write_run(tail, SortBy::Key)?);
         }
         let spilled_runs = runs.iter().filter(|r| matches!(r, Run::File(_))).count() as u64;
-        let n = self.count;
         let dims = self.config.dims as usize;
         let mut stats = StreamStats {
-            records: n,
             runs: spilled_runs,
             ..StreamStats::default()
         };
 
         // Sort: merge, directory, promoted records, level-0 file.
         let t = Instant::now();
-        progress.start(Phase::Sort, Some(n));
+        progress.start(Phase::Sort, self.resumed.is_none().then_some(self.count));
         let dir_config = prolly::Config::default();
         let mut chunker = prolly::Chunker::new(self.store, &dir_config, 0);
         let mut upper = Records {
@@ -260,15 +330,35 @@ impl<'s> StreamBuild<'s> {
         let mut level0 = self.spill.sequential()?;
         let mut prev: Option<Vec<u8>> = None;
         let mut index = 0u32;
-        for item in self.spill.merge(runs, SortBy::Key)? {
+        let source: Box<dyn Iterator<Item = Result<Item>>> = match self.resumed {
+            None => Box::new(self.spill.merge(runs, SortBy::Key)?),
+            Some(dir) => {
+                let dims_u32 = self.config.dims;
+                let tree = prolly::Tree::open(self.store, dir_config.clone(), Some(dir))?;
+                Box::new(tree.iter().map(move |e| {
+                    let (key, bytes) = e?;
+                    let r = Record::decode(&bytes, dims_u32)?;
+                    Ok(Item {
+                        group: 0,
+                        index: 0,
+                        key,
+                        vector: r.vector,
+                        value: Vec::new(),
+                    })
+                }))
+            }
+        };
+        for item in source {
             let mut item = item?;
             if prev.as_deref() == Some(item.key.as_slice()) {
                 return Err(Error::DuplicateKey { key: item.key });
             }
-            chunker.push(
-                item.key.clone(),
-                Record::encode_parts(&item.vector, &item.value)?,
-            )?;
+            if self.resumed.is_none() {
+                chunker.push(
+                    item.key.clone(),
+                    Record::encode_parts(&item.vector, &item.value)?,
+                )?;
+            }
             let level = promotion_level(
                 &item.key,
                 self.config.log_chunk_size,
@@ -293,13 +383,21 @@ impl<'s> StreamBuild<'s> {
         progress.advance(u64::from(index % 4096));
         level0.finish()?;
         self.spill.account(&level0);
+        let n = u64::from(index);
+        stats.records = n;
         if n == 0 {
             progress.finish(Phase::Sort);
             // The empty map (12.9) has no groups to stream.
             let map = ProximityMap::build(self.store, &self.config, Vec::new())?;
             return Ok((map, stats));
         }
-        let dir_root = prolly::grow(self.store, &dir_config, 0, chunker.finish()?)?;
+        let dir_root = match self.resumed {
+            Some(dir) => Some(dir),
+            None => prolly::grow(self.store, &dir_config, 0, chunker.finish()?)?,
+        };
+        if let (Some(name), Some(dir), None) = (&self.checkpoint, dir_root, self.resumed) {
+            write_checkpoint(self.store, name, &self.config, dir)?;
+        }
         progress.finish(Phase::Sort);
         stats.seconds[0] = t.elapsed().as_secs_f64();
         stats.promoted = upper.len() as u64;
@@ -417,6 +515,35 @@ impl<'s> StreamBuild<'s> {
         stats.spilled_bytes = self.spill.written();
         Ok((ProximityMap::from_parts(self.store, cid, descriptor), stats))
     }
+}
+
+/// Makes the directory durable, then points `root` at a checkpoint `CRMF`
+/// naming it.
+fn write_checkpoint(
+    store: &dyn BlockStore,
+    root: &str,
+    config: &ProximityConfig,
+    dir: Cid,
+) -> Result<()> {
+    let mut crmf = ContentRoot::new(RootKind::OrderedNode, dir);
+    crmf.metadata.insert(
+        META_PENDING_CONFIG.to_vec(),
+        config.fingerprint().as_bytes().to_vec(),
+    );
+    let cid = store.put(&crmf.encode()?)?;
+    // The root must never name a block that a crash could lose.
+    store.commit()?;
+    let manifest = RootManifest::new(Some(cid), typed_root_config()).encode();
+    store.set_root(root, Some(&manifest))
+}
+
+/// Removes the checkpoint root `root` (after the map it led to is
+/// published); nothing if it is absent.
+pub fn clear_checkpoint(store: &dyn BlockStore, root: &str) -> Result<()> {
+    if store.root(root)?.is_some() {
+        store.set_root(root, None)?;
+    }
+    Ok(())
 }
 
 /// The key an error names, for picking the smallest.

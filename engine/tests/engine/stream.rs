@@ -215,3 +215,49 @@ fn build_streamed_reports_phases_and_publishes() {
     assert!(index::sidecar_memory(&build, 1200).unwrap() > 1200 * 6 * 4);
     assert_eq!(index::sidecar_memory(&Build::new(6), 1200), None);
 }
+
+#[test]
+fn a_checkpoint_resumes_to_the_same_descriptor() {
+    let seed = prox_testkit::seed(0x5EED_002B);
+    let recs = records(seed, 4000, 8);
+    let mut config = ProximityConfig::new(8);
+    config.log_chunk_size = 5;
+    let want = in_memory(&config, &recs);
+    let store = MemStore::new();
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        StreamBuild::resume(&store, &config, 1 << 20, dir.path(), "m.pending")
+            .unwrap()
+            .is_none()
+    );
+    let mut b = StreamBuild::new(&store, &config, 1 << 20, dir.path())
+        .unwrap()
+        .checkpoint_as("m.pending")
+        .unwrap();
+    for (k, v, val) in &recs {
+        b.push(k.clone(), v.clone(), val.clone()).unwrap();
+    }
+    let (map, _) = b.finish(&NoProgress).unwrap();
+    assert_eq!(map.descriptor_cid().to_hex(), want);
+    // The checkpoint (written after the sort phase) is still there: a
+    // resume from it skips the input and gives the same map.
+    let r = StreamBuild::resume(&store, &config, 1 << 20, dir.path(), "m.pending")
+        .unwrap()
+        .expect("checkpoint present");
+    assert!(r.is_resumed());
+    let (again, stats) = r.finish(&NoProgress).unwrap();
+    assert_eq!(again.descriptor_cid().to_hex(), want, "PROX_SEED={seed}");
+    assert_eq!(stats.records, 4000);
+    let mut other = config.clone();
+    other.metric = Metric::Cosine;
+    let e = StreamBuild::resume(&store, &other, 1 << 20, dir.path(), "m.pending")
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("another map configuration"), "{e}");
+    prox_engine::proximity::clear_checkpoint(&store, "m.pending").unwrap();
+    assert!(
+        StreamBuild::resume(&store, &config, 1 << 20, dir.path(), "m.pending")
+            .unwrap()
+            .is_none()
+    );
+}
