@@ -153,14 +153,24 @@ fn open_inner(path: &Path, format: Format) -> Result<Inner> {
 fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("{}: cannot list", dir.display()))? {
-        let p = e.with_context(|| format!("{}: cannot list", dir.display()))?.path();
-        if p.is_file() && matches!(Format::from_path(&p), Ok(Format::Npy | Format::Fvecs | Format::Bvecs)) {
+        let p = e
+            .with_context(|| format!("{}: cannot list", dir.display()))?
+            .path();
+        if p.is_file()
+            && matches!(
+                Format::from_path(&p),
+                Ok(Format::Npy | Format::Fvecs | Format::Bvecs)
+            )
+        {
             files.push(p);
         }
     }
     files.sort();
     if files.is_empty() {
-        bail!("{}: directory holds no .npy, .fvecs or .bvecs shard", dir.display());
+        bail!(
+            "{}: directory holds no .npy, .fvecs or .bvecs shard",
+            dir.display()
+        );
     }
     Ok(files)
 }

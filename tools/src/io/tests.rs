@@ -182,7 +182,11 @@ fn npy_versions_and_errors() {
     let e = format!("{:#}", VectorReader::open(&p).err().unwrap());
     assert!(e.contains("bad.npy") && e.contains("<i4"), "{e}");
 
-    std::fs::write(&p, npy_bytes_with(3, 1, &data[..3], 1, "<f4").replace_shape()).unwrap();
+    std::fs::write(
+        &p,
+        npy_bytes_with(3, 1, &data[..3], 1, "<f4").replace_shape(),
+    )
+    .unwrap();
     let e = format!("{:#}", VectorReader::open(&p).err().unwrap());
     assert!(e.contains("2-D"), "{e}");
 
@@ -210,9 +214,19 @@ fn npy_dtypes_are_widened_to_f32() {
     let want = vec![1.0f32, -2.0, 0.5, 3.0];
     let p = dir.path().join("x.npy");
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("<f2", want.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect()),
+        (
+            "<f2",
+            want.iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect(),
+        ),
         (">f4", want.iter().flat_map(|&x| x.to_be_bytes()).collect()),
-        ("<f8", want.iter().flat_map(|&x| f64::from(x).to_le_bytes()).collect()),
+        (
+            "<f8",
+            want.iter()
+                .flat_map(|&x| f64::from(x).to_le_bytes())
+                .collect(),
+        ),
         ("|i1", vec![1, 0xfe, 0, 3]),
         ("|u1", vec![1, 2, 0, 3]),
     ];
@@ -227,7 +241,10 @@ fn npy_dtypes_are_widened_to_f32() {
         assert_eq!((m.dim, m.data), (2, expect), "{descr}");
     }
     // A float64 too large for f32 becomes infinite and is refused.
-    let raw: Vec<u8> = [1e300f64, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let raw: Vec<u8> = [1e300f64, 0.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
     std::fs::write(&p, npy_raw(1, 2, &raw, 1, "<f8")).unwrap();
     assert!(err_of(&p).contains("not finite"));
 }
@@ -237,17 +254,27 @@ fn a_directory_of_shards_is_one_input() {
     let dir = tmp();
     let shards = dir.path().join("shards");
     std::fs::create_dir(&shards).unwrap();
-    std::fs::write(shards.join("a.npy"), npy_bytes(2, 2, &[0.0, 1.0, 2.0, 3.0], 1)).unwrap();
+    std::fs::write(
+        shards.join("a.npy"),
+        npy_bytes(2, 2, &[0.0, 1.0, 2.0, 3.0], 1),
+    )
+    .unwrap();
     std::fs::write(shards.join("b.fvecs"), fvecs_bytes(&[&[4.0, 5.0]])).unwrap();
     std::fs::write(shards.join("c.bvecs"), [2u8, 0, 0, 0, 6, 7]).unwrap();
     std::fs::write(shards.join("notes.txt"), "ignored").unwrap();
     let mut r = VectorReader::open(&shards).unwrap();
     assert_eq!(r.len_hint(), Some(4));
-    assert_eq!(read_matrix(&shards).unwrap().data, (0..8).map(|x| x as f32).collect::<Vec<_>>());
+    assert_eq!(
+        read_matrix(&shards).unwrap().data,
+        (0..8).map(|x| x as f32).collect::<Vec<_>>()
+    );
 
     std::fs::write(shards.join("d.fvecs"), fvecs_bytes(&[&[1.0, 2.0, 3.0]])).unwrap();
     let e = err_of(&shards);
-    assert!(e.contains("d.fvecs") && e.contains("row 4") && e.contains("differs"), "{e}");
+    assert!(
+        e.contains("d.fvecs") && e.contains("row 4") && e.contains("differs"),
+        "{e}"
+    );
     std::fs::remove_file(shards.join("d.fvecs")).unwrap();
     std::fs::write(shards.join("d.npy"), npy_bytes(1, 3, &[1.0, 2.0, 3.0], 1)).unwrap();
     let e = err_of(&shards);
