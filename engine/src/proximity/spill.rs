@@ -20,8 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 /// damaged file, not data this build wrote).
 const MAX_FIELD: usize = 1 << 30;
 
-/// Read buffer per run while merging.
+/// Read buffer per run while merging: at most this, at least
+/// [`MIN_MERGE_BUFFER`], else an equal share of the merge's budget.
 const MERGE_BUFFER: usize = 256 << 10;
+const MIN_MERGE_BUFFER: usize = 8 << 10;
 
 /// One record in flight: its key, prepared vector and value, plus the
 /// group and key-order index the later phases attach.
@@ -209,13 +211,15 @@ impl Spill {
         })
     }
 
-    /// Merges `runs` (each sorted by `by`) into one stream sorted by `by`.
-    pub(crate) fn merge(&self, runs: Vec<Run>, by: SortBy) -> Result<Merge> {
+    /// Merges `runs` (each sorted by `by`) into one stream sorted by `by`,
+    /// with read buffers sharing `budget` bytes.
+    pub(crate) fn merge(&self, runs: Vec<Run>, by: SortBy, budget: usize) -> Result<Merge> {
+        let buffer = (budget / runs.len().max(1)).clamp(MIN_MERGE_BUFFER, MERGE_BUFFER);
         let mut sources = Vec::with_capacity(runs.len());
         for run in runs {
             sources.push(match run {
                 Run::File(p) => Source::File(FileItems {
-                    r: BufReader::with_capacity(MERGE_BUFFER, File::open(p)?),
+                    r: BufReader::with_capacity(buffer, File::open(p)?),
                     dims: self.dims,
                 }),
                 Run::Mem(v) => Source::Mem(v.into_iter()),
@@ -395,7 +399,7 @@ mod tests {
         let b = Spill::mem_run(vec![item(b"z", 0, 2), item(b"c", 0, 3)], SortBy::Key);
         let c = s.write_run(vec![], SortBy::Key).unwrap();
         let keys: Vec<Vec<u8>> = s
-            .merge(vec![a, b, c], SortBy::Key)
+            .merge(vec![a, b, c], SortBy::Key, 1 << 20)
             .unwrap()
             .map(|i| i.unwrap().key)
             .collect();
@@ -419,7 +423,7 @@ mod tests {
         let items = vec![item(b"x", 2, 5), item(b"y", 1, 9), item(b"w", 2, 1)];
         let run = s.write_run(items.clone(), SortBy::Group).unwrap();
         let got: Vec<Item> = s
-            .merge(vec![run], SortBy::Group)
+            .merge(vec![run], SortBy::Group, 1 << 20)
             .unwrap()
             .map(|i| i.unwrap())
             .collect();

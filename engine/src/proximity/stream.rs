@@ -331,7 +331,7 @@ impl<'s> StreamBuild<'s> {
         let mut prev: Option<Vec<u8>> = None;
         let mut index = 0u32;
         let source: Box<dyn Iterator<Item = Result<Item>>> = match self.resumed {
-            None => Box::new(self.spill.merge(runs, SortBy::Key)?),
+            None => Box::new(self.spill.merge(runs, SortBy::Key, self.run_budget())?),
             Some(dir) => {
                 let dims_u32 = self.config.dims;
                 let tree = prolly::Tree::open(self.store, dir_config.clone(), Some(dir))?;
@@ -376,7 +376,7 @@ impl<'s> StreamBuild<'s> {
             }
             prev = Some(item.key);
             index += 1;
-            if index % 4096 == 0 {
+            if index.is_multiple_of(4096) {
                 progress.advance(4096);
             }
         }
@@ -444,7 +444,9 @@ impl<'s> StreamBuild<'s> {
         // Write: the leaves in group order, then the route nodes.
         let t = Instant::now();
         progress.start(Phase::Write, Some(n));
-        let mut merge = self.spill.merge(group_runs, SortBy::Group)?;
+        let mut merge = self
+            .spill
+            .merge(group_runs, SortBy::Group, self.batch_budget())?;
         let mut done: Vec<Option<Ent>> = vec![None; h.group_count()];
         let mut batch: Vec<Leaf> = Vec::new();
         let mut batch_bytes = 0usize;

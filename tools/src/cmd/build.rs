@@ -417,7 +417,7 @@ fn stream_into(
         s.push(key, std::mem::take(&mut row.vector), value)
             .with_context(|| format!("{}: row {i}", args.input.display()))?;
         i += 1;
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             phases.advance(4096);
         }
     }

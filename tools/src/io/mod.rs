@@ -103,7 +103,8 @@ pub const STDIN: &str = "-";
 /// (rows numbered across shards; every shard must have the same dimension).
 pub struct VectorReader {
     path: PathBuf,
-    inner: Inner,
+    /// Boxed: the readers' buffers and headers are large.
+    inner: Box<Inner>,
     /// Shards not yet opened, in order, with their row counts if known
     /// (directory input).
     pending: std::collections::VecDeque<(PathBuf, Option<u64>)>,
@@ -217,7 +218,7 @@ impl VectorReader {
         };
         Ok(VectorReader {
             path: first,
-            inner,
+            inner: Box::new(inner),
             pending,
             before: 0,
             rows: 0,
@@ -228,7 +229,7 @@ impl VectorReader {
     /// A TEXMEX file's row count from its size and first row (reads it).
     fn texmex_hint(&mut self) -> Option<u64> {
         let mut row = Row::default();
-        match &mut self.inner {
+        match &mut *self.inner {
             Inner::Texmex(r) => {
                 r.next_into(&mut row.vector).ok()?;
                 r.len_hint()
@@ -256,7 +257,7 @@ impl VectorReader {
     /// for `.npy`, an estimate from the file size and the first row for
     /// TEXMEX files; `None` for JSON lines).
     pub fn len_hint(&mut self) -> Option<u64> {
-        let current = match &mut self.inner {
+        let current = match &mut *self.inner {
             Inner::Texmex(r) => r.len_hint(),
             Inner::Npy(r) => Some(r.rows()),
             Inner::Jsonl(_) => None,
@@ -273,7 +274,7 @@ impl VectorReader {
     pub fn next_into(&mut self, row: &mut Row) -> Result<bool> {
         let index = self.rows;
         loop {
-            let more = match &mut self.inner {
+            let more = match &mut *self.inner {
                 Inner::Texmex(r) => r.next_into(&mut row.vector),
                 Inner::Npy(r) => r.next_into(&mut row.vector),
                 Inner::Jsonl(r) => r.next_into(row),
@@ -298,7 +299,7 @@ impl VectorReader {
             }
             self.before = index;
             self.path = next;
-            self.inner = inner;
+            *self.inner = inner;
         }
         let dim = row.vector.len();
         match self.dim {
@@ -329,7 +330,7 @@ impl VectorReader {
         } else {
             String::new()
         };
-        match &self.inner {
+        match &*self.inner {
             Inner::Jsonl(r) => format!("{}: line {} (row {index})", self.path.display(), r.line()),
             _ => format!("{}: row {index}{shard}", self.path.display()),
         }
