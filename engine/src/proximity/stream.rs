@@ -107,6 +107,9 @@ pub struct StreamStats {
     pub spilled_bytes: u64,
     /// Records promoted above level 0 (kept in memory).
     pub promoted: u64,
+    /// Level-0 records whose leaf group came from a cluster checkpoint
+    /// instead of a descent (resumed builds).
+    pub reused_assignments: u64,
     /// Seconds per phase after the read phase: sort, cluster, write.
     pub seconds: [f64; 3],
 }
@@ -169,7 +172,10 @@ impl<'s> StreamBuild<'s> {
     /// Writes a checkpoint under the named root `root` once the sort phase
     /// is done: the directory (ordinary blocks, committed) named by a typed
     /// `CRMF` of kind ordered node whose metadata carries the configuration
-    /// fingerprint. Garbage collection keeps it like any named root;
+    /// fingerprint. The cluster phase then saves its progress after every
+    /// chunk under `ROOT.cluster` (the leaf group of each level-0 record so
+    /// far, as a prolly tree), so a resume repeats at most one chunk of
+    /// descents. Garbage collection keeps both like any named root;
     /// [`StreamBuild::resume`] continues from it; [`clear_checkpoint`]
     /// removes it once the map is published.
     pub fn checkpoint_as(mut self, root: &str) -> Result<StreamBuild<'s>> {
@@ -413,14 +419,18 @@ impl<'s> StreamBuild<'s> {
         let mut chunk: Vec<Item> = Vec::new();
         let mut chunk_bytes = 0usize;
         let mut file = self.spill.reader(&level0.path)?;
+        // Assignments of earlier attempts (resuming), and those to save.
+        let mut saved: Vec<(Vec<u8>, Vec<u8>)> = match (&self.checkpoint, self.resumed) {
+            (Some(root), Some(_)) => read_assignments(self.store, &cluster_root(root))?,
+            _ => Vec::new(),
+        };
         loop {
             let next = file.next().transpose()?;
             let full = chunk_bytes >= self.batch_budget();
-            if next.is_none() || full {
-                let metric = self.config.metric;
-                chunk.par_iter_mut().for_each_init(Vec::new, |buf, it| {
-                    it.group = h.descend_vector(metric, &upper, &it.vector, 0, buf);
-                });
+            if (next.is_none() || full) && !chunk.is_empty() {
+                if self.assign_chunk(&h, &upper, &mut chunk, &mut saved)? {
+                    stats.reused_assignments += chunk.len() as u64;
+                }
                 progress.advance(chunk.len() as u64);
                 let done = std::mem::take(&mut chunk);
                 chunk_bytes = 0;
@@ -519,8 +529,76 @@ impl<'s> StreamBuild<'s> {
     }
 }
 
+impl StreamBuild<'_> {
+    /// Assigns every level-0 record of `chunk` to its leaf group: from the
+    /// cluster checkpoint when an earlier attempt saved this very chunk
+    /// (same first record, same length), else by the descent of 12.4, then
+    /// saved to the checkpoint (when checkpointing). True when the
+    /// checkpoint supplied them.
+    fn assign_chunk(
+        &self,
+        h: &Hierarchy,
+        upper: &Records,
+        chunk: &mut [Item],
+        saved: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<bool> {
+        let key = chunk[0].index.to_be_bytes().to_vec();
+        if let Some((_, groups)) = saved.iter().find(|(k, _)| *k == key) {
+            if groups.len() == 4 * chunk.len() {
+                for (it, g) in chunk.iter_mut().zip(groups.chunks_exact(4)) {
+                    it.group = u32::from_le_bytes([g[0], g[1], g[2], g[3]]);
+                }
+                return Ok(true);
+            }
+        }
+        let metric = self.config.metric;
+        chunk.par_iter_mut().for_each_init(Vec::new, |buf, it| {
+            it.group = h.descend_vector(metric, upper, &it.vector, 0, buf);
+        });
+        if let Some(root) = &self.checkpoint {
+            saved.retain(|(k, _)| *k != key);
+            saved.push((
+                key,
+                chunk.iter().flat_map(|it| it.group.to_le_bytes()).collect(),
+            ));
+            let cfg = prolly::Config::default();
+            let tree = prolly::build(self.store, &cfg, saved.clone())?;
+            self.store.commit()?;
+            let manifest = RootManifest::new(tree, cfg).encode();
+            self.store.set_root(&cluster_root(root), Some(&manifest))?;
+        }
+        Ok(false)
+    }
+}
+
+/// The named root of a checkpoint's cluster progress: a prolly tree from
+/// the key-order index of a chunk's first level-0 record (u32 big-endian)
+/// to the chunk's leaf groups (u32 little-endian each).
+fn cluster_root(root: &str) -> String {
+    format!("{root}.cluster")
+}
+
+/// The saved chunks of the cluster checkpoint under `name` (none if absent).
+fn read_assignments(store: &dyn BlockStore, name: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let Some(bytes) = store.root(name)? else {
+        return Ok(Vec::new());
+    };
+    let tree = prolly::Tree::from_manifest(store, &RootManifest::decode(&bytes)?)?;
+    let mut out = Vec::new();
+    for e in tree.iter() {
+        let (k, v) = e?;
+        if k.len() != 4 || v.len() % 4 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "root {name:?} is not a cluster checkpoint"
+            )));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
 /// Makes the directory durable, then points `root` at a checkpoint `CRMF`
-/// naming it.
+/// naming it (and drops the cluster progress of any earlier build).
 fn write_checkpoint(
     store: &dyn BlockStore,
     root: &str,
@@ -535,6 +613,7 @@ fn write_checkpoint(
     let cid = store.put(&crmf.encode()?)?;
     // The root must never name a block that a crash could lose.
     store.commit()?;
+    store.set_root(&cluster_root(root), None)?;
     let manifest = RootManifest::new(Some(cid), typed_root_config()).encode();
     store.set_root(root, Some(&manifest))
 }
@@ -542,8 +621,10 @@ fn write_checkpoint(
 /// Removes the checkpoint root `root` (after the map it led to is
 /// published); nothing if it is absent.
 pub fn clear_checkpoint(store: &dyn BlockStore, root: &str) -> Result<()> {
-    if store.root(root)?.is_some() {
-        store.set_root(root, None)?;
+    for name in [cluster_root(root), root.to_string()] {
+        if store.root(&name)?.is_some() {
+            store.set_root(&name, None)?;
+        }
     }
     Ok(())
 }

@@ -239,6 +239,11 @@ fn a_checkpoint_resumes_to_the_same_descriptor() {
     }
     let (map, _) = b.finish(&NoProgress).unwrap();
     assert_eq!(map.descriptor_cid().to_hex(), want);
+    use prox_engine::BlockStore;
+    assert!(
+        store.root("m.pending.cluster").unwrap().is_some(),
+        "cluster progress saved"
+    );
     // The checkpoint (written after the sort phase) is still there: a
     // resume from it skips the input and gives the same map.
     let r = StreamBuild::resume(&store, &config, 1 << 20, dir.path(), "m.pending")
@@ -248,6 +253,15 @@ fn a_checkpoint_resumes_to_the_same_descriptor() {
     let (again, stats) = r.finish(&NoProgress).unwrap();
     assert_eq!(again.descriptor_cid().to_hex(), want, "PROX_SEED={seed}");
     assert_eq!(stats.records, 4000);
+    assert!(stats.reused_assignments > 3000, "{stats:?}");
+    // Another limit cuts other chunks: the saved ones do not match and the
+    // descents run again, to the same map.
+    let r = StreamBuild::resume(&store, &config, 3 << 20, dir.path(), "m.pending")
+        .unwrap()
+        .expect("checkpoint present");
+    let (again, stats) = r.finish(&NoProgress).unwrap();
+    assert_eq!(again.descriptor_cid().to_hex(), want, "PROX_SEED={seed}");
+    assert_eq!(stats.reused_assignments, 0);
     let mut other = config.clone();
     other.metric = Metric::Cosine;
     let e = StreamBuild::resume(&store, &other, 1 << 20, dir.path(), "m.pending")
@@ -255,6 +269,7 @@ fn a_checkpoint_resumes_to_the_same_descriptor() {
         .unwrap();
     assert!(e.to_string().contains("another map configuration"), "{e}");
     prox_engine::proximity::clear_checkpoint(&store, "m.pending").unwrap();
+    assert!(store.root("m.pending.cluster").unwrap().is_none());
     assert!(
         StreamBuild::resume(&store, &config, 1 << 20, dir.path(), "m.pending")
             .unwrap()
