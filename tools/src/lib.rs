@@ -16,6 +16,7 @@
 //!   point over the native, HNSW and PQ paths.
 //! * [`plot`]: recall-vs-QPS plots (SVG or PNG); [`results`]: the JSON-lines
 //!   benchmark schema they are drawn from.
+//! * [`sysmem`]: memory sizes (`--memory-limit`) and `/proc` memory facts.
 //! * [`out`]: stdout helpers that treat a closed pipe as a normal end.
 //!
 //! Errors are `anyhow` chains whose outermost context names the file, row or
@@ -29,3 +30,4 @@ pub mod out;
 pub mod plot;
 pub mod progress;
 pub mod results;
+pub mod sysmem;

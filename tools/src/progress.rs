@@ -69,3 +69,105 @@ pub fn note(msg: impl std::fmt::Display) {
         eprintln!("{msg}");
     }
 }
+
+/// Per-phase progress of an index build ([`prox_engine::proximity::Progress`]):
+/// a bar per phase with throughput and ETA on a terminal, one JSON line per
+/// finished phase on stderr with `json`, and the seconds and records of
+/// every phase for the end summary.
+pub struct Phases {
+    json: bool,
+    state: std::sync::Mutex<PhaseState>,
+}
+
+#[derive(Default)]
+struct PhaseState {
+    bar: Option<ProgressBar>,
+    current: Option<(prox_engine::proximity::Phase, std::time::Instant, u64)>,
+    done: Vec<PhaseTime>,
+}
+
+/// One finished phase.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PhaseTime {
+    /// "read", "sort", "cluster", "write", "sidecars".
+    pub phase: &'static str,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Records processed.
+    pub records: u64,
+}
+
+impl Phases {
+    /// A reporter; `json` adds one JSON line per phase on stderr.
+    pub fn new(json: bool) -> Phases {
+        Phases {
+            json,
+            state: std::sync::Mutex::new(PhaseState::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PhaseState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The phases finished so far, in order.
+    pub fn times(&self) -> Vec<PhaseTime> {
+        self.lock().done.clone()
+    }
+}
+
+impl prox_engine::proximity::Progress for Phases {
+    fn start(&self, phase: prox_engine::proximity::Phase, total: Option<u64>) {
+        let mut s = self.lock();
+        let b = match total {
+            Some(n) => bar(n, phase.name(), "records"),
+            None => spinner(phase.name()),
+        };
+        s.bar = Some(b);
+        s.current = Some((phase, std::time::Instant::now(), 0));
+    }
+
+    fn advance(&self, n: u64) {
+        let mut s = self.lock();
+        if let Some(b) = &s.bar {
+            b.inc(n);
+        }
+        if let Some(c) = s.current.as_mut() {
+            c.2 += n;
+        }
+    }
+
+    fn finish(&self, phase: prox_engine::proximity::Phase) {
+        let mut s = self.lock();
+        if let Some(b) = s.bar.take() {
+            b.finish_and_clear();
+        }
+        let Some((p, t, records)) = s.current.take() else {
+            return;
+        };
+        debug_assert_eq!(p, phase);
+        let seconds = t.elapsed().as_secs_f64();
+        let time = PhaseTime {
+            phase: phase.name(),
+            seconds,
+            records,
+        };
+        if self.json && !is_quiet() {
+            let rate = if seconds > 0.0 {
+                records as f64 / seconds
+            } else {
+                0.0
+            };
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "phase": time.phase,
+                    "seconds": seconds,
+                    "records": records,
+                    "records_per_second": rate,
+                })
+            );
+        }
+        s.done.push(time);
+    }
+}

@@ -5,7 +5,10 @@
 use crate::accel::{build_sidecars, HnswParams, PqParams};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::proximity::{self, InputRecord, ProximityConfig, ProximityMap, Sidecars};
+use crate::proximity::{
+    self, InputRecord, Phase, Progress, ProximityConfig, ProximityMap, Sidecars, StreamBuild,
+    StreamStats,
+};
 use crate::secondary::{FieldIndex, FieldIndexes};
 use crate::store::{validate_root_name, BlockStore};
 use std::time::Instant;
@@ -104,9 +107,94 @@ fn run(
     let n = records.len() as u64;
     let t = Instant::now();
     let map = ProximityMap::build(store, &build.config, records)?;
+    complete(store, name, build, &map, n, t.elapsed().as_secs_f64())
+}
+
+/// Finishes a [`StreamBuild`] (the bounded-memory build of the same map
+/// [`build()`] makes from records in memory): merges, clusters and writes
+/// the map, then builds the sidecars `build` asks for and publishes as
+/// [`build()`] does. `build.config` must be the configuration the stream
+/// was started with. Sidecar builds hold every vector in memory; callers
+/// bound them with [`sidecar_memory`] first. Reports its phases to
+/// `progress`.
+pub fn build_streamed(
+    store: &dyn BlockStore,
+    name: Option<&str>,
+    build: &Build,
+    stream: StreamBuild<'_>,
+    progress: &dyn Progress,
+) -> Result<(Built, StreamStats)> {
+    if let Some(name) = name {
+        validate_root_name(name)?;
+    }
+    if let Some(h) = &build.hnsw {
+        h.validate()?;
+    }
+    if let Some(p) = &build.pq {
+        p.validate(build.config.dims as usize)?;
+    }
+    let go = || -> Result<(Built, StreamStats)> {
+        let t = Instant::now();
+        let n = stream.records();
+        let (map, stats) = stream.finish(progress)?;
+        let map_seconds = t.elapsed().as_secs_f64();
+        let has_sidecars = build.hnsw.is_some() || build.pq.is_some();
+        if has_sidecars {
+            progress.start(Phase::Sidecars, Some(n));
+        }
+        let built = complete(store, name, build, &map, n, map_seconds)?;
+        if has_sidecars {
+            progress.advance(n);
+            progress.finish(Phase::Sidecars);
+        }
+        Ok((built, stats))
+    };
+    match build.threads {
+        None => go(),
+        Some(0) => Err(Error::InvalidArgument(
+            "build threads must be at least 1".into(),
+        )),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("cannot start {n} build threads: {e}")))?
+            .install(go),
+    }
+}
+
+/// Bytes the sidecars of `build` need in memory for `records` records:
+/// every prepared vector (sidecar builds load the whole map), plus the
+/// HNSW graph's neighbour lists and the PQ codes. An estimate that errs
+/// high; `None` when `build` asks for no sidecar.
+pub fn sidecar_memory(build: &Build, records: u64) -> Option<u64> {
+    if build.hnsw.is_none() && build.pq.is_none() {
+        return None;
+    }
+    let dims = u64::from(build.config.dims);
+    // Key, vector (twice: the records and the aligned arena), bookkeeping.
+    let mut per = 64 + 8 * dims.div_ceil(16) * 16;
+    if let Some(h) = &build.hnsw {
+        // Level-0 lists of 2·M plus the upper levels (a 1/M tail), u32 ids,
+        // and a lock and level per node.
+        per += 4 * (2 * h.max_connections as u64 + 2) + 32;
+    }
+    if let Some(p) = &build.pq {
+        per += p.subquantizers as u64 + 8;
+    }
+    Some(records.saturating_mul(per))
+}
+
+/// Commits a built map, builds its sidecars and publishes it.
+fn complete(
+    store: &dyn BlockStore,
+    name: Option<&str>,
+    build: &Build,
+    map: &ProximityMap<'_>,
+    n: u64,
+    map_seconds: f64,
+) -> Result<Built> {
     let descriptor = map.descriptor_cid();
     store.commit()?;
-    let map_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let mut sidecars = Sidecars::default();
     if build.hnsw.is_some() || build.pq.is_some() {
@@ -126,7 +214,7 @@ fn run(
         meta
     };
     if let Some(name) = name {
-        proximity::publish_with(store, name, &map, &sidecars, &meta)?;
+        proximity::publish_with(store, name, map, &sidecars, &meta)?;
     }
     Ok(Built {
         descriptor,

@@ -51,7 +51,7 @@ pub use write::{Applied, DropReason, SidecarWrite, WriteReport};
 
 // Building and publishing a map from records.
 mod build;
-pub use build::{build, Build, Built, DEFAULT_SQ8_GROUP};
+pub use build::{build, build_streamed, sidecar_memory, Build, Built, DEFAULT_SQ8_GROUP};
 
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,7 @@ mod tree;
 
 pub use boundary::{boundary_hash, hash_test, is_boundary};
 pub use build::{build, build_sorted};
+pub(crate) use build::{grow, Chunker};
 pub use config::{Config, Encoding};
 pub use diff::{Diff, DiffEntry};
 pub use edit::Mutation;

@@ -293,7 +293,20 @@ impl Hierarchy {
         level: u8,
         buf: &mut Vec<f64>,
     ) -> u32 {
-        let q = recs.vector(r);
+        self.descend_vector(metric, recs, recs.vector(r), level, buf)
+    }
+
+    /// [`Hierarchy::descend`] of a record given by its prepared vector `q`
+    /// (a record of `level` that is not in `recs`: the streaming build
+    /// assigns level-0 records this way).
+    pub(crate) fn descend_vector(
+        &self,
+        metric: Metric,
+        recs: &Records,
+        q: &[f32],
+        level: u8,
+        buf: &mut Vec<f64>,
+    ) -> u32 {
         let mut g = 0u32;
         let mut rows: Vec<&[f32]> = Vec::new();
         for l in ((level + 1)..=self.top).rev() {
@@ -311,6 +324,24 @@ impl Hierarchy {
             g = self.chain[cands[best] as usize][usize::from(l) - 1];
         }
         g
+    }
+}
+
+impl Hierarchy {
+    /// The level-0 groups in id order, each with its representative (`None`
+    /// only for the root of a map without promoted records).
+    pub(crate) fn leaf_groups(&self) -> Vec<(u32, Option<u32>)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.level == 0)
+            .map(|(i, g)| (i as u32, g.rep))
+            .collect()
+    }
+
+    /// Number of groups.
+    pub(crate) fn group_count(&self) -> usize {
+        self.groups.len()
     }
 }
 
@@ -350,6 +381,9 @@ pub(crate) struct Writer<'a> {
     external: bool,
     /// Physical PRXN nodes encoded so far (stored or already present).
     encoded: AtomicU64,
+    /// Summaries of groups already stored elsewhere, by group id: the
+    /// streaming build writes the leaves itself and hands them in.
+    done: Option<&'a [Option<Ent>]>,
 }
 
 impl<'a> Writer<'a> {
@@ -364,7 +398,15 @@ impl<'a> Writer<'a> {
             recs,
             external: config.external_vectors(),
             encoded: AtomicU64::new(0),
+            done: None,
         }
+    }
+
+    /// Uses `done[g]`, where present, as the entry of group `g` instead of
+    /// building it (see [`Writer::node`]).
+    pub(crate) fn with_done(mut self, done: &'a [Option<Ent>]) -> Writer<'a> {
+        self.done = Some(done);
+        self
     }
 
     /// Physical PRXN nodes this writer has encoded.
@@ -574,6 +616,9 @@ impl<'a> Writer<'a> {
     /// `node(L, prefix)` of 12.5 for group `g`: builds and stores the
     /// subtree and returns the entry its parent stores.
     pub(crate) fn node(&self, h: &Hierarchy, g: u32) -> Result<Ent> {
+        if let Some(Some(e)) = self.done.and_then(|d| d.get(g as usize)) {
+            return Ok(*e);
+        }
         let group = &h.groups[g as usize];
         let mut members = group.members.clone();
         members.sort_unstable();

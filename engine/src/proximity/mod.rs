@@ -15,6 +15,8 @@
 //!   HNSW/PQ sidecars through a typed `CRMF` content root.
 //! * [`math`]: the canonical scalar math (preparation, `sqrt_floor`,
 //!   covering radii, lower bounds, promotion levels).
+//! * [`StreamBuild`]: the same canonical build in bounded memory, spilling
+//!   sorted runs to disk, with [`Progress`] reports per [`Phase`].
 //! * [`search`]: best-first k-NN search (exact, budgeted, adaptive; filters).
 
 mod build;
@@ -24,6 +26,8 @@ pub mod math;
 mod mutate;
 mod publish;
 pub mod search;
+mod spill;
+mod stream;
 
 pub use format::{
     Codebook, ContentRoot, Descriptor, DirectoryBlock, ExternalVector, HnswConfig, HnswManifest,
@@ -36,3 +40,4 @@ pub use publish::{
     publish, publish_expecting, publish_expecting_with, publish_with, resolve, resolve_metadata,
     Metadata, Sidecars,
 };
+pub use stream::{clear_checkpoint, NoProgress, Phase, Progress, StreamBuild, StreamStats};

@@ -16,4 +16,5 @@ mod prolly;
 mod proximity;
 mod search;
 mod store;
+mod stream;
 mod write;

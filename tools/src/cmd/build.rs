@@ -2,8 +2,9 @@
 //! HNSW/PQ sidecars, and publish it under a root name.
 
 use super::store_arg::StoreArg;
-use crate::io::{Row, VectorReader};
+use crate::io::{Format, Row, VectorReader};
 use crate::map::Published;
+use crate::sysmem;
 use crate::{out::Stdout, progress};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -23,11 +24,19 @@ Examples:
   prox build --store db --name gmm --input base.fvecs --hnsw --pq subquantizers=16
   prox build --store db --name gmm --input base.npy --hnsw max_connections=32,ef_construction=200
 
-Inputs: .fvecs/.bvecs/.npy (row i gets key = 8-byte big-endian i, empty value)
-or JSON lines {\"key\": hex, \"vector\": [...], \"value\": hex} (a line without a
-key gets its row number the same way). The whole input is read and checked
-before anything is built; a malformed row aborts with its row number and the
-named root is left untouched. Prints the descriptor CID last.";
+  prox build --store db --name big --input shards/ --memory-limit 2G --spill-dir /scratch
+  gen | prox build --store db --name s --input - --input-format fvecs
+
+Inputs: .fvecs/.bvecs/.npy (float32/16/64, int8, uint8; row i gets key =
+8-byte big-endian i, empty value), a directory of .npy/.fvecs/.bvecs shards
+read in name order as one input, `-` for stdin (with --input-format), or JSON
+lines {\"key\": hex, \"vector\": [...], \"value\": hex} (a line without a key
+gets its row number the same way). The input is streamed: sorted runs spill to
+--spill-dir under --memory-limit (default: half the machine's memory), and the
+map is byte-identical to an in-memory build (--in-memory). A malformed row
+aborts with its row number and the named root is left untouched. Sidecars
+(--hnsw, --pq) hold every vector in memory: a build whose sidecars would
+exceed the limit is refused up front. Prints the descriptor CID last.";
 
 /// Default SQ8 group size when `--sq8` is given without `--sq8-group`.
 pub use prox_engine::index::DEFAULT_SQ8_GROUP;
@@ -41,9 +50,27 @@ pub struct BuildArgs {
     /// Root name to publish the map under.
     #[arg(long)]
     pub name: String,
-    /// Input vectors (.fvecs, .bvecs, .npy, .jsonl).
+    /// Input vectors (.fvecs, .bvecs, .npy, .jsonl), a directory of shards,
+    /// or - for standard input.
     #[arg(long)]
     pub input: PathBuf,
+    /// Input format when it is not the file extension (required for -).
+    #[arg(long, value_parser = parse_format)]
+    pub input_format: Option<Format>,
+    /// Memory the build may use, e.g. 2G (default: half the machine's).
+    #[arg(long, value_parser = crate::sysmem::parse_size)]
+    pub memory_limit: Option<u64>,
+    /// Directory for the build's sorted runs (default: STORE.spill beside
+    /// the store; removed when empty).
+    #[arg(long)]
+    pub spill_dir: Option<PathBuf>,
+    /// Read everything into memory and build in one step (no limit).
+    #[arg(long, conflicts_with = "resume")]
+    pub in_memory: bool,
+    /// Continue an interrupted build of NAME from its checkpoint (same
+    /// options and input); without a checkpoint, build from the start.
+    #[arg(long)]
+    pub resume: bool,
     /// Metric: l2, cosine or ip.
     #[arg(long, default_value = "l2", value_parser = super::parse_metric)]
     pub metric: Metric,
@@ -112,10 +139,18 @@ impl BuildArgs {
     }
 }
 
+/// `--input-format`: fvecs, bvecs, npy or jsonl.
+fn parse_format(s: &str) -> Result<Format> {
+    Format::from_path(std::path::Path::new(&format!("x.{s}")))
+}
+
 /// Reads every row of `path` as a build record; checks happen row by row
 /// (see [`crate::io`]). Returns the records and the dimension.
-pub fn read_records(path: &std::path::Path) -> Result<(Vec<InputRecord>, usize)> {
-    let mut reader = VectorReader::open(path)?;
+pub fn read_records(
+    path: &std::path::Path,
+    format: Option<Format>,
+) -> Result<(Vec<InputRecord>, usize)> {
+    let mut reader = VectorReader::open_as(path, format)?;
     let mut records = Vec::new();
     let pb = progress::bar(reader.len_hint().unwrap_or(0), "reading", "rows");
     let mut row = Row::default();
@@ -190,24 +225,272 @@ pub fn build_and_publish(
     })
 }
 
-/// Runs `prox build`.
-pub fn run(args: &BuildArgs) -> Result<()> {
-    prox_engine::store::validate_root_name(&args.name)?;
-    let t = Instant::now();
-    let (records, dim) = read_records(&args.input)?;
-    let read_seconds = t.elapsed().as_secs_f64();
-    let config = args.config(dim as u32);
-    config.validate().context("invalid map configuration")?;
-    let store = args.store.open()?;
+/// The memory limit: `--memory-limit`, else half the machine's memory
+/// (1 GiB when `/proc` does not tell); with the text saying where it came
+/// from.
+fn memory_limit(args: &BuildArgs) -> (u64, String) {
+    match args.memory_limit {
+        Some(l) => (l, "--memory-limit".into()),
+        None => match sysmem::machine_memory() {
+            Some(m) => (
+                m / 2,
+                format!("half of {} machine memory", sysmem::human(m)),
+            ),
+            None => (1 << 30, "default, machine memory unknown".into()),
+        },
+    }
+}
+
+/// What the build did beyond the map, for the summary.
+struct Report {
+    read_seconds: f64,
+    phases: Vec<progress::PhaseTime>,
+    spilled_bytes: u64,
+    limit: Option<u64>,
+}
+
+/// Streams the input into a [`StreamBuild`] and finishes it.
+fn streamed(
+    args: &BuildArgs,
+    store: &dyn BlockStore,
+    phases: &progress::Phases,
+) -> Result<(Built, usize, Report)> {
+    let (limit, why) = memory_limit(args);
+    progress::note(format_args!(
+        "memory limit {} ({why})",
+        sysmem::human(limit)
+    ));
+    let mut reader = VectorReader::open_as(&args.input, args.input_format)?;
+    let probe = |dim: usize, n: u64| -> Result<()> {
+        let build = index::Build {
+            config: args.config(dim as u32),
+            hnsw: args.hnsw,
+            pq: args.pq,
+            threads: args.threads,
+        };
+        if let Some(need) = index::sidecar_memory(&build, n) {
+            if need > limit {
+                bail!(
+                    "the sidecars of {n} x {dim} records need about {} in memory, over the \
+                     {} limit; raise --memory-limit or build without --hnsw/--pq and add \
+                     them later with prox accel build",
+                    sysmem::human(need),
+                    sysmem::human(limit)
+                );
+            }
+        }
+        Ok(())
+    };
+    // Known size: refuse an oversized sidecar build before any work.
+    if let (Some(d), Some(n)) = (reader.dim(), reader.len_hint()) {
+        probe(d, n)?;
+    }
+    let spill_dir = args.spill_dir.clone().unwrap_or_else(|| {
+        let mut p = args.store.store.clone().into_os_string();
+        p.push(".spill");
+        PathBuf::from(p)
+    });
+    let pending = checkpoint_root(&args.name);
+    let result = match resumed(
+        args,
+        store,
+        phases,
+        &mut reader,
+        limit,
+        &spill_dir,
+        &pending,
+    )? {
+        Some(done) => Ok(done),
+        None => stream_into(args, store, phases, reader, limit, &spill_dir, probe),
+    };
+    // The build removes its own files; the directory goes too unless it
+    // holds something else.
+    let _ = std::fs::remove_dir(&spill_dir);
+    let done = result?;
+    prox_engine::proximity::clear_checkpoint(store, &pending)?;
+    Ok(done)
+}
+
+/// The named root a build of `name` keeps its checkpoint under.
+pub fn checkpoint_root(name: &str) -> String {
+    format!("{name}.pending-build")
+}
+
+/// With `--resume` and a checkpoint: finishes the build from it (the
+/// input is only read for its dimension). `None` when there is nothing to
+/// resume.
+fn resumed(
+    args: &BuildArgs,
+    store: &dyn BlockStore,
+    phases: &progress::Phases,
+    reader: &mut VectorReader,
+    limit: u64,
+    spill_dir: &std::path::Path,
+    pending: &str,
+) -> Result<Option<(Built, usize, Report)>> {
+    use prox_engine::proximity::StreamBuild;
+    if !args.resume {
+        return Ok(None);
+    }
+    let dim = match reader.dim() {
+        Some(d) => d,
+        None => {
+            let mut row = Row::default();
+            reader.next_into(&mut row)?;
+            reader
+                .dim()
+                .with_context(|| format!("{}: no vectors", args.input.display()))?
+        }
+    };
     let build = index::Build {
-        config,
+        config: args.config(dim as u32),
         hnsw: args.hnsw,
         pq: args.pq,
         threads: args.threads,
         indexes: args.indexes.clone(),
     };
-    let built = build_and_publish(&store, &args.name, &build, records)
-        .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
+    build
+        .config
+        .validate()
+        .context("invalid map configuration")?;
+    let Some(stream) = StreamBuild::resume(store, &build.config, limit, spill_dir, pending)? else {
+        progress::note(format_args!(
+            "no checkpoint for {}; building from the start",
+            args.name
+        ));
+        *reader = VectorReader::open_as(&args.input, args.input_format)?;
+        return Ok(None);
+    };
+    progress::note(format_args!(
+        "resuming {} from its checkpoint (input read and sorted already)",
+        args.name
+    ));
+    let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
+    Ok(Some((
+        to_built(built),
+        dim,
+        Report {
+            read_seconds: 0.0,
+            phases: phases.times(),
+            spilled_bytes: stats.spilled_bytes,
+            limit: Some(limit),
+        },
+    )))
+}
+
+fn to_built(built: index::Built) -> Built {
+    Built {
+        published: Published {
+            descriptor: built.descriptor,
+            hnsw: built.sidecars.hnsw,
+            pq: built.sidecars.pq,
+        },
+        records: built.records,
+        map_seconds: built.map_seconds,
+        sidecar_seconds: built.sidecar_seconds,
+    }
+}
+
+/// The read phase and the rest of a streamed build.
+fn stream_into(
+    args: &BuildArgs,
+    store: &dyn BlockStore,
+    phases: &progress::Phases,
+    mut reader: VectorReader,
+    limit: u64,
+    spill_dir: &std::path::Path,
+    probe: impl Fn(usize, u64) -> Result<()>,
+) -> Result<(Built, usize, Report)> {
+    use prox_engine::proximity::{Phase, Progress, StreamBuild};
+    let mut row = Row::default();
+    let t = Instant::now();
+    phases.start(Phase::Read, reader.len_hint());
+    let mut stream: Option<StreamBuild<'_>> = None;
+    let mut i = 0u64;
+    while reader.next_into(&mut row)? {
+        if stream.is_none() {
+            let config = args.config(row.vector.len() as u32);
+            config.validate().context("invalid map configuration")?;
+            stream = Some(
+                StreamBuild::new(store, &config, limit, spill_dir)
+                    .with_context(|| format!("spill directory {}", spill_dir.display()))?
+                    .checkpoint_as(&checkpoint_root(&args.name))?,
+            );
+        }
+        let s = stream.as_mut().expect("created above");
+        let key = row.key.take().unwrap_or_else(|| i.to_be_bytes().to_vec());
+        let value = row.value.take().unwrap_or_default();
+        s.push(key, std::mem::take(&mut row.vector), value)
+            .with_context(|| format!("{}: row {i}", args.input.display()))?;
+        i += 1;
+        if i.is_multiple_of(4096) {
+            phases.advance(4096);
+        }
+    }
+    phases.advance(i % 4096);
+    phases.finish(Phase::Read);
+    let read_seconds = t.elapsed().as_secs_f64();
+    let dim = reader
+        .dim()
+        .with_context(|| format!("{}: no vectors", args.input.display()))?;
+    probe(dim, i)?;
+    let stream = stream.expect("a dimension implies a row");
+    let build = index::Build {
+        config: args.config(dim as u32),
+        hnsw: args.hnsw,
+        pq: args.pq,
+        threads: args.threads,
+    };
+    let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
+    Ok((
+        to_built(built),
+        dim,
+        Report {
+            read_seconds,
+            phases: phases.times(),
+            spilled_bytes: stats.spilled_bytes,
+            limit: Some(limit),
+        },
+    ))
+}
+
+/// Runs `prox build`.
+pub fn run(args: &BuildArgs) -> Result<()> {
+    prox_engine::store::validate_root_name(&args.name)?;
+    if let Some(0) = args.threads {
+        bail!("--threads must be at least 1");
+    }
+    let store = args.store.open()?;
+    let store_before = sysmem::dir_bytes(&args.store.store);
+    let phases = progress::Phases::new(args.json);
+    let (built, dim, report) = if args.in_memory {
+        let t = Instant::now();
+        let (records, dim) = read_records(&args.input, args.input_format)?;
+        let read_seconds = t.elapsed().as_secs_f64();
+        let config = args.config(dim as u32);
+        config.validate().context("invalid map configuration")?;
+        let build = index::Build {
+            config,
+            hnsw: args.hnsw,
+            pq: args.pq,
+            threads: args.threads,
+        };
+        let built = build_and_publish(&store, &args.name, &build, records)
+            .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
+        let report = Report {
+            read_seconds,
+            phases: Vec::new(),
+            spilled_bytes: 0,
+            limit: None,
+        };
+        (built, dim, report)
+    } else {
+        streamed(args, &store, &phases)
+            .with_context(|| format!("building {} from {}", args.name, args.input.display()))?
+    };
+    let read_seconds = report.read_seconds;
+    let store_written = sysmem::dir_bytes(&args.store.store).saturating_sub(store_before);
+    let peak = sysmem::peak_rss();
     let p = &built.published;
     let mut out = Stdout::new();
     if args.json {
@@ -222,6 +505,11 @@ pub fn run(args: &BuildArgs) -> Result<()> {
             "read_seconds": read_seconds,
             "build_seconds": built.map_seconds,
             "sidecar_seconds": built.sidecar_seconds,
+            "phases": report.phases,
+            "memory_limit_bytes": report.limit,
+            "peak_rss_bytes": peak,
+            "spilled_bytes": report.spilled_bytes,
+            "store_bytes_written": store_written,
         }))?;
     } else {
         progress::note(format_args!(
@@ -238,6 +526,20 @@ pub fn run(args: &BuildArgs) -> Result<()> {
                 String::new()
             }
         ));
+        if !report.phases.is_empty() {
+            let per: Vec<String> = report
+                .phases
+                .iter()
+                .map(|t| format!("{} {:.1}s", t.phase, t.seconds))
+                .collect();
+            progress::note(format_args!(
+                "phases: {}; peak RSS {}; spilled {}; store +{}",
+                per.join(", "),
+                peak.map_or_else(|| "unknown".into(), sysmem::human),
+                sysmem::human(report.spilled_bytes),
+                sysmem::human(store_written)
+            ));
+        }
         if let Some(h) = p.hnsw {
             out.line(format_args!("hnsw {h}"))?;
         }

@@ -3,19 +3,19 @@
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 /// Reads lines, skipping blank ones, and counting them (1-based).
 struct Lines {
-    src: BufReader<std::fs::File>,
+    src: BufReader<Box<dyn Read + Send>>,
     line: u64,
     buf: String,
 }
 
 impl Lines {
-    fn new(file: std::fs::File) -> Lines {
+    fn new(file: Box<dyn Read + Send>) -> Lines {
         Lines {
             src: BufReader::with_capacity(1 << 20, file),
             line: 0,
@@ -64,7 +64,7 @@ pub(crate) struct VectorLines {
 }
 
 impl VectorLines {
-    pub(crate) fn new(file: std::fs::File) -> VectorLines {
+    pub(crate) fn new(file: Box<dyn Read + Send>) -> VectorLines {
         VectorLines {
             lines: Lines::new(file),
         }
@@ -112,7 +112,7 @@ impl<T: DeserializeOwned> JsonLines<T> {
             .with_context(|| format!("{}: cannot open", path.display()))?;
         Ok(JsonLines {
             path: path.to_path_buf(),
-            lines: Lines::new(f),
+            lines: Lines::new(Box::new(f)),
             _t: PhantomData,
         })
     }

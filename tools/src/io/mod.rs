@@ -4,8 +4,9 @@
 //!
 //! * `.fvecs`, `.bvecs`, `.ivecs` (TEXMEX): per row a little-endian `i32`
 //!   dimension, then that many `f32` / `u8` / `i32` components;
-//! * `.npy`: NumPy version 1–3 files holding a 2-D, C-order, little-endian
-//!   `float32` array;
+//! * `.npy`: NumPy version 1–3 files holding a 2-D, C-order array of
+//!   float32, float16, float64, int8 or uint8 (either byte order), widened
+//!   to f32;
 //! * `.jsonl` / `.json` / `.ndjson`: one JSON object per line with a
 //!   `"vector"` array and optional hex `"key"` and `"value"` strings.
 //!
@@ -14,6 +15,10 @@
 //! (an index build) copy each row exactly once. Every row is checked: equal
 //! dimensions across rows, finite components, no truncation. Errors name the
 //! file and the 0-based row (and for JSON lines, the 1-based line).
+//!
+//! [`VectorReader::open_as`] also reads standard input (`-`, with an
+//! explicit [`Format`]) and a directory of `.npy` / `.fvecs` / `.bvecs`
+//! shards as one input, in file-name order.
 //!
 //! `.hdf5` (ann-benchmarks) is recognised and rejected with an explanation:
 //! see docs/cli.md.
@@ -41,7 +46,7 @@ pub enum Format {
     Bvecs,
     /// TEXMEX `.ivecs` (i32 components; ground-truth ids).
     Ivecs,
-    /// NumPy `.npy`, 2-D little-endian float32, C order.
+    /// NumPy `.npy`, 2-D, C order, float32/16/64 or int8/uint8.
     Npy,
     /// JSON lines.
     Jsonl,
@@ -89,55 +94,148 @@ enum Inner {
     Jsonl(jsonl::VectorLines),
 }
 
-/// A streaming reader of vectors from any supported format.
+/// The path that means standard input.
+pub const STDIN: &str = "-";
+
+/// A streaming reader of vectors from any supported format: one file,
+/// standard input (`-`, with an explicit format), or a directory of
+/// `.npy` / `.fvecs` / `.bvecs` shards read in file-name order as one input
+/// (rows numbered across shards; every shard must have the same dimension).
 pub struct VectorReader {
     path: PathBuf,
-    inner: Inner,
+    /// Boxed: the readers' buffers and headers are large.
+    inner: Box<Inner>,
+    /// Shards not yet opened, in order, with their row counts if known
+    /// (directory input).
+    pending: std::collections::VecDeque<(PathBuf, Option<u64>)>,
+    /// Rows of the shards already finished (directory input).
+    before: u64,
     /// Rows returned so far; also the 0-based index of the next row.
     rows: u64,
     /// The dimension fixed by the header or the first row.
     dim: Option<usize>,
 }
 
-impl VectorReader {
-    /// Opens `path`, reading only its header (if any).
-    pub fn open(path: impl AsRef<Path>) -> Result<VectorReader> {
-        let path = path.as_ref().to_path_buf();
-        let format = Format::from_path(&path)?;
-        let file = std::fs::File::open(&path)
+/// Opens one source (a file, or standard input for [`STDIN`]) as `format`.
+fn open_inner(path: &Path, format: Format) -> Result<Inner> {
+    let (src, size): (Box<dyn std::io::Read + Send>, Option<u64>) = if path == Path::new(STDIN) {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let file = std::fs::File::open(path)
             .with_context(|| format!("{}: cannot open", path.display()))?;
         let size = file.metadata().map(|m| m.len()).ok();
-        let inner = match format {
-            Format::Fvecs => Inner::Texmex(texmex::Reader::new(file, texmex::Elem::F32, size)),
-            Format::Bvecs => Inner::Texmex(texmex::Reader::new(file, texmex::Elem::U8, size)),
-            Format::Ivecs => bail!(
-                "{}: .ivecs holds integer ids (ground truth), not vectors",
-                path.display()
-            ),
-            Format::Npy => Inner::Npy(
-                npy::Reader::new(file)
-                    .with_context(|| format!("{}: bad .npy header", path.display()))?,
-            ),
-            Format::Jsonl => Inner::Jsonl(jsonl::VectorLines::new(file)),
-            Format::Hdf5 => bail!(
-                "{}: HDF5 input is not supported (no HDF5 library in the default build); \
-                 convert it first, e.g. python3 -c \"import h5py,numpy; \
-                 numpy.save('train.npy', h5py.File('{}')['train'][:].astype('float32'))\", \
-                 then pass the .npy file (see docs/cli.md)",
-                path.display(),
-                path.display()
-            ),
+        (Box::new(file), size)
+    };
+    Ok(match format {
+        Format::Fvecs => Inner::Texmex(texmex::Reader::new(src, texmex::Elem::F32, size)),
+        Format::Bvecs => Inner::Texmex(texmex::Reader::new(src, texmex::Elem::U8, size)),
+        Format::Ivecs => bail!(
+            "{}: .ivecs holds integer ids (ground truth), not vectors",
+            path.display()
+        ),
+        Format::Npy => Inner::Npy(
+            npy::Reader::new(src, size)
+                .with_context(|| format!("{}: bad .npy header", path.display()))?,
+        ),
+        Format::Jsonl => Inner::Jsonl(jsonl::VectorLines::new(src)),
+        Format::Hdf5 => bail!(
+            "{}: HDF5 input is not supported (no HDF5 library in the default build); \
+             convert it first, e.g. python3 -c \"import h5py,numpy; \
+             numpy.save('train.npy', h5py.File('{}')['train'][:].astype('float32'))\", \
+             then pass the .npy file (see docs/cli.md)",
+            path.display(),
+            path.display()
+        ),
+    })
+}
+
+/// The shard files of a directory input: every `.npy`, `.fvecs` and
+/// `.bvecs` file directly inside it, in file-name order.
+fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("{}: cannot list", dir.display()))? {
+        let p = e
+            .with_context(|| format!("{}: cannot list", dir.display()))?
+            .path();
+        if p.is_file()
+            && matches!(
+                Format::from_path(&p),
+                Ok(Format::Npy | Format::Fvecs | Format::Bvecs)
+            )
+        {
+            files.push(p);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        bail!(
+            "{}: directory holds no .npy, .fvecs or .bvecs shard",
+            dir.display()
+        );
+    }
+    Ok(files)
+}
+
+impl VectorReader {
+    /// Opens `path`, reading only its header (if any); the format comes
+    /// from the extension.
+    pub fn open(path: impl AsRef<Path>) -> Result<VectorReader> {
+        Self::open_as(path, None)
+    }
+
+    /// Opens `path` as `format` (or by its extension when `None`). `-` is
+    /// standard input and needs a format; a directory is read as shards.
+    pub fn open_as(path: impl AsRef<Path>, format: Option<Format>) -> Result<VectorReader> {
+        let path = path.as_ref().to_path_buf();
+        let mut pending = std::collections::VecDeque::new();
+        let first = if path.is_dir() {
+            let mut files = shards(&path)?.into_iter();
+            let first = files.next().expect("shards() returns at least one file");
+            // Row counts of the other shards, for the progress bar: exact
+            // for .npy, from the file size for TEXMEX files.
+            for p in files {
+                let mut r = VectorReader::open(&p)?;
+                let hint = r.len_hint().or_else(|| r.texmex_hint());
+                pending.push_back((p, hint));
+            }
+            first
+        } else if path == Path::new(STDIN) {
+            if format.is_none() {
+                bail!("reading vectors from standard input needs a format (--input-format)");
+            }
+            path.clone()
+        } else {
+            path.clone()
         };
+        let format = match format {
+            Some(f) if !path.is_dir() => f,
+            _ => Format::from_path(&first)?,
+        };
+        let inner = open_inner(&first, format)?;
         let dim = match &inner {
             Inner::Npy(r) => Some(r.dim()),
             _ => None,
         };
         Ok(VectorReader {
-            path,
-            inner,
+            path: first,
+            inner: Box::new(inner),
+            pending,
+            before: 0,
             rows: 0,
             dim,
         })
+    }
+
+    /// A TEXMEX file's row count from its size and first row (reads it).
+    fn texmex_hint(&mut self) -> Option<u64> {
+        let mut row = Row::default();
+        match &mut *self.inner {
+            Inner::Texmex(r) => {
+                r.next_into(&mut row.vector).ok()?;
+                r.len_hint()
+            }
+            _ => None,
+        }
     }
 
     /// The file being read.
@@ -159,25 +257,49 @@ impl VectorReader {
     /// for `.npy`, an estimate from the file size and the first row for
     /// TEXMEX files; `None` for JSON lines).
     pub fn len_hint(&mut self) -> Option<u64> {
-        match &mut self.inner {
+        let current = match &mut *self.inner {
             Inner::Texmex(r) => r.len_hint(),
             Inner::Npy(r) => Some(r.rows()),
             Inner::Jsonl(_) => None,
+        }?;
+        let mut rest = 0;
+        for (_, h) in &self.pending {
+            rest += (*h)?;
         }
+        Some(self.before + current + rest)
     }
 
     /// Reads the next row into `row` (reusing its buffers). Returns `false`
     /// at the end of the input.
     pub fn next_into(&mut self, row: &mut Row) -> Result<bool> {
         let index = self.rows;
-        let more = match &mut self.inner {
-            Inner::Texmex(r) => r.next_into(&mut row.vector),
-            Inner::Npy(r) => r.next_into(&mut row.vector),
-            Inner::Jsonl(r) => r.next_into(row),
-        }
-        .with_context(|| self.locate(index))?;
-        if !more {
-            return Ok(false);
+        loop {
+            let more = match &mut *self.inner {
+                Inner::Texmex(r) => r.next_into(&mut row.vector),
+                Inner::Npy(r) => r.next_into(&mut row.vector),
+                Inner::Jsonl(r) => r.next_into(row),
+            }
+            .with_context(|| self.locate(index))?;
+            if more {
+                break;
+            }
+            let Some((next, _)) = self.pending.pop_front() else {
+                return Ok(false);
+            };
+            let format = Format::from_path(&next)?;
+            let inner = open_inner(&next, format)?;
+            if let (Inner::Npy(r), Some(d)) = (&inner, self.dim) {
+                if r.dim() != d {
+                    bail!(
+                        "{}: dimension {} differs from the first shard's {d}",
+                        next.display(),
+                        r.dim()
+                    );
+                }
+            }
+            self.before = index;
+            self.path = next;
+            *self.inner = inner;
         }
         let dim = row.vector.len();
         match self.dim {
@@ -202,9 +324,15 @@ impl VectorReader {
 
     /// "file: row i" (plus the line number for JSON lines).
     fn locate(&self, index: u64) -> String {
-        match &self.inner {
+        let local = index - self.before;
+        let shard = if self.before > 0 || !self.pending.is_empty() {
+            format!(" of the directory input, row {local} of this shard")
+        } else {
+            String::new()
+        };
+        match &*self.inner {
             Inner::Jsonl(r) => format!("{}: line {} (row {index})", self.path.display(), r.line()),
-            _ => format!("{}: row {index}", self.path.display()),
+            _ => format!("{}: row {index}{shard}", self.path.display()),
         }
     }
 }
@@ -283,7 +411,7 @@ pub fn read_ivecs(path: impl AsRef<Path>) -> Result<Vec<Vec<u32>>> {
     let file =
         std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let size = file.metadata().map(|m| m.len()).ok();
-    let mut r = texmex::Reader::new(file, texmex::Elem::I32, size);
+    let mut r = texmex::Reader::new(Box::new(file), texmex::Elem::I32, size);
     let mut out = Vec::new();
     let mut buf = Vec::new();
     loop {

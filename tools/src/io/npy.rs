@@ -1,84 +1,131 @@
-//! NumPy `.npy` reader for 2-D, C-order, little-endian float32 arrays.
+//! NumPy `.npy` reader for 2-D, C-order arrays of float32, float16,
+//! float64, int8 or uint8 (either byte order), decoded by `npyz` and
+//! widened to f32 row by row.
 //!
-//! Layout: `\x93NUMPY`, major and minor version bytes, the header length
-//! (`u16` LE for version 1, `u32` LE for versions 2 and 3), then a Python
-//! dict literal such as `{'descr': '<f4', 'fortran_order': False, 'shape':
-//! (1000, 128), }` padded with spaces and a newline, then the data.
+//! The header (magic, version, dict literal) is parsed by `npyz`; this
+//! module checks what a vector file must be (2-D, C order, a numeric dtype
+//! it can widen) and, when the source size is known, that the data section
+//! is exactly `rows · dim · item size` bytes long (truncation is reported on
+//! the row it cuts, trailing bytes at the end).
 
 use anyhow::{bail, Context, Result};
+use npyz::{NpyFile, NpyHeader, NpyReader, Order};
 use std::io::{BufReader, Read};
 
+type Src = Counting<BufReader<Box<dyn Read + Send>>>;
+
+/// Counts the bytes read through it, so the header length is known.
+pub(crate) struct Counting<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+/// The element reader, one variant per supported dtype.
+enum Data {
+    F32(NpyReader<f32, Src>),
+    F16(NpyReader<half::f16, Src>),
+    F64(NpyReader<f64, Src>),
+    I8(NpyReader<i8, Src>),
+    U8(NpyReader<u8, Src>),
+}
+
 pub(crate) struct Reader {
-    src: BufReader<std::fs::File>,
+    data: Data,
     rows: u64,
     dim: usize,
     next: u64,
-    raw: Vec<u8>,
+    /// Header bytes plus the data the header declares, when the source
+    /// size is known: the expected file size.
+    expected_size: Option<(u64, u64)>,
 }
 
-/// Header fields the reader needs.
-#[derive(Debug, PartialEq)]
-pub(crate) struct Header {
-    pub(crate) descr: String,
-    pub(crate) fortran_order: bool,
-    pub(crate) shape: Vec<u64>,
+/// Reads `dim` elements of one row from `r` into `out` as f32.
+fn row<T: npyz::Deserialize>(
+    r: &mut NpyReader<T, Src>,
+    dim: usize,
+    out: &mut Vec<f32>,
+    widen: impl Fn(T) -> f32,
+) -> std::io::Result<()> {
+    out.clear();
+    for _ in 0..dim {
+        match r.next() {
+            Some(x) => out.push(widen(x?)),
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "end of data",
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Reader {
-    pub(crate) fn new(file: std::fs::File) -> Result<Reader> {
-        let mut src = BufReader::with_capacity(1 << 20, file);
-        let mut magic = [0u8; 8];
-        src.read_exact(&mut magic)
-            .context("file shorter than the 8-byte magic")?;
-        if &magic[..6] != b"\x93NUMPY" {
-            bail!("missing the \\x93NUMPY magic");
-        }
-        let header_len = match magic[6] {
-            1 => {
-                let mut b = [0u8; 2];
-                src.read_exact(&mut b).context("truncated header length")?;
-                u16::from_le_bytes(b) as usize
-            }
-            2 | 3 => {
-                let mut b = [0u8; 4];
-                src.read_exact(&mut b).context("truncated header length")?;
-                u32::from_le_bytes(b) as usize
-            }
-            v => bail!("unsupported .npy version {v}"),
+    /// Reads the header from `src`; `size` is the source's length in bytes
+    /// if known (a file, not a pipe).
+    pub(crate) fn new(src: Box<dyn Read + Send>, size: Option<u64>) -> Result<Reader> {
+        let mut src = Counting {
+            inner: BufReader::with_capacity(1 << 20, src),
+            read: 0,
         };
-        if header_len > 1 << 20 {
-            bail!("header length {header_len} is implausible");
-        }
-        let mut text = vec![0u8; header_len];
-        src.read_exact(&mut text).context("truncated header")?;
-        let text = String::from_utf8(text).context("header is not UTF-8")?;
-        let h = parse_header(&text)?;
-        // '<f4' is little-endian float32; '=f4' and 'f4' mean the writer's
-        // native order, accepted only on little-endian hosts.
-        let native_le = cfg!(target_endian = "little");
-        let f32_le = h.descr == "<f4" || (native_le && matches!(h.descr.as_str(), "=f4" | "f4"));
-        if !f32_le {
-            bail!(
-                "dtype {:?} is not supported: expected little-endian float32 ('<f4'); \
-                 convert with array.astype('<f4')",
-                h.descr
-            );
-        }
-        if h.fortran_order {
+        let header = NpyHeader::from_reader(&mut src).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                anyhow::anyhow!("file shorter than its header (missing the \\x93NUMPY magic?)")
+            } else {
+                anyhow::anyhow!("{e} (missing the \\x93NUMPY magic or a bad header)")
+            }
+        })?;
+        let consumed = src.read;
+        let file = NpyFile::with_header(header, src);
+        if file.order() == Order::Fortran {
             bail!("Fortran-order arrays are not supported; save with numpy.ascontiguousarray");
         }
-        let [rows, dim] = h.shape[..] else {
-            bail!("shape {:?} is not 2-D (rows, dim)", h.shape);
+        let [rows, dim] = file.shape()[..] else {
+            bail!("shape {:?} is not 2-D (rows, dim)", file.shape());
         };
         if dim == 0 || dim as usize > super::MAX_DIM {
             bail!("dimension {dim} is out of range 1..={}", super::MAX_DIM);
         }
+        let descr = file.dtype().descr();
+        let item = match &file.dtype() {
+            npyz::DType::Plain(t) => t.num_bytes().unwrap_or(0) as u64,
+            _ => 0,
+        };
+        let unsupported = || {
+            anyhow::anyhow!(
+                "dtype {descr:?} is not supported: expected float32, float16, float64, int8 \
+                 or uint8 ('<f4', '<f2', '<f8', '|i1', '|u1', either byte order)"
+            )
+        };
+        let kind = match &file.dtype() {
+            npyz::DType::Plain(t) => (t.type_char(), t.size_field()),
+            _ => return Err(unsupported()),
+        };
+        use npyz::TypeChar::{Float, Int, Uint};
+        let data = match kind {
+            (Float, 4) => Data::F32(file.data().map_err(|_| unsupported())?),
+            (Float, 2) => Data::F16(file.data().map_err(|_| unsupported())?),
+            (Float, 8) => Data::F64(file.data().map_err(|_| unsupported())?),
+            (Int, 1) => Data::I8(file.data().map_err(|_| unsupported())?),
+            (Uint, 1) => Data::U8(file.data().map_err(|_| unsupported())?),
+            _ => return Err(unsupported()),
+        };
+        let expected_size = size.map(|s| (s, consumed + rows * dim * item));
         Ok(Reader {
-            src,
+            data,
             rows,
             dim: dim as usize,
             next: 0,
-            raw: vec![0u8; dim as usize * 4],
+            expected_size,
         })
     }
 
@@ -92,156 +139,32 @@ impl Reader {
 
     pub(crate) fn next_into(&mut self, out: &mut Vec<f32>) -> Result<bool> {
         if self.next == self.rows {
-            let mut probe = [0u8; 1];
-            if self.src.read(&mut probe)? != 0 {
-                bail!(
-                    "trailing bytes after the {} rows the header declares",
-                    self.rows
-                );
+            if let Some((size, expected)) = self.expected_size {
+                if size > expected {
+                    bail!(
+                        "trailing bytes after the {} rows the header declares ({} extra)",
+                        self.rows,
+                        size - expected
+                    );
+                }
             }
             return Ok(false);
         }
-        self.src.read_exact(&mut self.raw).with_context(|| {
+        let d = self.dim;
+        match &mut self.data {
+            Data::F32(r) => row(r, d, out, |x| x),
+            Data::F16(r) => row(r, d, out, f32::from),
+            Data::F64(r) => row(r, d, out, |x| x as f32),
+            Data::I8(r) => row(r, d, out, f32::from),
+            Data::U8(r) => row(r, d, out, f32::from),
+        }
+        .with_context(|| {
             format!(
                 "truncated: the header declares {} rows but the file ends inside this one",
                 self.rows
             )
         })?;
         self.next += 1;
-        out.clear();
-        out.extend(
-            self.raw
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
         Ok(true)
-    }
-}
-
-/// Parses the header dict literal. Accepts exactly the keys `descr`,
-/// `fortran_order` and `shape` (any order, optional trailing comma).
-pub(crate) fn parse_header(text: &str) -> Result<Header> {
-    let mut p = Parser {
-        s: text.trim_end().as_bytes(),
-        i: 0,
-    };
-    let (mut descr, mut fortran, mut shape) = (None, None, None);
-    p.expect(b'{')?;
-    loop {
-        p.ws();
-        if p.eat(b'}') {
-            break;
-        }
-        let key = p.string()?;
-        p.ws();
-        p.expect(b':')?;
-        p.ws();
-        match key.as_str() {
-            "descr" => descr = Some(p.string()?),
-            "fortran_order" => fortran = Some(p.boolean()?),
-            "shape" => shape = Some(p.tuple()?),
-            other => bail!("unexpected header key {other:?}"),
-        }
-        p.ws();
-        if !p.eat(b',') {
-            p.ws();
-            p.expect(b'}')?;
-            break;
-        }
-    }
-    p.ws();
-    if p.i != p.s.len() {
-        bail!("unexpected text after the header dict");
-    }
-    Ok(Header {
-        descr: descr.context("header lacks 'descr'")?,
-        fortran_order: fortran.context("header lacks 'fortran_order'")?,
-        shape: shape.context("header lacks 'shape'")?,
-    })
-}
-
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, c: u8) -> bool {
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn expect(&mut self, c: u8) -> Result<()> {
-        if !self.eat(c) {
-            bail!("header: expected {:?} at byte {}", c as char, self.i);
-        }
-        Ok(())
-    }
-
-    fn string(&mut self) -> Result<String> {
-        let q = match self.s.get(self.i) {
-            Some(&q @ (b'\'' | b'"')) => q,
-            _ => bail!("header: expected a quoted string at byte {}", self.i),
-        };
-        self.i += 1;
-        let start = self.i;
-        while self.i < self.s.len() && self.s[self.i] != q {
-            self.i += 1;
-        }
-        if self.i == self.s.len() {
-            bail!("header: unterminated string");
-        }
-        let out = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
-        self.i += 1;
-        Ok(out)
-    }
-
-    fn boolean(&mut self) -> Result<bool> {
-        let rest = &self.s[self.i..];
-        if rest.starts_with(b"True") {
-            self.i += 4;
-            Ok(true)
-        } else if rest.starts_with(b"False") {
-            self.i += 5;
-            Ok(false)
-        } else {
-            bail!("header: expected True or False at byte {}", self.i)
-        }
-    }
-
-    fn tuple(&mut self) -> Result<Vec<u64>> {
-        self.expect(b'(')?;
-        let mut out = Vec::new();
-        loop {
-            self.ws();
-            if self.eat(b')') {
-                return Ok(out);
-            }
-            let start = self.i;
-            while self.i < self.s.len() && self.s[self.i].is_ascii_digit() {
-                self.i += 1;
-            }
-            let digits = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-            let n: u64 = digits
-                .parse()
-                .with_context(|| format!("header: bad shape entry at byte {start}"))?;
-            out.push(n);
-            self.ws();
-            if !self.eat(b',') {
-                self.ws();
-                self.expect(b')')?;
-                return Ok(out);
-            }
-        }
     }
 }

@@ -23,6 +23,15 @@ fn npy_bytes(rows: usize, dim: usize, data: &[f32], version: u8) -> Vec<u8> {
 }
 
 fn npy_bytes_with(rows: usize, dim: usize, data: &[f32], version: u8, descr: &str) -> Vec<u8> {
+    let mut raw = Vec::new();
+    for x in data {
+        raw.extend_from_slice(&x.to_le_bytes());
+    }
+    npy_raw(rows, dim, &raw, version, descr)
+}
+
+/// An .npy file of `descr` holding the already encoded `raw` data.
+fn npy_raw(rows: usize, dim: usize, raw: &[u8], version: u8, descr: &str) -> Vec<u8> {
     let dict =
         format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
     let prefix = if version == 1 { 10 } else { 12 };
@@ -37,9 +46,7 @@ fn npy_bytes_with(rows: usize, dim: usize, data: &[f32], version: u8, descr: &st
         b.extend_from_slice(&(header.len() as u32).to_le_bytes());
     }
     b.extend_from_slice(header.as_bytes());
-    for x in data {
-        b.extend_from_slice(&x.to_le_bytes());
-    }
+    b.extend_from_slice(raw);
     b
 }
 
@@ -171,31 +178,114 @@ fn npy_versions_and_errors() {
     std::fs::write(&p, &b).unwrap();
     assert!(err_of(&p).contains("trailing bytes"));
 
-    std::fs::write(&p, npy_bytes_with(3, 2, &data, 1, "<f8")).unwrap();
+    std::fs::write(&p, npy_bytes_with(3, 2, &data, 1, "<i4")).unwrap();
     let e = format!("{:#}", VectorReader::open(&p).err().unwrap());
-    assert!(e.contains("bad.npy") && e.contains("<f8"), "{e}");
+    assert!(e.contains("bad.npy") && e.contains("<i4"), "{e}");
+
+    std::fs::write(
+        &p,
+        npy_bytes_with(3, 1, &data[..3], 1, "<f4").replace_shape(),
+    )
+    .unwrap();
+    let e = format!("{:#}", VectorReader::open(&p).err().unwrap());
+    assert!(e.contains("2-D"), "{e}");
 
     std::fs::write(&p, b"not numpy at all").unwrap();
     let e = format!("{:#}", VectorReader::open(&p).err().unwrap());
     assert!(e.contains("magic"), "{e}");
 }
 
-#[test]
-fn npy_header_parser() {
-    let h = npy::parse_header("{'fortran_order': True, \"shape\": (4,), 'descr': '|u1'}").unwrap();
-    assert_eq!(h.shape, vec![4]);
-    assert!(h.fortran_order);
-    assert_eq!(h.descr, "|u1");
-    for bad in [
-        "",
-        "{",
-        "{'descr': '<f4'",
-        "{'x': 1}",
-        "{'shape': (1, a)}",
-        "{} junk",
-    ] {
-        assert!(npy::parse_header(bad).is_err(), "{bad:?} parsed");
+/// Rewrites a `(3, 1)` shape into the 1-D `(3,)`.
+trait ReplaceShape {
+    fn replace_shape(self) -> Vec<u8>;
+}
+
+impl ReplaceShape for Vec<u8> {
+    fn replace_shape(mut self) -> Vec<u8> {
+        let at = self.windows(6).position(|w| w == b"(3, 1)").unwrap();
+        self[at..at + 6].copy_from_slice(b"(3,)  ");
+        self
     }
+}
+
+#[test]
+fn npy_dtypes_are_widened_to_f32() {
+    let dir = tmp();
+    let want = vec![1.0f32, -2.0, 0.5, 3.0];
+    let p = dir.path().join("x.npy");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "<f2",
+            want.iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect(),
+        ),
+        (">f4", want.iter().flat_map(|&x| x.to_be_bytes()).collect()),
+        (
+            "<f8",
+            want.iter()
+                .flat_map(|&x| f64::from(x).to_le_bytes())
+                .collect(),
+        ),
+        ("|i1", vec![1, 0xfe, 0, 3]),
+        ("|u1", vec![1, 2, 0, 3]),
+    ];
+    for (descr, raw) in cases {
+        std::fs::write(&p, npy_raw(2, 2, &raw, 1, descr)).unwrap();
+        let m = read_matrix(&p).unwrap();
+        let expect: Vec<f32> = match descr {
+            "|i1" => vec![1.0, -2.0, 0.0, 3.0],
+            "|u1" => vec![1.0, 2.0, 0.0, 3.0],
+            _ => want.clone(),
+        };
+        assert_eq!((m.dim, m.data), (2, expect), "{descr}");
+    }
+    // A float64 too large for f32 becomes infinite and is refused.
+    let raw: Vec<u8> = [1e300f64, 0.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    std::fs::write(&p, npy_raw(1, 2, &raw, 1, "<f8")).unwrap();
+    assert!(err_of(&p).contains("not finite"));
+}
+
+#[test]
+fn a_directory_of_shards_is_one_input() {
+    let dir = tmp();
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    std::fs::write(
+        shards.join("a.npy"),
+        npy_bytes(2, 2, &[0.0, 1.0, 2.0, 3.0], 1),
+    )
+    .unwrap();
+    std::fs::write(shards.join("b.fvecs"), fvecs_bytes(&[&[4.0, 5.0]])).unwrap();
+    std::fs::write(shards.join("c.bvecs"), [2u8, 0, 0, 0, 6, 7]).unwrap();
+    std::fs::write(shards.join("notes.txt"), "ignored").unwrap();
+    let mut r = VectorReader::open(&shards).unwrap();
+    assert_eq!(r.len_hint(), Some(4));
+    assert_eq!(
+        read_matrix(&shards).unwrap().data,
+        (0..8).map(|x| x as f32).collect::<Vec<_>>()
+    );
+
+    std::fs::write(shards.join("d.fvecs"), fvecs_bytes(&[&[1.0, 2.0, 3.0]])).unwrap();
+    let e = err_of(&shards);
+    assert!(
+        e.contains("d.fvecs") && e.contains("row 4") && e.contains("differs"),
+        "{e}"
+    );
+    std::fs::remove_file(shards.join("d.fvecs")).unwrap();
+    std::fs::write(shards.join("d.npy"), npy_bytes(1, 3, &[1.0, 2.0, 3.0], 1)).unwrap();
+    let e = err_of(&shards);
+    assert!(e.contains("d.npy") && e.contains("differs"), "{e}");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e = format!("{:#}", VectorReader::open(&empty).err().unwrap());
+    assert!(e.contains("no .npy"), "{e}");
+    let e = format!("{:#}", VectorReader::open(STDIN).err().unwrap());
+    assert!(e.contains("--input-format"), "{e}");
 }
 
 #[test]

@@ -23,7 +23,7 @@ impl Elem {
 }
 
 pub(crate) struct Reader {
-    src: BufReader<std::fs::File>,
+    src: BufReader<Box<dyn Read + Send>>,
     elem: Elem,
     file_size: Option<u64>,
     first_dim: Option<usize>,
@@ -46,7 +46,7 @@ fn read_full(src: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 impl Reader {
-    pub(crate) fn new(file: std::fs::File, elem: Elem, file_size: Option<u64>) -> Reader {
+    pub(crate) fn new(file: Box<dyn Read + Send>, elem: Elem, file_size: Option<u64>) -> Reader {
         Reader {
             src: BufReader::with_capacity(1 << 20, file),
             elem,
