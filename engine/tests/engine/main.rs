@@ -15,4 +15,5 @@ mod prolly;
 mod proximity;
 mod search;
 mod store;
+mod store_suite;
 mod write;
