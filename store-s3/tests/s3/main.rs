@@ -13,7 +13,7 @@
 
 mod faults;
 mod relay;
-mod store_suite_runs;
 #[path = "../../../engine/tests/engine/store_suite.rs"]
 mod store_suite;
+mod store_suite_runs;
 mod support;

@@ -11,13 +11,17 @@ fn seed() -> u64 {
 
 #[test]
 fn get_put_has_and_batches() {
-    let Some(srv) = server("get_put_has_and_batches") else { return };
+    let Some(srv) = server("get_put_has_and_batches") else {
+        return;
+    };
     suite::get_put_has_and_batches("s3", &srv.store("batches"), seed());
 }
 
 #[test]
 fn verified_puts_store_blocks_hashed_once() {
-    let Some(srv) = server("verified_puts") else { return };
+    let Some(srv) = server("verified_puts") else {
+        return;
+    };
     suite::verified_puts_store_blocks_hashed_once("s3", &srv.store("verified"), seed());
 }
 
@@ -35,12 +39,16 @@ fn retain_keeps_live_and_removes_the_rest() {
 
 #[test]
 fn concurrent_readers_with_a_writer() {
-    let Some(srv) = server("concurrent") else { return };
+    let Some(srv) = server("concurrent") else {
+        return;
+    };
     suite::concurrent_readers_with_a_writer("s3", Arc::new(srv.store("concurrent")), seed(), 200);
 }
 
 #[test]
 fn gc_default_keeps_published_trees_and_reclaims_the_rest() {
-    let Some(srv) = server("gc_default") else { return };
+    let Some(srv) = server("gc_default") else {
+        return;
+    };
     suite::gc_default_keeps_published_trees_and_reclaims_the_rest("s3", &srv.store("gc"), seed());
 }

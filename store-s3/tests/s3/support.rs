@@ -16,7 +16,9 @@ pub struct Server {
 /// The configured server, or `None` (after saying why) when the test is
 /// to be skipped. Panics when `PROX_S3_REQUIRED=1` and none is configured.
 pub fn server(test: &str) -> Option<Server> {
-    let endpoint = std::env::var("PROX_S3_ENDPOINT").ok().filter(|e| !e.is_empty());
+    let endpoint = std::env::var("PROX_S3_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty());
     let required = std::env::var("PROX_S3_REQUIRED").is_ok_and(|v| v == "1");
     let Some(endpoint) = endpoint else {
         assert!(
@@ -31,7 +33,8 @@ pub fn server(test: &str) -> Option<Server> {
     // Without static keys the AWS client would look for instance
     // credentials on the network; the tests talk to loopback only.
     assert!(
-        std::env::var("AWS_ACCESS_KEY_ID").is_ok() && std::env::var("AWS_SECRET_ACCESS_KEY").is_ok(),
+        std::env::var("AWS_ACCESS_KEY_ID").is_ok()
+            && std::env::var("AWS_SECRET_ACCESS_KEY").is_ok(),
         "{test}: PROX_S3_ENDPOINT is set but AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are not"
     );
     let bucket = std::env::var("PROX_S3_BUCKET").unwrap_or_else(|_| "prox-test".into());
