@@ -276,6 +276,28 @@ impl S3Store {
         })
     }
 
+    /// The blocks `retain(live)` removes: not in `live` and older than the
+    /// grace period (by the listing's last-modified times).
+    fn sweep_plan(&self, live: &HashSet<Cid>) -> Result<(RetainStats, Vec<Path>)> {
+        let now = SystemTime::now();
+        let mut stats = RetainStats::default();
+        let mut doomed = Vec::new();
+        for (key, at, size) in self.list(&self.blocks)? {
+            let Ok(cid) = key.parse::<Cid>() else {
+                continue;
+            };
+            let age = now.duration_since(at).unwrap_or(Duration::ZERO);
+            if live.contains(&cid) || age < self.gc_grace {
+                stats.kept_blocks += 1;
+            } else {
+                stats.removed_blocks += 1;
+                stats.removed_bytes += size;
+                doomed.push(self.block_path(&cid));
+            }
+        }
+        Ok((stats, doomed))
+    }
+
     /// Every object under a prefix, with its last-modified time.
     fn list(&self, prefix: &str) -> Result<Vec<(String, SystemTime, u64)>> {
         let prefix = Path::from(prefix);
@@ -449,22 +471,7 @@ impl BlockStore for S3Store {
     /// kept and counted as kept, since a writer elsewhere may be about to
     /// publish a root that reaches them.
     fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
-        let now = SystemTime::now();
-        let mut stats = RetainStats::default();
-        let mut doomed = Vec::new();
-        for (key, at, size) in self.list(&self.blocks)? {
-            let Ok(cid) = key.parse::<Cid>() else {
-                continue;
-            };
-            let age = now.duration_since(at).unwrap_or(Duration::ZERO);
-            if live.contains(&cid) || age < self.gc_grace {
-                stats.kept_blocks += 1;
-            } else {
-                stats.removed_blocks += 1;
-                stats.removed_bytes += size;
-                doomed.push(self.block_path(&cid));
-            }
-        }
+        let (stats, doomed) = self.sweep_plan(live)?;
         let (client, store) = (self.client.clone(), self.name.clone());
         self.run(async move {
             let paths = futures::stream::iter(doomed.into_iter().map(Ok)).boxed();
@@ -476,5 +483,10 @@ impl BlockStore for S3Store {
                 .map(|_| ())
         })?;
         Ok(stats)
+    }
+
+    /// What `retain` would remove now (one listing; sizes and ages from it).
+    fn plan_retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
+        Ok(self.sweep_plan(live)?.0)
     }
 }

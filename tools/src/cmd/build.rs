@@ -193,14 +193,14 @@ pub fn run(args: &BuildArgs) -> Result<()> {
     let read_seconds = t.elapsed().as_secs_f64();
     let config = args.config(dim as u32);
     config.validate().context("invalid map configuration")?;
-    let store = args.store.open()?;
+    let store = args.store.open_dyn()?;
     let build = index::Build {
         config,
         hnsw: args.hnsw,
         pq: args.pq,
         threads: args.threads,
     };
-    let built = build_and_publish(&store, &args.name, &build, records)
+    let built = build_and_publish(store.as_ref(), &args.name, &build, records)
         .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
     let p = &built.published;
     let mut out = Stdout::new();
