@@ -15,14 +15,19 @@
 //!   byte format); compare-and-swap uses conditional writes (`If-Match` on
 //!   the ETag, `If-None-Match: *` to create).
 //!
+//! [`CachedStore`] puts a bounded local [`MmapStore`](prox_engine::MmapStore)
+//! in front of any store (a warm node then reads at mmap speed).
+//!
 //! `config` parses `s3://bucket/prefix` and reads the standard AWS
 //! environment; `errors` maps service failures to
 //! [`Error::Remote`](prox_engine::Error::Remote) with a typed kind.
 
+mod cache;
 mod config;
 mod errors;
 mod roots;
 mod store;
 
+pub use cache::CachedStore;
 pub use config::{is_s3_url, Config, Location, DEFAULT_GC_GRACE};
 pub use store::S3Store;

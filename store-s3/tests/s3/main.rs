@@ -11,6 +11,7 @@
 
 #![allow(unreachable_pub)]
 
+mod cache;
 mod faults;
 mod relay;
 #[path = "../../../engine/tests/engine/store_suite.rs"]

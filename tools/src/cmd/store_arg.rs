@@ -32,6 +32,15 @@ impl StoreArg {
         self.store.to_str().filter(|s| prox_s3::is_s3_url(s))
     }
 
+    /// The store directory; a bucket store is refused (for commands that
+    /// need a directory's own features).
+    pub fn dir_only(&self) -> Result<&std::path::Path> {
+        if self.s3_url().is_some() {
+            anyhow::bail!("{self}: this command needs a store directory, not a bucket");
+        }
+        Ok(&self.store)
+    }
+
     /// Opens the bucket store at `url`.
     fn open_s3(&self, url: &str, gc_grace: Option<std::time::Duration>) -> Result<S3Store> {
         let mut config = prox_s3::Config::from_url(url)?;
@@ -63,10 +72,7 @@ impl StoreArg {
     /// bucket store is refused (commands that need a directory's own
     /// features: segments, damage reports, the sync staging store).
     pub fn open(&self) -> Result<MmapStore> {
-        if self.s3_url().is_some() {
-            anyhow::bail!("{self}: this command needs a store directory, not a bucket");
-        }
-        MmapStore::open(&self.store).with_context(|| format!("cannot open {self}"))
+        MmapStore::open(self.dir_only()?).with_context(|| format!("cannot open {self}"))
     }
 
     /// Opens an existing store read-only (a bucket store is opened as is:
@@ -81,9 +87,7 @@ impl StoreArg {
     /// [`open_read_only`](Self::open_read_only) of a directory store,
     /// keeping the concrete type (for its damage reports).
     pub fn open_read_only_mmap(&self) -> Result<MmapStore> {
-        if self.s3_url().is_some() {
-            anyhow::bail!("{self}: this command needs a store directory, not a bucket");
-        }
+        self.dir_only()?;
         if !self.store.is_dir() {
             anyhow::bail!("{self} does not exist");
         }
