@@ -108,7 +108,7 @@ impl<R: BlockStore> CachedStore<R> {
             let mut lru = self.lru();
             let mut by_age: Vec<(u64, Cid, u64)> =
                 lru.used.iter().map(|(c, (t, n))| (*t, *c, *n)).collect();
-            by_age.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+            by_age.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
             let target = self.max_bytes / 4 * 3;
             let mut total = 0;
             let mut keep = HashSet::new();
