@@ -116,6 +116,18 @@ pub enum Error {
     /// I/O failure.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A remote block store (object storage) failed after its retries;
+    /// `kind` says what kind of failure, `store` names the store
+    /// (`s3://bucket/prefix`).
+    #[error("{store}: {kind}: {reason}")]
+    Remote {
+        /// The store, as its URL.
+        store: String,
+        /// What kind of failure.
+        kind: RemoteErrorKind,
+        /// The service's own message.
+        reason: String,
+    },
 
     // ----- trees and maps -----
     /// A configuration that cannot be used.
@@ -279,6 +291,40 @@ pub enum Error {
         /// What the filter gave.
         given: String,
     },
+}
+
+/// The kinds of [`Error::Remote`] failures a caller may act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteErrorKind {
+    /// The credentials were refused or are missing (HTTP 401/403).
+    Auth,
+    /// The bucket does not exist.
+    MissingBucket,
+    /// The service kept answering "slow down" (HTTP 429/503) after every
+    /// retry.
+    Throttled,
+    /// The service could not be reached or kept failing (connection
+    /// errors, timeouts, HTTP 5xx) after every retry.
+    Unavailable,
+    /// A named root kept changing under a compare-and-swap beyond the
+    /// retry bound.
+    Contended,
+    /// Anything else the service answered (the reason says what).
+    Other,
+}
+
+impl std::fmt::Display for RemoteErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemoteErrorKind::Auth => "authentication or permission refused",
+            RemoteErrorKind::MissingBucket => "bucket does not exist",
+            RemoteErrorKind::Throttled => "throttled",
+            RemoteErrorKind::Unavailable => "service unavailable",
+            RemoteErrorKind::Contended => "root contended",
+            RemoteErrorKind::Other => "request failed",
+        })
+    }
 }
 
 impl Error {

@@ -97,7 +97,7 @@ pub fn mark<K: Copy + Eq + Hash>(
 
 /// Runs a collection: marks from every named root (through `root_links`),
 /// from `extra` and from the pins, then calls `retain` (or, with
-/// `dry_run`, only counts what it would remove).
+/// `dry_run`, `plan_retain`: only counts what it would remove).
 pub fn collect<K: Copy + Eq + Hash>(
     store: &dyn BlockStore,
     pins: &Pins,
@@ -141,18 +141,7 @@ pub fn collect<K: Copy + Eq + Hash>(
     let mut live = marked.live;
     live.extend(pinned);
     if dry_run {
-        for cid in store.cids()? {
-            if live.contains(&cid) {
-                report.retained.kept_blocks += 1;
-                continue;
-            }
-            report.retained.removed_blocks += 1;
-            // A damaged dead block still counts as removed; its size is
-            // unknown without trusting its frame, so it adds no bytes.
-            if let Ok(Some(b)) = store.get(&cid) {
-                report.retained.removed_bytes += b.len() as u64;
-            }
-        }
+        report.retained = store.plan_retain(&live)?;
     } else {
         report.retained = store.retain(&live)?;
     }

@@ -38,7 +38,7 @@ pub mod secondary;
 pub mod store;
 
 pub use cid::{Cid, ParseCidError};
-pub use error::{Error, Result};
+pub use error::{Error, RemoteErrorKind, Result};
 pub use index::Index;
 /// Root manifests (the value of a named root), part of the prolly layer.
 pub use prolly::manifest;

@@ -153,6 +153,27 @@ pub trait BlockStore: Send + Sync {
     /// Removes every block not in `live`. Durable on return; a crash midway
     /// never loses a block in `live`.
     fn retain(&self, live: &std::collections::HashSet<Cid>) -> Result<RetainStats>;
+
+    /// What [`retain`](Self::retain) would do now, changing nothing (the
+    /// dry run of a collection). The default counts every stored block not
+    /// in `live` as removed; stores whose `retain` keeps some of those
+    /// (the S3 store's grace period) override it.
+    fn plan_retain(&self, live: &std::collections::HashSet<Cid>) -> Result<RetainStats> {
+        let mut stats = RetainStats::default();
+        for cid in self.cids()? {
+            if live.contains(&cid) {
+                stats.kept_blocks += 1;
+                continue;
+            }
+            stats.removed_blocks += 1;
+            // A damaged dead block still counts as removed; its size is
+            // unknown without trusting its frame, so it adds no bytes.
+            if let Ok(Some(b)) = self.get(&cid) {
+                stats.removed_bytes += b.len() as u64;
+            }
+        }
+        Ok(stats)
+    }
 }
 
 /// Checks a root name: 1..=255 bytes of UTF-8, no `/`, `\0` or control

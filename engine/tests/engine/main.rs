@@ -16,5 +16,6 @@ mod prolly;
 mod proximity;
 mod search;
 mod store;
+mod store_suite;
 mod stream;
 mod write;

@@ -80,6 +80,9 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
     if args.hnsw.is_none() && args.pq.is_none() {
         bail!("nothing to build: pass --hnsw and/or --pq");
     }
+    if args.store.to_str().is_some_and(prox_s3::is_s3_url) {
+        bail!("accel build needs a store directory, not a bucket");
+    }
     let store = MmapStore::open(&args.store)
         .with_context(|| format!("opening store {}", args.store.display()))?;
     let published = match &args.name {

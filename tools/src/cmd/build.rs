@@ -267,6 +267,7 @@ fn streamed(
             hnsw: args.hnsw,
             pq: args.pq,
             threads: args.threads,
+            indexes: args.indexes.clone(),
         };
         if let Some(need) = index::sidecar_memory(&build, n) {
             if need > limit {
@@ -440,6 +441,7 @@ fn stream_into(
         hnsw: args.hnsw,
         pq: args.pq,
         threads: args.threads,
+        indexes: args.indexes.clone(),
     };
     let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
     Ok((
@@ -460,7 +462,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
     if let Some(0) = args.threads {
         bail!("--threads must be at least 1");
     }
-    let store = args.store.open()?;
+    let store = args.store.open_dyn()?;
     let store_before = sysmem::dir_bytes(&args.store.store);
     let phases = progress::Phases::new(args.json);
     let (built, dim, report) = if args.in_memory {
@@ -474,8 +476,9 @@ pub fn run(args: &BuildArgs) -> Result<()> {
             hnsw: args.hnsw,
             pq: args.pq,
             threads: args.threads,
+            indexes: args.indexes.clone(),
         };
-        let built = build_and_publish(&store, &args.name, &build, records)
+        let built = build_and_publish(&*store, &args.name, &build, records)
             .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
         let report = Report {
             read_seconds,
@@ -485,7 +488,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         };
         (built, dim, report)
     } else {
-        streamed(args, &store, &phases)
+        streamed(args, &*store, &phases)
             .with_context(|| format!("building {} from {}", args.name, args.input.display()))?
     };
     let read_seconds = report.read_seconds;

@@ -83,6 +83,7 @@ fn settings(hnsw: bool, pq: bool) -> Vec<(Request, &'static str)> {
 
 /// Runs `prox demo`.
 pub fn run(args: &DemoArgs) -> Result<()> {
+    args.store.dir_only()?;
     let shape = &args.data;
     if shape.n < 10 || shape.dim == 0 || shape.queries == 0 {
         bail!("--n must be at least 10, --dim and --queries at least 1");
@@ -102,7 +103,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let pb = progress::bar(spec.queries as u64, "ground truth", "queries");
     let truth = gmm::ground_truth(&data.base, &data.queries, spec.metric, 10, &|| pb.inc(1));
     pb.finish_and_clear();
-    let data_dir = args.store.store.join("datasets").join("demo");
+    let data_dir = args.store.dir_only()?.join("datasets").join("demo");
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("{}: cannot create", data_dir.display()))?;
     io::write_fvecs(data_dir.join("base.fvecs"), &data.base)?;

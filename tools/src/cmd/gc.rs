@@ -28,7 +28,12 @@ missing, damaged or cannot be decoded stops the collection before anything is
 removed (exit status 1, naming the block); fetch it again (`prox sync`) or put
 it back, then collect. `--dry-run` lists missing blocks and the damaged byte
 ranges the store found when it opened. Staged sync blocks no pending pull can
-use (<store>/sync-staging) are collected too.";
+use (<store>/sync-staging) are collected too.
+
+On a bucket (--store s3://bucket/prefix) writers on other machines may run
+meanwhile: an unreachable block is removed only when its object is older than
+--grace-secs (default 3600), so blocks a writer has put but not yet published
+are kept. Set it above the longest write (docs/store.md, \"S3\").";
 
 /// Arguments of `prox gc`.
 #[derive(Debug, Clone, Args)]
@@ -39,6 +44,10 @@ pub struct GcArgs {
     /// Only report what would be removed.
     #[arg(long)]
     pub dry_run: bool,
+    /// Bucket stores only: keep unreachable blocks younger than this many
+    /// seconds (a concurrent writer's blocks not yet published).
+    #[arg(long, default_value_t = prox_s3::DEFAULT_GC_GRACE.as_secs())]
+    pub grace_secs: u64,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -46,6 +55,9 @@ pub struct GcArgs {
 
 /// Runs `prox gc`.
 pub fn run(args: &GcArgs) -> Result<()> {
+    if let Some(url) = args.store.s3_url() {
+        return run_s3(args, url);
+    }
     if !args.store.store.is_dir() {
         anyhow::bail!("{} does not exist", args.store);
     }
@@ -141,4 +153,48 @@ fn collect_staging(
     let stores = prox_sync::Stores::new(main, std::sync::Arc::new(staging));
     prox_sync::pending::collect_staging(&stores, &prox_sync::RefsLinker, dry_run)
         .with_context(|| format!("collecting staging store {}", dir.display()))
+}
+
+/// `prox gc` on a bucket store: mark from every root, sweep what is
+/// unreachable and older than the grace period.
+fn run_s3(args: &GcArgs, url: &str) -> Result<()> {
+    let grace = std::time::Duration::from_secs(args.grace_secs);
+    let store = args.store.open_s3_with_grace(url, Some(grace))?;
+    let report = gc::collect_default(&store, &Pins::new(), args.dry_run)
+        .with_context(|| format!("garbage collection of {} failed", args.store))?;
+    let mut out = Stdout::new();
+    if args.json {
+        out.json(&json!({
+            "store": url,
+            "dry_run": report.dry_run,
+            "grace_secs": args.grace_secs,
+            "roots": report.roots,
+            "reachable": report.reachable,
+            "missing": report.missing,
+            "missing_cids": report.missing_cids.iter().map(|c| c.to_hex()).collect::<Vec<_>>(),
+            "kept_blocks": report.retained.kept_blocks,
+            "removed_blocks": report.retained.removed_blocks,
+            "removed_bytes": report.retained.removed_bytes,
+        }))?;
+    } else {
+        let verb = if report.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        out.line(format!(
+            "{} roots, {} reachable blocks ({} missing); kept {} (reachable or younger than {} s), {verb} {} blocks ({} bytes)",
+            report.roots,
+            report.reachable,
+            report.missing,
+            report.retained.kept_blocks,
+            args.grace_secs,
+            report.retained.removed_blocks,
+            report.retained.removed_bytes,
+        ))?;
+        for cid in &report.missing_cids {
+            out.line(format!("missing reachable block {cid}"))?;
+        }
+    }
+    out.flush()
 }

@@ -181,12 +181,16 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let Some(addr) = args.http.http else {
         bail!("--http ADDR is required (e.g. --http 127.0.0.1:7700)");
     };
-    if !args.store.store.is_dir() {
+    if args.store.s3_url().is_none() && !args.store.store.is_dir() {
         bail!("{} does not exist", args.store);
     }
     // With writes on, this process is the store's one writer; otherwise the
     // store is read-only here and reopened when another process moves a root.
-    let source = if args.http.write_token_file.is_some() {
+    // A bucket store is shared with writers anywhere: its roots are re-read
+    // every --refresh-ms and moved maps swapped in.
+    let source = if args.store.s3_url().is_some() {
+        Source::Store(args.store.open_dyn()?)
+    } else if args.http.write_token_file.is_some() {
         let store = args.store.open()?;
         Source::Store(std::sync::Arc::new(store))
     } else {

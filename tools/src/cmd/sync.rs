@@ -129,7 +129,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Opens the store and its staging area (`<store>/sync-staging`)
 /// ([`prox_sync::local::open_stores`]).
 pub fn open_stores(store: &StoreArg) -> Result<Stores> {
-    prox_sync::local::open_stores(&store.store)
+    prox_sync::local::open_stores(store.dir_only()?)
         .with_context(|| format!("cannot open {store} and its staging area"))
 }
 

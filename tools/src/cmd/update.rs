@@ -281,7 +281,7 @@ fn sidecar(w: &SidecarWrite) -> (&'static str, String) {
 pub fn run(args: &UpdateArgs) -> Result<()> {
     prox_engine::store::validate_root_name(&args.name)?;
     let mut source = Source::open(args)?;
-    let store: Arc<dyn BlockStore> = Arc::new(args.store.open()?);
+    let store: Arc<dyn BlockStore> = args.store.open_dyn()?;
     let open = Options {
         warm: false,
         ..Options::default()

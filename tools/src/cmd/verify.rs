@@ -38,8 +38,19 @@ pub struct VerifyArgs {
 
 /// Runs `prox verify`.
 pub fn run(args: &VerifyArgs) -> Result<()> {
-    let store = args.store.open_read_only_mmap()?;
-    let ranges = store.damaged_ranges();
+    // A bucket store has no segments, so no damaged ranges: every block is
+    // checked against its CID as it is read.
+    let (store, ranges): (std::sync::Arc<dyn prox_engine::BlockStore>, _) =
+        if args.store.s3_url().is_some() {
+            (
+                std::sync::Arc::from(args.store.open_read_only()?),
+                Vec::new(),
+            )
+        } else {
+            let store = args.store.open_read_only_mmap()?;
+            let ranges = store.damaged_ranges();
+            (std::sync::Arc::new(store), ranges)
+        };
     for r in &ranges {
         tracing::warn!(
             "store damage: {} bytes {}..{} hold no readable record",
@@ -48,7 +59,6 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             r.end
         );
     }
-    let store: std::sync::Arc<dyn prox_engine::BlockStore> = std::sync::Arc::new(store);
     let t = Instant::now();
     let p = map::resolve(store.as_ref(), &args.name)?;
     let sp = progress::spinner(&format!("verifying {}", args.name));

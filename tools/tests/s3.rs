@@ -1,0 +1,258 @@
+//! The `prox` binary on a bucket store (`--store s3://bucket/prefix`):
+//! build, query, inspect, update, verify, gc and serve against a real
+//! S3-compatible server on loopback, with answers compared to the same
+//! commands on a directory store.
+//!
+//! The server comes from the environment as in prox-s3's tests
+//! (`PROX_S3_ENDPOINT`, `PROX_S3_BUCKET`, `AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`); `.ci/s3` starts one and runs this file with
+//! `PROX_S3_REQUIRED=1`. Without a server the test says why it skips.
+
+mod common;
+
+use common::{prox, s};
+use serde_json::Value;
+use std::io::{BufRead, Read, Write};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// `(endpoint, bucket)`, or `None` after saying why the test skips.
+fn server() -> Option<(String, String)> {
+    let endpoint = std::env::var("PROX_S3_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty());
+    let required = std::env::var("PROX_S3_REQUIRED").as_deref() == Ok("1");
+    let Some(endpoint) = endpoint else {
+        assert!(
+            !required,
+            "PROX_S3_REQUIRED=1 but PROX_S3_ENDPOINT is not set"
+        );
+        eprintln!("skipped: no S3 server configured (set PROX_S3_ENDPOINT, or run .ci/s3)");
+        return None;
+    };
+    assert!(
+        std::env::var("AWS_ACCESS_KEY_ID").is_ok(),
+        "PROX_S3_ENDPOINT is set but AWS_ACCESS_KEY_ID is not"
+    );
+    let bucket = std::env::var("PROX_S3_BUCKET").unwrap_or_else(|_| "prox-test".into());
+    Some((endpoint, bucket))
+}
+
+/// Runs `prox ARGS` with the endpoint in the standard AWS variable.
+fn run(endpoint: &str, args: &[&str]) -> Output {
+    prox()
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .args(args)
+        .output()
+        .expect("run prox")
+}
+
+fn ok(endpoint: &str, args: &[&str]) -> String {
+    let o = run(endpoint, args);
+    assert!(
+        o.status.success(),
+        "prox {args:?} failed ({:?}):\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// One HTTP/1.1 GET on loopback; the body.
+fn get(addr: &str, path: &str) -> String {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_store_command_works_on_a_bucket() {
+    let Some((ep, bucket)) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let local = dir.path().join("local");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let url = format!("s3://{bucket}/cli-{}-{nanos}", std::process::id());
+    let seed = common::seed(5);
+    ok(
+        &ep,
+        &[
+            "datagen",
+            "--n",
+            "500",
+            "--dim",
+            "8",
+            "--queries",
+            "6",
+            "--k",
+            "5",
+            "--seed",
+            &seed,
+            "--out",
+            s(&data),
+        ],
+    );
+    let base = data.join("base.fvecs");
+    let queries = data.join("query.fvecs");
+    for store in [url.as_str(), s(&local)] {
+        ok(
+            &ep,
+            &[
+                "build",
+                "--store",
+                store,
+                "--name",
+                "m",
+                "--input",
+                s(&base),
+            ],
+        );
+    }
+    let query = |store: &str| {
+        ok(
+            &ep,
+            &[
+                "query",
+                "--store",
+                store,
+                "--name",
+                "m",
+                "--queries",
+                s(&queries),
+                "--k",
+                "5",
+                "--mode",
+                "exact",
+                "--json",
+            ],
+        )
+    };
+    assert_eq!(
+        query(&url),
+        query(s(&local)),
+        "same answers from the bucket"
+    );
+
+    let root = json(&ok(
+        &ep,
+        &["inspect", "--store", &url, "--root", "m", "--json"],
+    ));
+    assert_eq!(root["kind"], "RootManifest", "{root}");
+
+    // An update moves the root; the replaced nodes become garbage.
+    for store in [url.as_str(), s(&local)] {
+        ok(
+            &ep,
+            &[
+                "update",
+                "--store",
+                store,
+                "--name",
+                "m",
+                "--input",
+                s(&queries),
+                "--start-key",
+                "100000",
+            ],
+        );
+    }
+    assert_eq!(
+        query(&url),
+        query(s(&local)),
+        "same answers after the update"
+    );
+    ok(&ep, &["verify", "--store", &url, "m"]);
+
+    // GC: within the grace period nothing goes; past it the dry run
+    // predicts the run, and the map is intact afterwards.
+    let young = json(&ok(&ep, &["gc", "--store", &url, "--json"]));
+    assert_eq!(young["removed_blocks"], 0, "{young}");
+    let dry = json(&ok(
+        &ep,
+        &[
+            "gc",
+            "--store",
+            &url,
+            "--grace-secs",
+            "0",
+            "--dry-run",
+            "--json",
+        ],
+    ));
+    assert!(dry["removed_blocks"].as_u64().unwrap() > 0, "{dry}");
+    let done = json(&ok(
+        &ep,
+        &["gc", "--store", &url, "--grace-secs", "0", "--json"],
+    ));
+    assert_eq!(done["removed_blocks"], dry["removed_blocks"], "{done}");
+    ok(&ep, &["verify", "--store", &url, "m"]);
+    assert_eq!(query(&url), query(s(&local)), "same answers after gc");
+
+    // serve: a map published by another process appears within the
+    // refresh interval.
+    let mut child = prox()
+        .env("AWS_ENDPOINT_URL", &ep)
+        .args([
+            "serve",
+            "--store",
+            &url,
+            "--http",
+            "127.0.0.1:0",
+            "--refresh-ms",
+            "200",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("http http://")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    let maps = get(&addr, "/v1/maps");
+    assert!(maps.contains("\"m\""), "{maps}");
+    ok(
+        &ep,
+        &[
+            "build",
+            "--store",
+            &url,
+            "--name",
+            "m2",
+            "--input",
+            s(&base),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if get(&addr, "/v1/maps").contains("\"m2\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "serve never saw map m2");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
