@@ -216,6 +216,34 @@ fn nothing_of_a_failed_batch_is_reported_present() {
     assert!(matches!(s.put_many(&refs), Err(Error::Poisoned { .. })));
 }
 
+/// A process that dies part way through a store's first root change (the
+/// file operation it was in never finishes; no power loss) leaves a store
+/// that opens, with the root either unset or set.
+#[test]
+fn a_crash_during_the_first_root_change_leaves_an_openable_store() {
+    for nth in 0..16 {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = FaultPlan::new(dir.path()).unwrap();
+        let s = MmapStore::open_with(dir.path(), with_faults(&plan)).unwrap();
+        plan.inject(FaultKind::Eio, nth);
+        let acked = s.set_root("main", Some(b"first")).is_ok();
+        let fired = plan.fired();
+        drop(s);
+        let s = MmapStore::open_with(dir.path(), small())
+            .unwrap_or_else(|e| panic!("fault at op {nth}: reopen failed: {e}"));
+        let got = s.root("main").unwrap();
+        if acked {
+            assert_eq!(got.as_deref(), Some(&b"first"[..]), "op {nth}");
+        } else {
+            assert!(got.is_none() || got.as_deref() == Some(&b"first"[..]));
+        }
+        s.set_root("main", Some(b"second")).unwrap();
+        if !fired {
+            break;
+        }
+    }
+}
+
 #[test]
 fn a_damaged_roots_slot_falls_back_to_the_previous_commit() {
     let dir = tempfile::tempdir().unwrap();

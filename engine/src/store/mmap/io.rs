@@ -80,6 +80,11 @@ impl Io {
         })
     }
 
+    /// Renames `from` over `to` (atomic on one file system).
+    pub(super) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.run(FileOp::Rename { from, to }, || fs::rename(from, to))
+    }
+
     /// Fsyncs a directory so creations, renames and unlinks in it are
     /// durable.
     pub(super) fn sync_dir(&self, dir: &Path) -> Result<()> {

@@ -30,7 +30,8 @@ use xxhash_rust::xxh64::xxh64;
 
 /// The single roots file of older stores (generation 0).
 pub(super) const LEGACY_FILE: &str = "ROOTS";
-/// Temporary name older builds used while rewriting `ROOTS`.
+/// Temporary name of a slot file being written for the first time (older
+/// builds used it while rewriting `ROOTS`); removed when a store opens.
 pub(super) const ROOTS_TMP: &str = "ROOTS.tmp";
 /// The two slot files.
 pub(super) const SLOT_FILES: [&str; 2] = ["ROOTS.0", "ROOTS.1"];
@@ -223,17 +224,30 @@ pub(super) fn load(dir: &Path) -> Result<Loaded> {
     })
 }
 
-/// Durably writes `roots` as `generation` into its slot (in place, then
-/// fsync; the directory too when the slot file is new). From generation 2
-/// on, a legacy `ROOTS` file is older than both slots and is removed.
+/// Durably writes `roots` as `generation` into its slot. An existing slot
+/// is rewritten in place, then fsynced (the other slot holds the previous
+/// commit). A slot that does not exist yet is written whole under
+/// `ROOTS.tmp` and renamed into place, so a crash during the store's first
+/// commit leaves no slot rather than a torn one with nothing to fall back
+/// to. From generation 2 on, a legacy `ROOTS` file is older than both slots
+/// and is removed.
 pub(super) fn store(io: &Io, dir: &Path, roots: &Roots, generation: u64) -> Result<()> {
     let path = dir.join(SLOT_FILES[(generation % 2) as usize]);
-    let created = !path.exists();
-    let file = io.open_or_create(&path)?;
     let buf = encode(roots, generation);
-    io.write_at(&file, &path, &buf, 0)?;
-    io.set_len(&file, &path, buf.len() as u64)?;
-    io.sync(&file, &path)?;
+    let created = !path.exists();
+    if created {
+        let tmp = dir.join(ROOTS_TMP);
+        io.remove(&tmp)?;
+        let file = io.create_new(&tmp)?;
+        io.write_at(&file, &tmp, &buf, 0)?;
+        io.sync(&file, &tmp)?;
+        io.rename(&tmp, &path)?;
+    } else {
+        let file = io.open_or_create(&path)?;
+        io.write_at(&file, &path, &buf, 0)?;
+        io.set_len(&file, &path, buf.len() as u64)?;
+        io.sync(&file, &path)?;
+    }
     let legacy = dir.join(LEGACY_FILE);
     let drop_legacy = generation >= 2 && legacy.exists();
     if drop_legacy {
