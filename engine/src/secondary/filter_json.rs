@@ -16,6 +16,10 @@ use serde_json::{Map, Value};
 
 /// Deepest nesting of boolean clauses accepted.
 const MAX_DEPTH: usize = 32;
+/// Most filters in one `must`, `should` or `must_not` list.
+pub const MAX_CLAUSES: usize = 64;
+/// Most values in one `match: {"any": [...]}`.
+pub const MAX_MATCH_ANY: usize = 1024;
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::InvalidRequest {
@@ -130,6 +134,12 @@ fn boolean(m: &Map<String, Value>, depth: usize) -> Result<Filter> {
             }
         };
         let items = match v {
+            Value::Array(a) if a.len() > MAX_CLAUSES => {
+                return Err(bad(format!(
+                    "{k} has {} filters; at most {MAX_CLAUSES}",
+                    a.len()
+                )))
+            }
             Value::Array(a) => a
                 .iter()
                 .map(|x| parse(x, depth + 1))
@@ -181,6 +191,12 @@ fn field(m: &Map<String, Value>, key: &Value) -> Result<Filter> {
             .ok_or_else(|| bad("match must be {\"value\": v} or {\"any\": [v, ...]}"))?;
         let values = match (o.get("value"), o.get("any")) {
             (Some(v), None) => vec![match_value(v)?],
+            (None, Some(Value::Array(a))) if a.len() > MAX_MATCH_ANY => {
+                return Err(bad(format!(
+                    "match any has {} values; at most {MAX_MATCH_ANY}",
+                    a.len()
+                )))
+            }
             (None, Some(Value::Array(a))) => a.iter().map(match_value).collect::<Result<_>>()?,
             _ => return Err(bad("match must be {\"value\": v} or {\"any\": [v, ...]}")),
         };
@@ -254,6 +270,10 @@ mod tests {
                 ..
             }
         ));
+        let many: Vec<_> = (0..=MAX_CLAUSES).map(|_| json!({"keys": []})).collect();
+        assert!(filter_from_json(&json!({ "should": many })).is_err());
+        let many: Vec<_> = (0..=MAX_MATCH_ANY).map(|i| json!(i)).collect();
+        assert!(filter_from_json(&json!({"key": "x", "match": {"any": many}})).is_err());
         for bad in [
             json!({}),
             json!({"key": "x"}),

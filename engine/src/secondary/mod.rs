@@ -26,7 +26,7 @@ mod payload;
 mod record;
 
 pub use fields::{eval, FieldIndexes, FieldState, SOURCE_MAP_ID};
-pub use filter_json::filter_from_json;
+pub use filter_json::{filter_from_json, MAX_CLAUSES, MAX_MATCH_ANY};
 pub use payload::{
     canonical_payload, encode_canonical, field_terms, float_key, int_key, parse_payload,
     FieldIndex, FieldType, PayloadExtractor,

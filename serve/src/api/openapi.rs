@@ -10,7 +10,7 @@
 //! dimension of the map named in the path (`GET /v1/maps/{name}`), checked
 //! by the server (400 `wrong_dimension`).
 
-use prox_engine::secondary::FieldType;
+use prox_engine::secondary::{FieldType, MAX_CLAUSES, MAX_MATCH_ANY};
 use serde_json::{json, Map, Value};
 
 /// `GET /healthz`.
@@ -322,6 +322,10 @@ fn schemas(f: &Facts) -> Value {
     ] {
         search[k] = v.clone();
     }
+    // A boolean list: an array of filters, or one filter standing alone.
+    let clause = json!({"$ref": "#/components/schemas/FilterClause"});
+    let clauses = json!({"anyOf": [
+        {"type": "array", "maxItems": MAX_CLAUSES, "items": clause.clone()}, clause]});
     json!({
         "Error": {"type": "object", "required": ["error"], "additionalProperties": false,
             "properties": {"error": {"type": "object", "required": ["code", "message"], "additionalProperties": false,
@@ -331,10 +335,7 @@ fn schemas(f: &Facts) -> Value {
         "FilterClause": {"anyOf": [{"$ref": "#/components/schemas/KeyFilter"}, {"$ref": "#/components/schemas/BoolFilter"}]},
         "BoolFilter": {"type": "object", "minProperties": 1, "additionalProperties": false,
             "description": "every must, at least one should (when non-empty), no must_not",
-            "properties": {
-                "must": {"type": "array", "maxItems": 4, "items": {"$ref": "#/components/schemas/FilterClause"}},
-                "should": {"type": "array", "maxItems": 4, "items": {"$ref": "#/components/schemas/FilterClause"}},
-                "must_not": {"type": "array", "maxItems": 4, "items": {"$ref": "#/components/schemas/FilterClause"}}}},
+            "properties": {"must": clauses.clone(), "should": clauses.clone(), "must_not": clauses}},
         "KeyFilter": {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
             "description": "exactly one of prefix, range (start inclusive, end exclusive or null), keys",
             "properties": {
@@ -702,7 +703,7 @@ pub(crate) fn describe_fields(doc: &mut Value, fields: &[(String, FieldType)]) {
             FieldType::Bool => json!({"type": "boolean"}),
         };
         let matcher = json!({"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": false,
-            "properties": {"value": value, "any": {"type": "array", "maxItems": 8, "items": value}}});
+            "properties": {"value": value, "any": {"type": "array", "maxItems": MAX_MATCH_ANY, "items": value}}});
         conds.push(
             json!({"type": "object", "required": ["key", "match"], "additionalProperties": false,
             "properties": {"key": {"type": "string", "enum": [name]}, "match": matcher}}),
