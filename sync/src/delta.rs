@@ -253,39 +253,83 @@ pub fn apply(base: &[u8], patch: &[u8], max_len: u64) -> Result<Vec<u8>, PatchEr
 /// same position (the base a patch may be computed against), `None` where
 /// there is nothing sensible to pair or the link did not change.
 ///
-/// Unchanged links at both ends are skipped; in the changed middle, the
-/// first half pairs counting from the start and the second half counting
-/// from the end, so a node inserted or removed in the middle shifts neither
-/// side. A pair must agree on the kind. A wrong guess costs nothing but the
-/// server's attempt: it sends the whole block when the patch is not smaller.
+/// Links present in both lists anchor the alignment (the longest run of
+/// them in the same order in both); between two anchors, the changed new
+/// links pair with the changed old links of that stretch, the first half
+/// counting from its start and the second half from its end, so a node
+/// inserted or removed (a chunk boundary that moved) shifts neither side and
+/// never misaligns the stretches after it. A pair must agree on the kind. A
+/// wrong guess costs nothing but the server's attempt: it sends the whole
+/// block when the patch is not smaller.
 pub fn pair_by_position<K: PartialEq>(new: &[(Cid, K)], old: &[(Cid, K)]) -> Vec<Option<Cid>> {
-    let (n, o) = (new.len(), old.len());
-    let p = new.iter().zip(old).take_while(|(a, b)| a.0 == b.0).count();
-    let s = new[p..]
-        .iter()
-        .rev()
-        .zip(old[p..].iter().rev())
-        .take_while(|(a, b)| a.0 == b.0)
-        .count();
-    let mid = n - s - p;
-    (0..n)
-        .map(|i| {
-            if i < p || i >= n - s {
-                return None;
-            }
-            let k = i - p;
-            let j = if k < mid.div_ceil(2) {
-                p + k
-            } else {
-                (o - s).checked_sub(mid - k)?
-            };
-            if j < p || j >= o - s {
-                return None;
-            }
-            let (cid, kind) = &old[j];
-            (*kind == new[i].1 && *cid != new[i].0).then_some(*cid)
-        })
+    pair_indices(new, old)
+        .into_iter()
+        .map(|j| j.map(|j| old[j].0))
         .collect()
+}
+
+/// [`pair_by_position`] as indices into `old`.
+fn pair_indices<K: PartialEq>(new: &[(Cid, K)], old: &[(Cid, K)]) -> Vec<Option<usize>> {
+    let mut out = vec![None; new.len()];
+    let mut from = (0, 0);
+    for (ai, aj) in anchors(new, old)
+        .into_iter()
+        .chain(std::iter::once((new.len(), old.len())))
+    {
+        let (n, o) = (ai - from.0, aj - from.1);
+        for k in 0..n {
+            let j = if k < n.div_ceil(2) {
+                Some(k).filter(|&j| j < o)
+            } else {
+                o.checked_sub(n - k)
+            };
+            let Some(j) = j.map(|j| from.1 + j) else {
+                continue;
+            };
+            let i = from.0 + k;
+            if old[j].1 == new[i].1 && old[j].0 != new[i].0 {
+                out[i] = Some(j);
+            }
+        }
+        from = (ai + 1, aj + 1);
+    }
+    out
+}
+
+/// The links present in both lists, as `(new index, old index)` pairs
+/// increasing in both: the longest such chain (patience sorting over the
+/// old positions of the shared links, `O(n log n)`).
+fn anchors<K>(new: &[(Cid, K)], old: &[(Cid, K)]) -> Vec<(usize, usize)> {
+    let mut at: HashMap<Cid, usize> = HashMap::with_capacity(old.len());
+    for (j, (c, _)) in old.iter().enumerate() {
+        at.entry(*c).or_insert(j);
+    }
+    let shared: Vec<(usize, usize)> = new
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (c, _))| at.get(c).map(|&j| (i, j)))
+        .collect();
+    // tails[l]: index in `shared` of the smallest old position ending an
+    // increasing chain of length l + 1; prev: each element's predecessor.
+    let mut tails: Vec<usize> = Vec::new();
+    let mut prev: Vec<Option<usize>> = vec![None; shared.len()];
+    for (x, &(_, j)) in shared.iter().enumerate() {
+        let l = tails.partition_point(|&t| shared[t].1 < j);
+        prev[x] = l.checked_sub(1).map(|l| tails[l]);
+        if l == tails.len() {
+            tails.push(x);
+        } else {
+            tails[l] = x;
+        }
+    }
+    let mut chain = Vec::with_capacity(tails.len());
+    let mut cur = tails.last().copied();
+    while let Some(x) = cur {
+        chain.push(shared[x]);
+        cur = prev[x];
+    }
+    chain.reverse();
+    chain
 }
 
 /// Most old blocks one patch may copy from (`WANT_DELTA`).
@@ -301,20 +345,19 @@ pub fn bases_by_position<K: PartialEq>(
     new: &[(Cid, K)],
     old: &[(Cid, K)],
 ) -> Vec<(Option<Cid>, Vec<Cid>)> {
-    pair_by_position(new, old)
+    pair_indices(new, old)
         .into_iter()
         .zip(new)
         .map(|(paired, (_, kind))| {
-            let Some(p) = paired else {
+            let Some(j) = paired else {
                 return (None, Vec::new());
             };
-            let j = old.iter().position(|(c, _)| *c == p).unwrap_or(0);
             let bases = old[j.saturating_sub(1)..(j + 2).min(old.len())]
                 .iter()
                 .filter(|(_, k)| k == kind)
                 .map(|(c, _)| *c)
                 .collect();
-            (Some(p), bases)
+            (Some(old[j].0), bases)
         })
         .collect()
 }
@@ -409,6 +452,32 @@ mod tests {
         let b = bases_by_position(&new, &old);
         assert_eq!(b[2], (Some(c(2)), vec![c(1), c(2), c(3)]));
         assert_eq!(b[0], (None, vec![]));
+    }
+
+    #[test]
+    fn unchanged_links_between_changes_keep_later_pairs_aligned() {
+        let c = |i: u16| Cid::of(&i.to_le_bytes());
+        let old: Vec<(Cid, u8)> = (0..10).map(|i| (c(i), 0)).collect();
+        // 1 changed and split in two; 7 changed in place; the rest kept.
+        let new: Vec<(Cid, u8)> = [0, 100, 101, 2, 3, 4, 5, 6, 107, 8, 9]
+            .into_iter()
+            .map(|i| (c(i), 0))
+            .collect();
+        let pairs = pair_by_position(&new, &old);
+        let want: Vec<Option<Cid>> = [None, Some(1), Some(1), None, None, None, None, None]
+            .into_iter()
+            .chain([Some(7), None, None])
+            .map(|x| x.map(c))
+            .collect();
+        assert_eq!(pairs, want);
+        // A link that moved does not anchor against the order of the rest.
+        let new: Vec<(Cid, u8)> = [9, 1, 2, 3, 104, 5, 6, 7, 8]
+            .into_iter()
+            .map(|i| (c(i), 0))
+            .collect();
+        let pairs = pair_by_position(&new, &old);
+        assert_eq!(pairs[4], Some(c(4)));
+        assert_eq!(pairs[0], Some(c(0)));
     }
 
     #[test]

@@ -70,11 +70,10 @@ struct Want<K> {
     cid: Cid,
     kind: K,
     wave: u64,
-    /// The old block at this position, held in `main` (its links pair
-    /// this block's children with old ones).
-    base: Option<Cid>,
-    /// The old blocks a patch for this block may copy from (the base and
-    /// its neighbours, all in `main`), in order; empty: ask for the block.
+    /// The old block at this position and its neighbours of the same kind,
+    /// all in `main`, in tree order: a patch for this block copies from
+    /// them, and their links pair this block's children with old ones.
+    /// Empty: ask for the whole block.
     bases: Vec<Cid>,
 }
 
@@ -384,7 +383,6 @@ impl<L: Linker> WantPlanner<L> {
                     cid,
                     kind,
                     wave,
-                    base: None,
                     bases: Vec::new(),
                 },
                 block,
@@ -477,7 +475,7 @@ impl<L: Linker> WantPlanner<L> {
                 Placed::Received(block),
                 children,
                 want.wave,
-                want.base,
+                &want.bases,
                 &mut local,
             )?;
         }
@@ -556,7 +554,6 @@ impl<L: Linker> WantPlanner<L> {
                         cid,
                         kind,
                         wave: wave + 1,
-                        base: base.0,
                         bases: base.1,
                     },
                 );
@@ -583,7 +580,7 @@ impl<L: Linker> WantPlanner<L> {
                         Placed::Staged(bytes),
                         children,
                         0,
-                        None,
+                        &[],
                         &mut stack,
                     )?;
                 }
@@ -595,7 +592,6 @@ impl<L: Linker> WantPlanner<L> {
                             cid,
                             kind,
                             wave: 1,
-                            base: None,
                             bases: Vec::new(),
                         },
                     );
@@ -606,8 +602,8 @@ impl<L: Linker> WantPlanner<L> {
     }
 
     /// Publishes `cid` if all its children are complete, else stages it.
-    /// With `base` (its old version in `main`), each child is paired with
-    /// the old block's child at the same position.
+    /// With `olds` (its old version and neighbours in `main`), each child
+    /// is paired with an old child (see [`Self::child_bases`]).
     #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
@@ -616,10 +612,10 @@ impl<L: Linker> WantPlanner<L> {
         block: Placed,
         children: Vec<(Cid, L::Kind)>,
         wave: u64,
-        base: Option<Cid>,
+        olds: &[Cid],
         local: &mut Vec<(Cid, L::Kind)>,
     ) -> Result<()> {
-        let bases = self.child_bases(&kind, base, &children);
+        let bases = self.child_bases(&kind, olds, &children);
         let mut waiting = 0usize;
         let mut seen = HashSet::new();
         for ((c, k), b) in children.into_iter().zip(bases) {
@@ -638,22 +634,28 @@ impl<L: Linker> WantPlanner<L> {
         }
     }
 
-    /// The old child at each child's position and its patch bases (see
-    /// [`crate::delta::bases_by_position`]); none without a base, or when
-    /// the base cannot be read or decoded (then blocks come whole).
-    fn child_bases(
-        &self,
-        kind: &L::Kind,
-        base: Option<Cid>,
-        children: &[(Cid, L::Kind)],
-    ) -> Vec<Base> {
-        let old = base
-            .and_then(|b| self.stores.main.get(&b).ok().flatten())
-            .and_then(|bytes| self.linker.links(kind, &bytes).ok());
-        match old {
-            Some(old) => crate::delta::bases_by_position(children, &old),
-            None => vec![(None, Vec::new()); children.len()],
+    /// The old child paired with each child and its patch bases (see
+    /// [`crate::delta::bases_by_position`]), against the links of `olds`
+    /// (the paired old block and its neighbours, in tree order) taken
+    /// together, so a child whose chunk moved to a neighbour still finds
+    /// its old version. None without old blocks, or when one cannot be read
+    /// or decoded (then blocks come whole).
+    fn child_bases(&self, kind: &L::Kind, olds: &[Cid], children: &[(Cid, L::Kind)]) -> Vec<Base> {
+        let mut old = Vec::new();
+        for c in olds {
+            let links = self
+                .stores
+                .main
+                .get(c)
+                .ok()
+                .flatten()
+                .and_then(|bytes| self.linker.links(kind, &bytes).ok());
+            match links {
+                Some(l) => old.extend(l),
+                None => return vec![(None, Vec::new()); children.len()],
+            }
         }
+        crate::delta::bases_by_position(children, &old)
     }
 
     /// Moves `cid` into `main` (its children are all there), then every
