@@ -111,20 +111,30 @@ fn every_store_command_works_on_a_bucket() {
     );
     let base = data.join("base.fvecs");
     let queries = data.join("query.fvecs");
-    for store in [url.as_str(), s(&local)] {
-        ok(
-            &ep,
-            &[
-                "build",
-                "--store",
-                store,
-                "--name",
-                "m",
-                "--input",
-                s(&base),
-            ],
-        );
-    }
+    // The same records and config give the same descriptor on both stores.
+    let built: Vec<Value> = [url.as_str(), s(&local)]
+        .into_iter()
+        .map(|store| {
+            json(&ok(
+                &ep,
+                &[
+                    "build",
+                    "--store",
+                    store,
+                    "--name",
+                    "m",
+                    "--input",
+                    s(&base),
+                    "--json",
+                ],
+            ))
+        })
+        .collect();
+    assert_eq!(built[0]["descriptor"], built[1]["descriptor"], "{built:?}");
+    assert!(
+        !std::path::Path::new("s3:").exists(),
+        "a bucket build spilled into a local s3: directory"
+    );
     let query = |store: &str| {
         ok(
             &ep,
@@ -157,28 +167,91 @@ fn every_store_command_works_on_a_bucket() {
     assert_eq!(root["kind"], "RootManifest", "{root}");
 
     // An update moves the root; the replaced nodes become garbage.
-    for store in [url.as_str(), s(&local)] {
-        ok(
-            &ep,
-            &[
-                "update",
-                "--store",
-                store,
-                "--name",
-                "m",
-                "--input",
-                s(&queries),
-                "--start-key",
-                "100000",
-            ],
-        );
-    }
+    let updated: Vec<Value> = [url.as_str(), s(&local)]
+        .into_iter()
+        .map(|store| {
+            json(&ok(
+                &ep,
+                &[
+                    "update",
+                    "--store",
+                    store,
+                    "--name",
+                    "m",
+                    "--input",
+                    s(&queries),
+                    "--start-key",
+                    "100000",
+                    "--json",
+                ],
+            ))
+        })
+        .collect();
+    assert_eq!(
+        updated[0]["descriptor"], updated[1]["descriptor"],
+        "{updated:?}"
+    );
+    assert_ne!(updated[0]["descriptor"], built[0]["descriptor"]);
     assert_eq!(
         query(&url),
         query(s(&local)),
         "same answers after the update"
     );
     ok(&ep, &["verify", "--store", &url, "m"]);
+
+    // A local cache: a cold and a warm query answer as the bucket does,
+    // the first fills the cache, and a directory store refuses one.
+    let cache = dir.path().join("cache");
+    let cached_query = || {
+        ok(
+            &ep,
+            &[
+                "query",
+                "--store",
+                &url,
+                "--cache-dir",
+                s(&cache),
+                "--cache-bytes",
+                "64M",
+                "--name",
+                "m",
+                "--queries",
+                s(&queries),
+                "--k",
+                "5",
+                "--mode",
+                "exact",
+                "--json",
+            ],
+        )
+    };
+    let direct = query(&url);
+    assert_eq!(cached_query(), direct, "cold cache");
+    assert!(
+        std::fs::read_dir(&cache).unwrap().next().is_some(),
+        "the cache holds blocks"
+    );
+    assert_eq!(cached_query(), direct, "warm cache");
+    let refused = run(
+        &ep,
+        &[
+            "query",
+            "--store",
+            s(&local),
+            "--cache-dir",
+            s(&cache),
+            "--name",
+            "m",
+            "--queries",
+            s(&queries),
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--cache-dir"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 
     // GC: within the grace period nothing goes; past it the dry run
     // predicts the run, and the map is intact afterwards.
