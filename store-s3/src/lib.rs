@@ -30,4 +30,4 @@ mod store;
 
 pub use cache::CachedStore;
 pub use config::{is_s3_url, Config, Location, DEFAULT_GC_GRACE};
-pub use store::S3Store;
+pub use store::{RequestCounts, S3Store};

@@ -15,6 +15,7 @@ use prox_engine::store::{validate_root_name, RetainStats, Verified};
 use prox_engine::{BlockStore, Cid, Error, RemoteErrorKind, Result};
 use std::collections::HashSet;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -40,6 +41,25 @@ pub struct S3Store {
     roots: String,
     concurrency: usize,
     gc_grace: Duration,
+    /// Requests made so far (for tests and cache statistics).
+    counts: Arc<Counts>,
+}
+
+/// Request counters of one [`S3Store`].
+#[derive(Debug, Default)]
+struct Counts {
+    block_gets: AtomicU64,
+    get_batches: AtomicU64,
+}
+
+/// How many block reads an [`S3Store`] has sent since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// Block objects requested (one GET each).
+    pub block_gets: u64,
+    /// Batches of block GETs (`get`/`get_many` calls that reached the
+    /// service): dependent round trips when the caller waits on each.
+    pub get_batches: u64,
 }
 
 impl std::fmt::Debug for S3Store {
@@ -123,6 +143,7 @@ impl S3Store {
             roots: base("roots"),
             concurrency: config.concurrency.max(1),
             gc_grace: config.gc_grace,
+            counts: Arc::default(),
         };
         store.probe()?;
         Ok(store)
@@ -131,6 +152,14 @@ impl S3Store {
     /// The store's URL (`s3://bucket/prefix`).
     pub fn url(&self) -> &str {
         &self.name
+    }
+
+    /// The block reads sent so far.
+    pub fn requests(&self) -> RequestCounts {
+        RequestCounts {
+            block_gets: self.counts.block_gets.load(Ordering::Relaxed),
+            get_batches: self.counts.get_batches.load(Ordering::Relaxed),
+        }
     }
 
     /// The GC grace period this store was opened with.
@@ -185,6 +214,13 @@ impl S3Store {
     /// Fetches blocks with bounded concurrency, each verified against its
     /// CID; `None` where the object is absent.
     fn fetch(&self, cids: &[Cid]) -> Result<Vec<Option<Bytes>>> {
+        if cids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.counts.get_batches.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .block_gets
+            .fetch_add(cids.len() as u64, Ordering::Relaxed);
         let jobs: Vec<(Cid, Path)> = cids.iter().map(|c| (*c, self.block_path(c))).collect();
         let (client, name, width) = (self.client.clone(), self.name.clone(), self.concurrency);
         self.run(async move {

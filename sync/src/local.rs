@@ -8,6 +8,7 @@ use crate::control::{self, Op};
 use crate::error::{Error, Result};
 use crate::{identity, Config, Limits, Node, RefsLinker, Stores};
 use prox_engine::store::MmapStore;
+use prox_engine::BlockStore;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +19,14 @@ const ONE_SHOT_LIMIT: Duration = Duration::from_secs(3600);
 /// Opens the store at `dir` (created if absent) and its staging area
 /// (`<dir>/sync-staging`).
 pub fn open_stores(dir: &Path) -> Result<Stores> {
-    let main = MmapStore::open(dir)?;
-    let staging = MmapStore::open(dir.join("sync-staging"))?;
-    Ok(Stores::new(Arc::new(main), Arc::new(staging)))
+    open_stores_in(Arc::new(MmapStore::open(dir)?), dir)
+}
+
+/// `main` (any store: a directory, a bucket) with its staging area in the
+/// local directory `state` (`<state>/sync-staging`, created if absent).
+pub fn open_stores_in(main: Arc<dyn BlockStore>, state: &Path) -> Result<Stores> {
+    let staging = MmapStore::open(state.join("sync-staging"))?;
+    Ok(Stores::new(main, Arc::new(staging)))
 }
 
 /// Runs `op` for the store at `dir`: through its daemon's control socket
@@ -30,6 +36,17 @@ pub fn open_stores(dir: &Path) -> Result<Stores> {
 /// answer); anything else one-shot is bounded by an hour. Answers the
 /// operation's JSON report (`pull`: a [`crate::PullReport`]).
 pub async fn execute(dir: &Path, op: &Op) -> Result<serde_json::Value> {
+    execute_in(dir, None, op).await
+}
+
+/// [`execute`] with the node's local state (identity key, staging area,
+/// control socket) in `dir` and its visible store `main` elsewhere (a
+/// bucket); `None`: the directory store at `dir`.
+pub async fn execute_in(
+    dir: &Path,
+    main: Option<Arc<dyn BlockStore>>,
+    op: &Op,
+) -> Result<serde_json::Value> {
     let deadline = match op {
         Op::Pull {
             deadline_ms: Some(ms),
@@ -60,7 +77,10 @@ pub async fn execute(dir: &Path, op: &Op) -> Result<serde_json::Value> {
         },
         other => other.clone(),
     };
-    let stores = open_stores(dir)?;
+    let stores = match main {
+        Some(main) => open_stores_in(main, dir)?,
+        None => open_stores(dir)?,
+    };
     let key = identity::load_or_create(&dir.join("sync.key"))?;
     let node = Node::start(&Config::default(), key, stores, RefsLinker).await?;
     let limit = deadline.unwrap_or(ONE_SHOT_LIMIT);

@@ -111,20 +111,30 @@ fn every_store_command_works_on_a_bucket() {
     );
     let base = data.join("base.fvecs");
     let queries = data.join("query.fvecs");
-    for store in [url.as_str(), s(&local)] {
-        ok(
-            &ep,
-            &[
-                "build",
-                "--store",
-                store,
-                "--name",
-                "m",
-                "--input",
-                s(&base),
-            ],
-        );
-    }
+    // The same records and config give the same descriptor on both stores.
+    let built: Vec<Value> = [url.as_str(), s(&local)]
+        .into_iter()
+        .map(|store| {
+            json(&ok(
+                &ep,
+                &[
+                    "build",
+                    "--store",
+                    store,
+                    "--name",
+                    "m",
+                    "--input",
+                    s(&base),
+                    "--json",
+                ],
+            ))
+        })
+        .collect();
+    assert_eq!(built[0]["descriptor"], built[1]["descriptor"], "{built:?}");
+    assert!(
+        !std::path::Path::new("s3:").exists(),
+        "a bucket build spilled into a local s3: directory"
+    );
     let query = |store: &str| {
         ok(
             &ep,
@@ -157,28 +167,91 @@ fn every_store_command_works_on_a_bucket() {
     assert_eq!(root["kind"], "RootManifest", "{root}");
 
     // An update moves the root; the replaced nodes become garbage.
-    for store in [url.as_str(), s(&local)] {
-        ok(
-            &ep,
-            &[
-                "update",
-                "--store",
-                store,
-                "--name",
-                "m",
-                "--input",
-                s(&queries),
-                "--start-key",
-                "100000",
-            ],
-        );
-    }
+    let updated: Vec<Value> = [url.as_str(), s(&local)]
+        .into_iter()
+        .map(|store| {
+            json(&ok(
+                &ep,
+                &[
+                    "update",
+                    "--store",
+                    store,
+                    "--name",
+                    "m",
+                    "--input",
+                    s(&queries),
+                    "--start-key",
+                    "100000",
+                    "--json",
+                ],
+            ))
+        })
+        .collect();
+    assert_eq!(
+        updated[0]["descriptor"], updated[1]["descriptor"],
+        "{updated:?}"
+    );
+    assert_ne!(updated[0]["descriptor"], built[0]["descriptor"]);
     assert_eq!(
         query(&url),
         query(s(&local)),
         "same answers after the update"
     );
     ok(&ep, &["verify", "--store", &url, "m"]);
+
+    // A local cache: a cold and a warm query answer as the bucket does,
+    // the first fills the cache, and a directory store refuses one.
+    let cache = dir.path().join("cache");
+    let cached_query = || {
+        ok(
+            &ep,
+            &[
+                "query",
+                "--store",
+                &url,
+                "--cache-dir",
+                s(&cache),
+                "--cache-bytes",
+                "64M",
+                "--name",
+                "m",
+                "--queries",
+                s(&queries),
+                "--k",
+                "5",
+                "--mode",
+                "exact",
+                "--json",
+            ],
+        )
+    };
+    let direct = query(&url);
+    assert_eq!(cached_query(), direct, "cold cache");
+    assert!(
+        std::fs::read_dir(&cache).unwrap().next().is_some(),
+        "the cache holds blocks"
+    );
+    assert_eq!(cached_query(), direct, "warm cache");
+    let refused = run(
+        &ep,
+        &[
+            "query",
+            "--store",
+            s(&local),
+            "--cache-dir",
+            s(&cache),
+            "--name",
+            "m",
+            "--queries",
+            s(&queries),
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--cache-dir"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 
     // GC: within the grace period nothing goes; past it the dry run
     // predicts the run, and the map is intact afterwards.
@@ -255,4 +328,171 @@ fn every_store_command_works_on_a_bucket() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// A `prox daemon` child (killed on drop) and its listen address.
+struct Daemon {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Daemon {
+    fn start(endpoint: &str, store_args: &[&str]) -> Daemon {
+        let mut child = prox()
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .arg("daemon")
+            .args(store_args)
+            .arg("--open")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("daemon starts");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut addr = String::new();
+        // peer_id, listen and control lines: a handful at most.
+        for line in out.lines().take(8) {
+            let line = line.unwrap();
+            if let Some(a) = line.strip_prefix("listen ") {
+                addr = a.to_string();
+            }
+            if line.starts_with("control ") {
+                break;
+            }
+        }
+        assert!(!addr.is_empty(), "daemon printed its listen address");
+        Daemon { child, addr }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `prox sync pull` into a bucket from a daemon on a directory, then a
+/// daemon serving that bucket as the source of a pull into a directory:
+/// every copy answers like the original.
+#[test]
+fn sync_pulls_into_a_bucket_and_a_daemon_serves_one() {
+    let Some((ep, bucket)) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let src = dir.path().join("src");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let url = format!("s3://{bucket}/sync-{}-{nanos}", std::process::id());
+    let seed = common::seed(7);
+    ok(
+        &ep,
+        &[
+            "datagen",
+            "--n",
+            "400",
+            "--dim",
+            "8",
+            "--queries",
+            "4",
+            "--k",
+            "3",
+            "--seed",
+            &seed,
+            "--out",
+            s(&data),
+        ],
+    );
+    let queries = data.join("query.fvecs");
+    ok(
+        &ep,
+        &[
+            "build",
+            "--store",
+            s(&src),
+            "--name",
+            "m",
+            "--input",
+            s(&data.join("base.fvecs")),
+        ],
+    );
+    let query = |store: &str| {
+        ok(
+            &ep,
+            &[
+                "query",
+                "--store",
+                store,
+                "--name",
+                "m",
+                "--queries",
+                s(&queries),
+                "--k",
+                "3",
+                "--mode",
+                "exact",
+                "--json",
+            ],
+        )
+    };
+    let want = query(s(&src));
+
+    let source = Daemon::start(&ep, &["--store", s(&src)]);
+    let no_state = run(
+        &ep,
+        &[
+            "sync",
+            "pull",
+            "--store",
+            &url,
+            "--peer",
+            &source.addr,
+            "--name",
+            "m",
+        ],
+    );
+    assert!(!no_state.status.success());
+    let err = String::from_utf8_lossy(&no_state.stderr);
+    assert!(err.contains("--sync-dir"), "{err}");
+    let state = dir.path().join("state");
+    let report = json(&ok(
+        &ep,
+        &[
+            "sync",
+            "pull",
+            "--store",
+            &url,
+            "--sync-dir",
+            s(&state),
+            "--peer",
+            &source.addr,
+            "--name",
+            "m",
+            "--json",
+        ],
+    ));
+    assert!(report["blocks_fetched"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(query(&url), want, "the bucket copy answers like the source");
+    ok(&ep, &["verify", "--store", &url, "m"]);
+    drop(source);
+
+    // The bucket as a daemon's store, the source of a pull into a directory.
+    let served_state = dir.path().join("served-state");
+    let from_bucket = Daemon::start(&ep, &["--store", &url, "--sync-dir", s(&served_state)]);
+    let dst = dir.path().join("dst");
+    ok(
+        &ep,
+        &[
+            "sync",
+            "pull",
+            "--store",
+            s(&dst),
+            "--peer",
+            &from_bucket.addr,
+            "--name",
+            "m",
+        ],
+    );
+    assert_eq!(query(s(&dst)), want, "pulled from the bucket");
 }

@@ -75,3 +75,32 @@ fn the_cache_stays_within_its_bound_and_serves_hits_locally() {
     assert!(again.cached_bytes() > 0 && again.cached_bytes() <= max);
     assert!(again.get(&recent[9]).unwrap().is_some());
 }
+
+#[test]
+fn a_warm_cache_sends_no_block_gets() {
+    let Some(srv) = server("cache_warm") else {
+        return;
+    };
+    let remote = srv.store("cache_warm");
+    let blocks: Vec<Vec<u8>> = (0..40u32).map(|i| i.to_le_bytes().repeat(64)).collect();
+    let refs: Vec<&[u8]> = blocks.iter().map(|b| b.as_slice()).collect();
+    let cids = remote.put_many(&refs).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cold = CachedStore::open(remote, dir.path(), 1 << 20).unwrap();
+    let got = cold.get_many(&cids).unwrap();
+    assert!(got
+        .iter()
+        .zip(&blocks)
+        .all(|(g, b)| g.as_deref() == Some(b.as_slice())));
+    assert_eq!(cold.remote().requests().block_gets, cids.len() as u64);
+    drop(cold);
+    // A new process on the same cache directory: every block is local.
+    let warm = CachedStore::open(srv.store("cache_warm_2"), dir.path(), 1 << 20).unwrap();
+    let again = warm.get_many(&cids).unwrap();
+    assert_eq!(again, got, "the cache answers with the same bytes");
+    assert_eq!(
+        warm.remote().requests().block_gets,
+        0,
+        "no GET on a warm cache"
+    );
+}

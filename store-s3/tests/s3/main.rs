@@ -14,6 +14,7 @@
 mod cache;
 mod faults;
 mod relay;
+mod same_cids;
 #[path = "../../../engine/tests/engine/store_suite.rs"]
 mod store_suite;
 mod store_suite_runs;

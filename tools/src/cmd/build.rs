@@ -61,7 +61,8 @@ pub struct BuildArgs {
     #[arg(long, value_parser = crate::sysmem::parse_size)]
     pub memory_limit: Option<u64>,
     /// Directory for the build's sorted runs (default: STORE.spill beside
-    /// the store; removed when empty).
+    /// a store directory, prox-build-PID.spill in the temp directory for a
+    /// bucket; removed when empty).
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
     /// Read everything into memory and build in one step (no limit).
@@ -286,7 +287,12 @@ fn streamed(
     if let (Some(d), Some(n)) = (reader.dim(), reader.len_hint()) {
         probe(d, n)?;
     }
+    // Beside a store directory; for a bucket, under the temp directory (an
+    // `s3://` name is no local path).
     let spill_dir = args.spill_dir.clone().unwrap_or_else(|| {
+        if args.store.s3_url().is_some() {
+            return std::env::temp_dir().join(format!("prox-build-{}.spill", std::process::id()));
+        }
         let mut p = args.store.store.clone().into_os_string();
         p.push(".spill");
         PathBuf::from(p)

@@ -1,6 +1,5 @@
 //! `prox daemon`: run the sync daemon on a store.
 
-use crate::cmd::store_arg::StoreArg;
 use anyhow::{Context, Result};
 use clap::Args;
 use prox_sync::{Config, Follow, RefsLinker};
@@ -27,7 +26,7 @@ stay staged for a retry) and no named root moves.";
 pub struct DaemonArgs {
     /// The store to serve and replicate into.
     #[command(flatten)]
-    pub store: StoreArg,
+    pub store: super::sync::SyncStoreArg,
     /// Listen multiaddr (repeatable; default /ip4/127.0.0.1/tcp/0).
     #[arg(long)]
     pub listen: Vec<String>,
@@ -107,7 +106,7 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
     let cfg = config(args)?;
     let stores = super::sync::open_stores(&args.store)?;
     let rt = super::sync::runtime()?;
-    let dir = args.store.store.clone();
+    let dir = args.store.state_dir()?.to_path_buf();
     // The HTTP API reads the daemon's own main store, so roots moved by
     // pulls are picked up by its refresh; it stops when the daemon does.
     let http = match args.http.http {

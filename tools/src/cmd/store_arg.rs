@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use prox_engine::store::MmapStore;
 use prox_engine::BlockStore;
-use prox_s3::S3Store;
+use prox_s3::{CachedStore, S3Store};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -18,6 +18,16 @@ pub struct StoreArg {
     /// standard AWS_* environment variables; docs/store.md, "S3").
     #[arg(long = "store", env = "PROX_STORE", default_value = "prox-data")]
     pub store: PathBuf,
+    /// With a bucket store: keep a local cache of verified blocks in this
+    /// directory (an MmapStore; named roots are never cached, so moved
+    /// roots are seen at once). Refused with a directory store.
+    #[arg(long = "cache-dir", env = "PROX_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The cache's bound in bytes of block data (e.g. 512M, 4G); least
+    /// recently used blocks are dropped past it.
+    #[arg(long = "cache-bytes", env = "PROX_CACHE_BYTES", default_value = "1G",
+          value_parser = crate::sysmem::parse_size)]
+    pub cache_bytes: u64,
 }
 
 impl std::fmt::Display for StoreArg {
@@ -35,6 +45,7 @@ impl StoreArg {
     /// The store directory; a bucket store is refused (for commands that
     /// need a directory's own features).
     pub fn dir_only(&self) -> Result<&std::path::Path> {
+        self.check_cache()?;
         if self.s3_url().is_some() {
             anyhow::bail!("{self}: this command needs a store directory, not a bucket");
         }
@@ -51,12 +62,33 @@ impl StoreArg {
     }
 
     /// Opens the store for writing, whichever kind it is (a directory is
-    /// created if absent).
+    /// created if absent; a bucket gets its `--cache-dir` cache).
     pub fn open_dyn(&self) -> Result<Arc<dyn BlockStore>> {
         match self.s3_url() {
-            Some(url) => Ok(Arc::new(self.open_s3(url, None)?)),
+            Some(url) => Ok(Arc::from(self.open_bucket(url)?)),
             None => Ok(Arc::new(self.open()?)),
         }
+    }
+
+    /// Opens a bucket store, behind a [`CachedStore`] when `--cache-dir`
+    /// is given.
+    fn open_bucket(&self, url: &str) -> Result<Box<dyn BlockStore>> {
+        let remote = self.open_s3(url, None)?;
+        match &self.cache_dir {
+            Some(dir) => Ok(Box::new(
+                CachedStore::open(remote, dir, self.cache_bytes)
+                    .with_context(|| format!("cannot open the cache {}", dir.display()))?,
+            )),
+            None => Ok(Box::new(remote)),
+        }
+    }
+
+    /// Refuses `--cache-dir` with a directory store (it caches a bucket).
+    fn check_cache(&self) -> Result<()> {
+        if self.cache_dir.is_some() && self.s3_url().is_none() {
+            anyhow::bail!("{self}: --cache-dir caches a bucket store (s3://...), not a directory");
+        }
+        Ok(())
     }
 
     /// Opens a bucket store with a GC grace period (`None`: the default).
@@ -79,7 +111,7 @@ impl StoreArg {
     /// this process only reads it).
     pub fn open_read_only(&self) -> Result<Box<dyn BlockStore>> {
         match self.s3_url() {
-            Some(url) => Ok(Box::new(self.open_s3(url, None)?)),
+            Some(url) => self.open_bucket(url),
             None => Ok(Box::new(self.open_read_only_mmap()?)),
         }
     }

@@ -4,8 +4,10 @@
 use crate::cmd::store_arg::StoreArg;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use prox_engine::BlockStore;
 use prox_sync::control::Op;
 use prox_sync::Stores;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Examples for `prox sync --help`.
@@ -55,7 +57,7 @@ pub enum SyncOp {
 pub struct TransferArgs {
     /// Local store.
     #[command(flatten)]
-    pub store: StoreArg,
+    pub store: SyncStoreArg,
     /// The peer's multiaddr, ending in /p2p/<peer id> so the connection
     /// authenticates that peer.
     #[arg(long)]
@@ -98,7 +100,7 @@ pub struct PullArgs {
 pub struct PeerArgs {
     /// Local store.
     #[command(flatten)]
-    pub store: StoreArg,
+    pub store: SyncStoreArg,
     /// The peer's multiaddr, ending in /p2p/<peer id>.
     #[arg(long)]
     pub peer: String,
@@ -115,7 +117,7 @@ pub struct PeerArgs {
 pub struct LocalArgs {
     /// Local store.
     #[command(flatten)]
-    pub store: StoreArg,
+    pub store: SyncStoreArg,
 }
 
 /// A multi-threaded tokio runtime for network commands.
@@ -126,11 +128,64 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// Opens the store and its staging area (`<store>/sync-staging`)
-/// ([`prox_sync::local::open_stores`]).
-pub fn open_stores(store: &StoreArg) -> Result<Stores> {
-    prox_sync::local::open_stores(store.dir_only()?)
-        .with_context(|| format!("cannot open {store} and its staging area"))
+/// The local store of a sync node (`--store`, a directory or a bucket)
+/// and, for a bucket, the local directory of its sync state.
+#[derive(Debug, Clone, Args)]
+pub struct SyncStoreArg {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// The node's local state (identity key `sync.key`, staging store
+    /// `sync-staging`, control socket `sync.sock`); required with a bucket
+    /// store, default the store directory.
+    #[arg(long = "sync-dir", env = "PROX_SYNC_DIR")]
+    pub sync_dir: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Display for SyncStoreArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.store.fmt(f)
+    }
+}
+
+impl SyncStoreArg {
+    /// The directory of the node's local state.
+    pub fn state_dir(&self) -> Result<&std::path::Path> {
+        match (&self.sync_dir, self.store.s3_url()) {
+            (Some(d), Some(_)) => Ok(d),
+            (None, None) => self.store.dir_only(),
+            (Some(_), None) => anyhow::bail!(
+                "{}: a store directory keeps its sync state itself; --sync-dir is for a \
+                 bucket store",
+                self.store
+            ),
+            (None, Some(_)) => anyhow::bail!(
+                "{}: a bucket store needs --sync-dir DIR for the node's key, staging \
+                 store and control socket",
+                self.store
+            ),
+        }
+    }
+
+    /// The visible store when it is a bucket (`None`: the directory store
+    /// at [`state_dir`](Self::state_dir)).
+    fn main(&self) -> Result<Option<Arc<dyn BlockStore>>> {
+        match self.store.s3_url() {
+            Some(_) => self.store.open_dyn().map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Opens the store and its staging area (`<sync dir>/sync-staging`)
+/// ([`prox_sync::local::open_stores_in`]).
+pub fn open_stores(store: &SyncStoreArg) -> Result<Stores> {
+    let dir = store.state_dir()?;
+    let opened = match store.main()? {
+        Some(main) => prox_sync::local::open_stores_in(main, dir),
+        None => prox_sync::local::open_stores(dir),
+    };
+    opened.with_context(|| format!("cannot open {store} and its staging area"))
 }
 
 /// Runs `prox sync`.
@@ -183,7 +238,8 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         SyncOp::Peers(a) => (&a.store, Op::Peers, true),
     };
     let rt = runtime()?;
-    let value = rt.block_on(prox_sync::local::execute(&store.store, &op))?;
+    let main = store.main()?;
+    let value = rt.block_on(prox_sync::local::execute_in(store.state_dir()?, main, &op))?;
     print(&op, &value, json)?;
     if let Op::Mirror { .. } = op {
         let roots = value.get("roots").and_then(|r| r.as_array());
