@@ -37,6 +37,7 @@
 
 mod batch;
 mod open;
+mod plan;
 mod request;
 mod response;
 mod route;
