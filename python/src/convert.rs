@@ -145,15 +145,24 @@ pub(crate) fn values(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// A filter from `{"prefix": key}`, `{"range": (start, end or None)}` or
-/// `{"keys": [key, ...]}` (the same three forms as the CLI and HTTP API).
+/// A filter from `{"prefix": key}`, `{"range": (start, end or None)}`,
+/// `{"keys": [key, ...]}`, or any other dict as a payload field filter in
+/// the JSON filter language of docs/payloads.md (the same forms as the CLI
+/// and HTTP API; one parser, `secondary::filter_from_json`).
 pub(crate) fn filter(obj: &Bound<'_, PyAny>) -> PyResult<Filter> {
     let d = obj.cast::<PyDict>().map_err(|_| {
         invalid(
             "filter",
-            "filter must be a dict with exactly one of prefix, range, keys",
+            "filter must be a dict: prefix, range, keys or a field filter",
         )
     })?;
+    let key_form = d.keys().iter().any(|k| {
+        k.extract::<String>()
+            .is_ok_and(|k| matches!(k.as_str(), "prefix" | "range" | "keys"))
+    });
+    if !key_form {
+        return field_filter(d);
+    }
     if d.len() != 1 {
         return Err(invalid(
             "filter",
@@ -189,6 +198,20 @@ pub(crate) fn filter(obj: &Bound<'_, PyAny>) -> PyResult<Filter> {
             format!("unknown filter {other:?} (prefix, range or keys)"),
         )),
     }
+}
+
+/// A field or boolean filter dict, read through Python's `json` module
+/// (so it takes exactly what JSON can say) into the engine's parser.
+fn field_filter(d: &Bound<'_, PyDict>) -> PyResult<Filter> {
+    let text: String = d
+        .py()
+        .import("json")?
+        .call_method1("dumps", (d,))
+        .and_then(|t| t.extract())
+        .map_err(|e| invalid("filter", format!("a field filter is plain JSON data: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| invalid("filter", format!("a field filter is plain JSON data: {e}")))?;
+    prox_engine::secondary::filter_from_json(&value).map_err(|e| invalid("filter", e.to_string()))
 }
 
 /// The search options of `Index.search` as one engine [`Request`].

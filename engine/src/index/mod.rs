@@ -14,6 +14,10 @@
 //!
 //! The first rule that matches decides (the same code for every front end):
 //!
+//! 0. A key set (given, or a field filter resolved to one) of at most
+//!    `max(1024, 32·k)` keys without a budget is scored directly (the
+//!    filter planner, `plan.rs`; it also answers a search that returned
+//!    fewer than `min(k, eligible)` hits).
 //! 1. A `budget` runs the native exact search capped at that many distance
 //!    evaluations (whatever the mode); completion `exact` or
 //!    `budget_exhausted`.
@@ -37,6 +41,7 @@
 
 mod batch;
 mod open;
+mod plan;
 mod request;
 mod response;
 mod route;

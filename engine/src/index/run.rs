@@ -2,6 +2,7 @@
 //! the answer's values and vectors.
 
 use super::open::{Index, Scratch};
+use super::plan;
 use super::request::Request;
 use super::response::{Counters, Neighbour, Response};
 use super::route::{route, Route};
@@ -57,6 +58,58 @@ impl Index {
             return self.search_into(scratch, vector, &resolved, out);
         }
         req.validate()?;
+        self.check_vector(vector)?;
+        if let Some(keys) = plan::direct_keys(req) {
+            return self.direct_into(scratch, vector, keys, req, out);
+        }
+        self.routed_into(scratch, vector, req, out)?;
+        if let Some(keys) = plan::under_filled(req, out.hits.len()) {
+            return self.direct_into(scratch, vector, keys, req, out);
+        }
+        Ok(())
+    }
+
+    /// Scores `keys` directly (the planner's exact path for small or
+    /// under-filled eligible sets) into `out`.
+    fn direct_into(
+        &self,
+        scratch: &mut Scratch,
+        vector: &[f32],
+        keys: &[Vec<u8>],
+        req: &Request,
+        out: &mut Response,
+    ) -> Result<()> {
+        let (prepared, work) = (&mut scratch.prepared, &mut scratch.prep_work);
+        math::prepare_into(
+            self.metric(),
+            self.dims() as u32,
+            vector,
+            None,
+            prepared,
+            work,
+        )?;
+        let r = self.searcher().direct(prepared, keys, req.k)?;
+        let mut n = 0;
+        for h in &r.hits {
+            put(
+                &mut out.hits,
+                &mut scratch.spare_keys,
+                &mut n,
+                &h.key,
+                h.score,
+            );
+        }
+        out.completion = Completion::Exact;
+        out.path = Path::Native;
+        out.counters = Counters {
+            nodes: 0,
+            distance_evals: r.stats.rescored,
+        };
+        self.finish(scratch, n, req, out, true)
+    }
+
+    /// `vector`'s dimension and finiteness.
+    fn check_vector(&self, vector: &[f32]) -> Result<()> {
         let dims = self.dims();
         if vector.len() != dims {
             return Err(Error::WrongDimension {
@@ -68,6 +121,18 @@ impl Index {
         if let Some(index) = vector.iter().position(|x| !x.is_finite()) {
             return Err(Error::NonFiniteVector { index, key: None });
         }
+        Ok(())
+    }
+
+    /// The search [`route`] picks for a validated `req`, into `out`.
+    fn routed_into(
+        &self,
+        scratch: &mut Scratch,
+        vector: &[f32],
+        req: &Request,
+        out: &mut Response,
+    ) -> Result<()> {
+        let dims = self.dims();
         let mut n = 0;
         match route(req, &self.accel, self.len() as usize)? {
             Route::Native { mode, probes } => {
@@ -120,12 +185,27 @@ impl Index {
                 out.counters = Counters::default();
             }
         }
+        let valueless = out.path != Path::Native;
+        self.finish(scratch, n, req, out, valueless)
+    }
+
+    /// Drops the hits of `out` past `n` (keeping their key buffers) and
+    /// reads the vectors, and the values when the search did not
+    /// (`valueless`), that `req` asks for.
+    fn finish(
+        &self,
+        scratch: &mut Scratch,
+        n: usize,
+        req: &Request,
+        out: &mut Response,
+        valueless: bool,
+    ) -> Result<()> {
         while out.hits.len() > n {
             if let Some(h) = out.hits.pop() {
                 scratch.spare_keys.push(h.key);
             }
         }
-        if req.with_vectors || (req.with_values && out.path != Path::Native) {
+        if req.with_vectors || (req.with_values && valueless) {
             self.fill(&mut out.hits, req)?;
         }
         Ok(())

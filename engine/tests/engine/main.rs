@@ -12,6 +12,7 @@ mod corruption;
 mod deadline;
 mod filters;
 mod mutate;
+mod planner;
 mod prolly;
 mod proximity;
 mod search;

@@ -637,8 +637,11 @@ impl<'s> Searcher<'s> {
         Tree::open(self.store, dir.config.clone(), dir.root)
     }
 
-    /// Scores a tiny eligible key set straight from the directory.
-    fn direct(&self, query: &[f32], keys: &[Vec<u8>], k: usize) -> Result<SearchResult> {
+    /// Scores an eligible key set straight from the directory (canonical
+    /// scores of the prepared `query`; keys absent from the map are
+    /// skipped): the exact filtered top `k`, for tiny sets here and for the
+    /// index planner's small sets ([`crate::index`]).
+    pub(crate) fn direct(&self, query: &[f32], keys: &[Vec<u8>], k: usize) -> Result<SearchResult> {
         let tree = self.directory()?;
         let values = tree.get_many(keys)?;
         let mut hits = Vec::new();

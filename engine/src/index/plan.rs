@@ -1,0 +1,82 @@
+//! The filter planner: how a filtered query runs.
+//!
+//! A field or boolean filter is first resolved to the exact key set it
+//! admits, read from the map's secondary indexes
+//! ([`crate::secondary::eval`]); its length is the eligible count. Then:
+//!
+//! * **Small** (`eligible <= max(DIRECT_MIN, DIRECT_PER_K · k)`, and no
+//!   budget): the eligible records are scored directly from the directory
+//!   with canonical math. That is the exact filtered top k in every mode,
+//!   cheaper than any traversal for so few records.
+//! * **Large**: the route of [`crate::index`] picks the path (native, HNSW,
+//!   PQ; the accel planner sends sets up to `max(2048, n/16)` to the native
+//!   search) and the search takes the key set as its eligibility filter:
+//!   native search prunes subtrees by key bounds and gates records by key,
+//!   HNSW keeps traversing through ineligible nodes with a bitset and lets
+//!   only eligible ones into its results (with `ef` widened by `n/eligible`),
+//!   PQ scans only eligible codes.
+//! * **Never under-filled**: when a path that is not budget-capped returns
+//!   fewer than `min(k, eligible)` hits, the query is answered by direct
+//!   scoring instead.
+//!
+//! Mode `exact` therefore returns exactly the brute-force filtered top k
+//! (direct scoring or the native exact search, both canonical).
+
+use super::request::Request;
+use crate::keys::Filter;
+
+/// Eligible sets at most this large (or [`DIRECT_PER_K`]`· k`) are scored
+/// directly.
+pub(crate) const DIRECT_MIN: usize = 1024;
+
+/// Per requested hit, eligible records scored directly.
+pub(crate) const DIRECT_PER_K: usize = 32;
+
+/// The eligible key set of a resolved request when it is small enough to
+/// score directly (see the module docs); `None` otherwise.
+pub(crate) fn direct_keys(req: &Request) -> Option<&[Vec<u8>]> {
+    match &req.filter {
+        Some(Filter::Keys(keys))
+            if req.budget.is_none() && keys.len() <= DIRECT_MIN.max(DIRECT_PER_K * req.k) =>
+        {
+            Some(keys)
+        }
+        _ => None,
+    }
+}
+
+/// The eligible key set of a resolved request when a search returning
+/// `got` hits under-filled it (and no budget excuses that); `None`
+/// otherwise.
+pub(crate) fn under_filled(req: &Request, got: usize) -> Option<&[Vec<u8>]> {
+    match &req.filter {
+        Some(Filter::Keys(keys)) if req.budget.is_none() && got < req.k.min(keys.len()) => {
+            Some(keys)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_sets_go_direct_and_short_answers_fall_back() {
+        let keys =
+            |n: usize| Filter::keys((0..n as u32).map(|i| i.to_be_bytes().to_vec()).collect());
+        let small = Request::new(10).filter(keys(DIRECT_MIN));
+        assert_eq!(direct_keys(&small).map(<[_]>::len), Some(DIRECT_MIN));
+        assert!(direct_keys(&Request::new(10).filter(keys(DIRECT_MIN + 1))).is_none());
+        // The limit grows with k.
+        let big_k = Request::new(100).filter(keys(DIRECT_MIN + 1));
+        assert!(direct_keys(&big_k).is_some());
+        // A budget keeps the native budgeted search.
+        assert!(direct_keys(&small.clone().budget(5)).is_none());
+        assert!(direct_keys(&Request::new(10)).is_none());
+        let r = Request::new(10).filter(keys(5));
+        assert!(under_filled(&r, 4).is_some() && under_filled(&r, 5).is_none());
+        let r = Request::new(10).filter(keys(5000));
+        assert!(under_filled(&r, 9).is_some() && under_filled(&r, 10).is_none());
+    }
+}
