@@ -9,9 +9,11 @@
 mod mem;
 pub mod mmap;
 mod pins;
+pub mod owner;
 
 pub use mem::MemStore;
 pub use mmap::{DamagedRange, MmapOptions, MmapStats, MmapStore};
+pub use owner::{OwnerClient, OwnerSocket};
 pub use pins::{PinFreeze, PinSet, Pins};
 
 use crate::cid::Cid;
