@@ -8,8 +8,8 @@
 
 mod mem;
 pub mod mmap;
-mod pins;
 pub mod owner;
+mod pins;
 
 pub use mem::MemStore;
 pub use mmap::{DamagedRange, MmapOptions, MmapStats, MmapStore};

@@ -108,6 +108,16 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
     let stores = super::sync::open_stores(&args.store)?;
     let rt = super::sync::runtime()?;
     let dir = args.store.store.clone();
+    // Other processes' build/update/gc/roots reach the store through this
+    // socket while the daemon holds its lock; collections it runs keep the
+    // blocks running pulls pin.
+    let owner = prox_engine::store::OwnerSocket::start(
+        &dir,
+        stores.main.clone(),
+        stores.pins.clone(),
+        "prox daemon",
+    )
+    .with_context(|| format!("owner socket of {}", args.store))?;
     // The HTTP API reads the daemon's own main store, so roots moved by
     // pulls are picked up by its refresh; it stops when the daemon does.
     let http = match args.http.http {
@@ -147,5 +157,7 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
             s.shutdown().await?;
         }
         ran.with_context(|| format!("daemon on {}", args.store))
-    })
+    })?;
+    drop(owner);
+    Ok(())
 }

@@ -60,10 +60,7 @@ impl OwnerClient {
         })?;
         let mut c = OwnerClient {
             socket: socket.to_path_buf(),
-            conn: Mutex::new(Conn {
-                stream,
-                next_id: 1,
-            }),
+            conn: Mutex::new(Conn { stream, next_id: 1 }),
             timeout,
             info: OwnerInfo {
                 version: 0,

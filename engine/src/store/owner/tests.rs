@@ -27,7 +27,10 @@ fn blocks_and_roots_round_trip_through_the_owner() {
     assert_eq!(&c.get(&cids[1]).unwrap().unwrap()[..], b"bb");
     assert_eq!(c.has_many(&cids).unwrap(), vec![true, true]);
     assert!(c.cas_root("m", None, Some(b"v1")).unwrap());
-    assert!(!c.cas_root("m", None, Some(b"v2")).unwrap(), "stale expected");
+    assert!(
+        !c.cas_root("m", None, Some(b"v2")).unwrap(),
+        "stale expected"
+    );
     assert!(store.cas_root("m", Some(b"v1"), Some(b"v2")).unwrap());
     assert_eq!(&c.root("m").unwrap().unwrap()[..], b"v2");
     assert_eq!(c.roots().unwrap().len(), 1);
@@ -119,7 +122,10 @@ fn malformed_and_oversized_frames_get_typed_failures() {
     let (_, status, msg) = raw_reply(&mut s);
     assert_eq!(status, 1);
     assert!(msg.contains("exceeds"), "{msg}");
-    assert!(matches!(proto::read_frame(&mut s), Ok(Frame::Closed) | Err(_)));
+    assert!(matches!(
+        proto::read_frame(&mut s),
+        Ok(Frame::Closed) | Err(_)
+    ));
     // The owner still serves new connections.
     assert!(OwnerClient::connect(sock.path(), DEFAULT_TIMEOUT).is_ok());
 }
