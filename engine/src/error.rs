@@ -72,6 +72,22 @@ pub enum Error {
         /// Store directory.
         path: PathBuf,
     },
+    /// The process that owns a store (a running server or daemon) could
+    /// not be reached over its socket, did not answer in time, or spoke
+    /// outside the owner protocol.
+    #[error("store owner at {socket}: {reason}")]
+    Owner {
+        /// The owner socket.
+        socket: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The store's owner ran a request and it failed there (its message).
+    #[error("the store's owner refused the request: {reason}")]
+    OwnerRefused {
+        /// The owner's error message.
+        reason: String,
+    },
     /// A write was attempted on a store opened read-only.
     #[error("store {path} is open read-only")]
     ReadOnly {

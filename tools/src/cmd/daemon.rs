@@ -107,6 +107,22 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
     let stores = super::sync::open_stores(&args.store)?;
     let rt = super::sync::runtime()?;
     let dir = args.store.state_dir()?.to_path_buf();
+    // Other processes' build/update/gc/roots reach a directory store
+    // through this socket while the daemon holds its lock; collections it
+    // runs keep the blocks running pulls pin. A bucket has no lock to
+    // share, so it gets none.
+    let owner = match args.store.store.s3_url() {
+        Some(_) => None,
+        None => Some(
+            prox_engine::store::OwnerSocket::start(
+                &dir,
+                stores.main.clone(),
+                stores.pins.clone(),
+                "prox daemon",
+            )
+            .with_context(|| format!("owner socket of {}", args.store))?,
+        ),
+    };
     // The HTTP API reads the daemon's own main store, so roots moved by
     // pulls are picked up by its refresh; it stops when the daemon does.
     let http = match args.http.http {
@@ -146,5 +162,7 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
             s.shutdown().await?;
         }
         ran.with_context(|| format!("daemon on {}", args.store))
-    })
+    })?;
+    drop(owner);
+    Ok(())
 }

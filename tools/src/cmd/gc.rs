@@ -8,7 +8,7 @@
 //! The store's write lock keeps a running daemon and `prox gc` apart, so no
 //! pull in progress can lose blocks to it.
 
-use super::store_arg::StoreArg;
+use super::store_arg::{Opened, StoreArg};
 use crate::out::Stdout;
 use anyhow::{Context, Result};
 use clap::Args;
@@ -61,7 +61,10 @@ pub fn run(args: &GcArgs) -> Result<()> {
     if !args.store.store.is_dir() {
         anyhow::bail!("{} does not exist", args.store);
     }
-    let store = std::sync::Arc::new(args.store.open()?);
+    let store = match args.store.open_or_owner()? {
+        Opened::Local(s) => std::sync::Arc::new(s),
+        Opened::Owner(c) => return run_owner(args, &c),
+    };
     let before = store.stats();
     let report = gc::collect_default(&*store, &Pins::new(), args.dry_run)
         .with_context(|| format!("garbage collection of {} failed", args.store))?;
@@ -153,6 +156,52 @@ fn collect_staging(
     let stores = prox_sync::Stores::new(main, std::sync::Arc::new(staging));
     prox_sync::pending::collect_staging(&stores, &prox_sync::RefsLinker, dry_run)
         .with_context(|| format!("collecting staging store {}", dir.display()))
+}
+
+/// `prox gc` on a store another process owns: the owner runs the
+/// collection (keeping the blocks it pins) and compacts its segments; its
+/// sync staging store is not collected from here.
+fn run_owner(args: &GcArgs, owner: &prox_engine::store::OwnerClient) -> Result<()> {
+    let report = owner
+        .gc(args.dry_run)
+        .with_context(|| format!("garbage collection of {} by its owner failed", args.store))?;
+    let info = owner.info();
+    let mut out = Stdout::new();
+    if args.json {
+        out.json(&json!({
+            "store": args.store.store.display().to_string(),
+            "owner": {"kind": info.kind, "pid": info.pid},
+            "dry_run": report.dry_run,
+            "roots": report.roots,
+            "pinned": report.pinned,
+            "reachable": report.reachable,
+            "missing": report.missing,
+            "missing_cids": report.missing_cids.iter().map(|c| c.to_hex()).collect::<Vec<_>>(),
+            "kept_blocks": report.retained.kept_blocks,
+            "removed_blocks": report.retained.removed_blocks,
+            "removed_bytes": report.retained.removed_bytes,
+        }))?;
+    } else {
+        let verb = if report.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        out.line(format!(
+            "{} roots, {} reachable blocks ({} missing), {} pinned by the owner; kept {}, {verb} {} blocks ({} bytes)",
+            report.roots,
+            report.reachable,
+            report.missing,
+            report.pinned,
+            report.retained.kept_blocks,
+            report.retained.removed_blocks,
+            report.retained.removed_bytes,
+        ))?;
+        for cid in &report.missing_cids {
+            out.line(format!("missing reachable block {cid}"))?;
+        }
+    }
+    out.flush()
 }
 
 /// `prox gc` on a bucket store: mark from every root, sweep what is

@@ -190,13 +190,14 @@ pub fn run(args: RootsArgs) -> Result<()> {
             }
         }
         RootsCommand::Set { store, name, root } => {
-            let s = store.open()?;
+            let s = store.open_dyn()?;
+            let s = &*s;
             let root = parse_root(&root)?;
             match root {
                 None => s.set_root(&name, None)?,
                 Some(_) => {
-                    let prev = read_manifest(&s, &name)?;
-                    let m = manifest_for(&s, root, prev.as_ref().map(|p| &p.1))?;
+                    let prev = read_manifest(s, &name)?;
+                    let m = manifest_for(s, root, prev.as_ref().map(|p| &p.1))?;
                     s.set_root(&name, Some(&m.encode()))?;
                 }
             }
@@ -211,10 +212,11 @@ pub fn run(args: RootsArgs) -> Result<()> {
             expected,
             new,
         } => {
-            let s = store.open()?;
+            let s = store.open_dyn()?;
+            let s = &*s;
             let expected = parse_root(&expected)?;
             let new = parse_root(&new)?;
-            let prev = read_manifest(&s, &name)?;
+            let prev = read_manifest(s, &name)?;
             let current = prev.as_ref().and_then(|p| p.1.root);
             if current != expected {
                 bail!(
@@ -227,7 +229,7 @@ pub fn run(args: RootsArgs) -> Result<()> {
             }
             let new_bytes = match new {
                 None => None,
-                Some(_) => Some(manifest_for(&s, new, prev.as_ref().map(|p| &p.1))?.encode()),
+                Some(_) => Some(manifest_for(s, new, prev.as_ref().map(|p| &p.1))?.encode()),
             };
             let swapped = s.cas_root(
                 &name,

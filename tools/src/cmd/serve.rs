@@ -188,11 +188,24 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     // store is read-only here and reopened when another process moves a root.
     // A bucket store is shared with writers anywhere: its roots are re-read
     // every --refresh-ms and moved maps swapped in.
+    let mut owner = None;
     let source = if args.store.s3_url().is_some() {
         Source::Store(args.store.open_dyn()?)
     } else if args.http.write_token_file.is_some() {
-        let store = args.store.open()?;
-        Source::Store(std::sync::Arc::new(store))
+        let store: std::sync::Arc<dyn prox_engine::BlockStore> =
+            std::sync::Arc::new(args.store.open()?);
+        // Other processes' build/update/gc/roots reach the store through
+        // this socket while the server holds its lock.
+        owner = Some(
+            prox_engine::store::OwnerSocket::start(
+                &args.store.store,
+                store.clone(),
+                prox_engine::store::Pins::new(),
+                "prox serve",
+            )
+            .with_context(|| format!("owner socket of {}", args.store))?,
+        );
+        Source::Store(store)
     } else {
         Source::Directory(args.store.store.clone())
     };
@@ -222,8 +235,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         wait_for_signal().await;
         tracing::info!("shutting down");
         server.shutdown().await?;
-        Ok(())
-    })
+        Ok::<_, anyhow::Error>(())
+    })?;
+    drop(owner);
+    Ok(())
 }
 
 #[cfg(test)]

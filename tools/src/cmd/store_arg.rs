@@ -3,11 +3,21 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use prox_engine::store::owner::{self, OwnerClient};
 use prox_engine::store::MmapStore;
-use prox_engine::BlockStore;
+use prox_engine::{BlockStore, Error as EngineError};
 use prox_s3::{CachedStore, S3Store};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// A directory store opened by [`StoreArg::open_or_owner`].
+#[derive(Debug)]
+pub enum Opened {
+    /// This process holds the lock.
+    Local(MmapStore),
+    /// Another process owns the store; requests go through its socket.
+    Owner(OwnerClient),
+}
 
 /// `--store DIR | s3://bucket/prefix` (env `PROX_STORE`, default
 /// `./prox-data`).
@@ -28,6 +38,11 @@ pub struct StoreArg {
     #[arg(long = "cache-bytes", env = "PROX_CACHE_BYTES", default_value = "1G",
           value_parser = crate::sysmem::parse_size)]
     pub cache_bytes: u64,
+    /// When a running `prox serve` (with writes on) or `prox daemon` holds
+    /// the directory store's lock, fail instead of going through its owner
+    /// socket (`<store>/owner.sock`, docs/store.md, "Owner socket").
+    #[arg(long = "no-owner")]
+    pub no_owner: bool,
 }
 
 impl std::fmt::Display for StoreArg {
@@ -62,11 +77,47 @@ impl StoreArg {
     }
 
     /// Opens the store for writing, whichever kind it is (a directory is
-    /// created if absent; a bucket gets its `--cache-dir` cache).
+    /// created if absent; a bucket gets its `--cache-dir` cache). A
+    /// directory locked by a running server or daemon is reached through
+    /// its owner socket (unless `--no-owner`).
     pub fn open_dyn(&self) -> Result<Arc<dyn BlockStore>> {
-        match self.s3_url() {
-            Some(url) => Ok(Arc::from(self.open_bucket(url)?)),
-            None => Ok(Arc::new(self.open()?)),
+        if let Some(url) = self.s3_url() {
+            return Ok(Arc::from(self.open_bucket(url)?));
+        }
+        Ok(match self.open_or_owner()? {
+            Opened::Local(s) => Arc::new(s),
+            Opened::Owner(c) => Arc::new(c),
+        })
+    }
+
+    /// Opens a directory store for writing, or, when another process holds
+    /// its lock and serves its owner socket, connects to that owner (one
+    /// stderr line says so). `--no-owner` keeps the lock failure.
+    pub fn open_or_owner(&self) -> Result<Opened> {
+        self.check_cache()?;
+        let dir = self.dir_only()?;
+        match MmapStore::open(dir) {
+            Ok(s) => Ok(Opened::Local(s)),
+            Err(EngineError::Locked { path }) if !self.no_owner => {
+                let sock = owner::socket_path(dir);
+                if !sock.exists() {
+                    anyhow::bail!(
+                        "{self}: {} is locked by another process that serves no owner socket \
+                         (an older prox, or a read-write tool still running)",
+                        path.display()
+                    );
+                }
+                let c = OwnerClient::connect(&sock, owner::DEFAULT_TIMEOUT)
+                    .with_context(|| format!("{self} is locked; its owner socket failed"))?;
+                eprintln!(
+                    "{self} is owned by {} (pid {}): reads and writes go through {}",
+                    c.info().kind,
+                    c.info().pid,
+                    sock.display()
+                );
+                Ok(Opened::Owner(c))
+            }
+            Err(e) => Err(e).with_context(|| format!("cannot open {self}")),
         }
     }
 
