@@ -865,6 +865,77 @@ fn serve_with_a_write_token_takes_upserts_that_outlive_it() {
     assert_eq!(json_lines(&out)[0]["results"][0]["key"], key, "{out}");
 }
 
+/// While `prox serve` (writes on) holds a store's lock, `prox update`,
+/// `gc --dry-run` and `roots list` on that store go through its owner
+/// socket: the server answers with the updated record, `--no-owner` keeps
+/// the lock failure, and a socket left by a killed server is ignored.
+#[test]
+fn cli_writes_reach_a_served_store_through_its_owner() {
+    use std::time::Duration;
+    let f = fixture(&[]);
+    let token = f.store.parent().unwrap().join("write-token");
+    std::fs::write(&token, "w-secret\n").unwrap();
+    let (mut child, addr) = spawn_serve(&f.store, &["--write-token-file", s(&token)]);
+    let sock = f.store.join("owner.sock");
+    let rows = f.store.parent().unwrap().join("new.jsonl");
+    let key = hex::encode(77_000u64.to_be_bytes());
+    let vector = vec![0.75f32; 8];
+    std::fs::write(
+        &rows,
+        format!(
+            "{}\n",
+            serde_json::json!({"op": "put", "key": key, "vector": vector, "value": "6869"})
+        ),
+    )
+    .unwrap();
+    let update = run(&map_cmd("update", &f.store, "m", "--input", &rows, &[]));
+    let gc = run(&["gc", "--store", s(&f.store), "--dry-run"]);
+    let roots = run(&["roots", "list", "--store", s(&f.store)]);
+    let refused = run(&map_cmd(
+        "update",
+        &f.store,
+        "m",
+        "--input",
+        &rows,
+        &["--no-owner"],
+    ));
+    let body = serde_json::json!({"vector": vector, "k": 1, "mode": "exact"});
+    let mut c = prox_serve::client::Client::new(addr).with_timeout(Duration::from_secs(30));
+    let mut answer = None;
+    for _ in 0..40 {
+        let r = c.post("/v1/maps/m/search", body.to_string().as_bytes());
+        let v = r.ok().and_then(|r| r.json().ok());
+        if v.as_ref().is_some_and(|v| v["results"][0]["key"] == key) {
+            answer = v;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(update.status.success(), "{}", text(&update));
+    assert!(text(&update).contains("owner.sock"), "{}", text(&update));
+    assert!(gc.status.success(), "{}", text(&gc));
+    assert!(text(&gc).contains("would remove"), "{}", text(&gc));
+    assert!(roots.status.success(), "{}", text(&roots));
+    assert!(text(&roots).starts_with("m\t"), "{}", text(&roots));
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(answer.is_some(), "the server never served the update");
+    // Killed, not stopped: the socket file is stale, the lock is free, and
+    // a writer opens the store itself again.
+    assert!(sock.exists());
+    let direct = ok_err(&map_cmd("update", &f.store, "m", "--input", &rows, &[]));
+    assert!(!direct.contains("owner.sock"), "{direct}");
+    ok(&["verify", "--store", s(&f.store), "m"]);
+}
+
 /// Several clients upsert batches into `prox serve` while it is killed
 /// (SIGKILL) at a seeded moment, 20 times over one store: every
 /// acknowledged batch is present after each kill, every unacknowledged one
