@@ -80,6 +80,10 @@ pub(crate) fn engine(e: Error) -> PyErr {
             "InvalidInputError",
             vec![("field", Attr::Str(field.to_string()))],
         ),
+        Error::UnknownField { .. } | Error::FieldTypeMismatch { .. } => (
+            "InvalidInputError",
+            vec![("field", Attr::Str("filter".to_string()))],
+        ),
         Error::InvalidArgument(_)
         | Error::InvalidConfig(_)
         | Error::InvalidRootName { .. }
@@ -99,9 +103,12 @@ pub(crate) fn engine(e: Error) -> PyErr {
         | Error::UnsupportedProximityVersion { .. }
         | Error::StoreDamaged { .. }
         | Error::MissingReachable { .. } => ("CorruptError", vec![]),
-        Error::Locked { .. } | Error::ReadOnly { .. } | Error::Poisoned { .. } | Error::Io(_) => {
-            ("StoreError", vec![])
-        }
+        Error::Locked { .. }
+        | Error::ReadOnly { .. }
+        | Error::Poisoned { .. }
+        | Error::Io(_)
+        | Error::Owner { .. }
+        | Error::OwnerRefused { .. } => ("StoreError", vec![]),
         _ => ("ProxError", vec![]),
     };
     raise(class, msg, attrs)

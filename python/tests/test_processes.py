@@ -4,6 +4,7 @@ PROX_BIN (set by .ci/run); without it these tests are skipped locally and
 fail under CI=true."""
 
 import gc
+import json
 import os
 import queue
 import signal
@@ -159,3 +160,40 @@ def test_pull_from_a_daemon(store, tmp_path):
     assert copy.descriptor == desc and copy.sidecars["hnsw"] is not None
     np.testing.assert_array_equal(copy.search(x[:4], k=3)[1][:, 0], [0, 1, 2, 3])
     assert copy.verify()["records"] == 300
+
+
+def test_payload_field_filters_on_a_map_built_with_indexes(tmp_path):
+    """A map built by the CLI with payload indexes, opened in Python: field
+    filters (match, range, must/must_not) give the exact filtered top k, and
+    a filter on a field without an index is an input error, not an empty
+    result."""
+    rng = np.random.default_rng(5)
+    n = 300
+    x = rng.standard_normal((n, D)).astype(np.float32)
+    langs = ["en", "de", "fr"]
+    rows = tmp_path / "rows.jsonl"
+    with rows.open("w") as f:
+        for i in range(n):
+            payload = {"lang": langs[i % 3], "year": 2000 + i % 30}
+            f.write(json.dumps({"vector": x[i].tolist(), "payload": payload}) + "\n")
+    store = tmp_path / "store"
+    subprocess.run(
+        [prox_bin(), "build", "--store", store, "--name", "m", "--input", rows,
+         "--index", "lang:keyword", "--index", "year:integer", "--quiet"],
+        check=True, capture_output=True,
+    )
+    index = prox.Index.open(str(store), "m")
+    q = rng.standard_normal((4, D)).astype(np.float32)
+    flt = {"must": [{"key": "lang", "match": {"value": "en"}}, {"key": "year", "range": {"gte": 2020}}],
+           "must_not": {"key": "year", "match": {"any": [2024, 2025]}}}
+    eligible = np.array([i for i in range(n) if i % 3 == 0 and 2020 <= 2000 + i % 30 and 2000 + i % 30 not in (2024, 2025)])
+    _, keys = index.search(q, k=5, mode="exact", filter=flt)
+    for row, qi in zip(keys, q):
+        d = ((x[eligible] - qi) ** 2).sum(axis=1)
+        want = eligible[np.argsort(d, kind="stable")[:5]]
+        np.testing.assert_array_equal(row, want.astype(np.uint64))
+    with pytest.raises(prox.InvalidInputError) as e:
+        index.search(q[0], k=3, filter={"key": "colour", "match": {"value": "red"}})
+    assert e.value.field == "filter"
+    with pytest.raises(prox.InvalidInputError):
+        index.search(q[0], k=3, filter={"key": "year", "match": {"value": "recent"}})
