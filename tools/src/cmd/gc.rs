@@ -62,7 +62,7 @@ pub fn run(args: &GcArgs) -> Result<()> {
         anyhow::bail!("{} does not exist", args.store);
     }
     let store = match args.store.open_or_owner()? {
-        Opened::Local(s) => std::sync::Arc::new(s),
+        Opened::Local(s) => std::sync::Arc::new(*s),
         Opened::Owner(c) => return run_owner(args, &c),
     };
     let before = store.stats();

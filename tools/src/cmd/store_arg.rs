@@ -14,7 +14,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum Opened {
     /// This process holds the lock.
-    Local(MmapStore),
+    Local(Box<MmapStore>),
     /// Another process owns the store; requests go through its socket.
     Owner(OwnerClient),
 }
@@ -85,7 +85,7 @@ impl StoreArg {
             return Ok(Arc::from(self.open_bucket(url)?));
         }
         Ok(match self.open_or_owner()? {
-            Opened::Local(s) => Arc::new(s),
+            Opened::Local(s) => Arc::new(*s),
             Opened::Owner(c) => Arc::new(c),
         })
     }
@@ -97,7 +97,7 @@ impl StoreArg {
         self.check_cache()?;
         let dir = self.dir_only()?;
         match MmapStore::open(dir) {
-            Ok(s) => Ok(Opened::Local(s)),
+            Ok(s) => Ok(Opened::Local(Box::new(s))),
             Err(EngineError::Locked { path }) if !self.no_owner => {
                 let sock = owner::socket_path(dir);
                 if !sock.exists() {
