@@ -31,6 +31,7 @@ pub mod gc;
 pub mod index;
 pub mod keys;
 mod numeric;
+pub mod owner;
 pub mod prolly;
 pub mod proximity;
 pub mod refs;

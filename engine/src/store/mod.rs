@@ -8,12 +8,10 @@
 
 mod mem;
 pub mod mmap;
-pub mod owner;
 mod pins;
 
 pub use mem::MemStore;
 pub use mmap::{DamagedRange, MmapOptions, MmapStats, MmapStore};
-pub use owner::{OwnerClient, OwnerSocket};
 pub use pins::{PinFreeze, PinSet, Pins};
 
 use crate::cid::Cid;

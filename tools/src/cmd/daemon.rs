@@ -114,7 +114,7 @@ pub fn run(args: &DaemonArgs) -> Result<()> {
     let owner = match args.store.store.s3_url() {
         Some(_) => None,
         None => Some(
-            prox_engine::store::OwnerSocket::start(
+            prox_engine::owner::OwnerSocket::start(
                 &dir,
                 stores.main.clone(),
                 stores.pins.clone(),

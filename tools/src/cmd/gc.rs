@@ -161,7 +161,7 @@ fn collect_staging(
 /// `prox gc` on a store another process owns: the owner runs the
 /// collection (keeping the blocks it pins) and compacts its segments; its
 /// sync staging store is not collected from here.
-fn run_owner(args: &GcArgs, owner: &prox_engine::store::OwnerClient) -> Result<()> {
+fn run_owner(args: &GcArgs, owner: &prox_engine::owner::OwnerClient) -> Result<()> {
     let report = owner
         .gc(args.dry_run)
         .with_context(|| format!("garbage collection of {} by its owner failed", args.store))?;

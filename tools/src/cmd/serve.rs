@@ -197,7 +197,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         // Other processes' build/update/gc/roots reach the store through
         // this socket while the server holds its lock.
         owner = Some(
-            prox_engine::store::OwnerSocket::start(
+            prox_engine::owner::OwnerSocket::start(
                 &args.store.store,
                 store.clone(),
                 prox_engine::store::Pins::new(),

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use prox_engine::store::owner::{self, OwnerClient};
+use prox_engine::owner::{self, OwnerClient};
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Error as EngineError};
 use prox_s3::{CachedStore, S3Store};
