@@ -166,42 +166,17 @@ fn run_owner(args: &GcArgs, owner: &prox_engine::owner::OwnerClient) -> Result<(
         .gc(args.dry_run)
         .with_context(|| format!("garbage collection of {} by its owner failed", args.store))?;
     let info = owner.info();
-    let mut out = Stdout::new();
-    if args.json {
-        out.json(&json!({
+    print_report(
+        args.json,
+        &report,
+        json!({
             "store": args.store.store.display().to_string(),
             "owner": {"kind": info.kind, "pid": info.pid},
-            "dry_run": report.dry_run,
-            "roots": report.roots,
             "pinned": report.pinned,
-            "reachable": report.reachable,
-            "missing": report.missing,
-            "missing_cids": report.missing_cids.iter().map(|c| c.to_hex()).collect::<Vec<_>>(),
-            "kept_blocks": report.retained.kept_blocks,
-            "removed_blocks": report.retained.removed_blocks,
-            "removed_bytes": report.retained.removed_bytes,
-        }))?;
-    } else {
-        let verb = if report.dry_run {
-            "would remove"
-        } else {
-            "removed"
-        };
-        out.line(format!(
-            "{} roots, {} reachable blocks ({} missing), {} pinned by the owner; kept {}, {verb} {} blocks ({} bytes)",
-            report.roots,
-            report.reachable,
-            report.missing,
-            report.pinned,
-            report.retained.kept_blocks,
-            report.retained.removed_blocks,
-            report.retained.removed_bytes,
-        ))?;
-        for cid in &report.missing_cids {
-            out.line(format!("missing reachable block {cid}"))?;
-        }
-    }
-    out.flush()
+        }),
+        &format!(", {} pinned by the owner", report.pinned),
+        "",
+    )
 }
 
 /// `prox gc` on a bucket store: mark from every root, sweep what is
@@ -211,12 +186,29 @@ fn run_s3(args: &GcArgs, url: &str) -> Result<()> {
     let store = args.store.open_s3_with_grace(url, Some(grace))?;
     let report = gc::collect_default(&store, &Pins::new(), args.dry_run)
         .with_context(|| format!("garbage collection of {} failed", args.store))?;
+    print_report(
+        args.json,
+        &report,
+        json!({"store": url, "grace_secs": args.grace_secs}),
+        "",
+        &format!(" (reachable or younger than {} s)", args.grace_secs),
+    )
+}
+
+/// Prints a collection report: one JSON object (the common fields plus
+/// those of `extra`), or one summary line (`after_missing` and `kept_note`
+/// inserted) followed by the missing reachable blocks.
+fn print_report(
+    as_json: bool,
+    report: &gc::GcReport,
+    extra: serde_json::Value,
+    after_missing: &str,
+    kept_note: &str,
+) -> Result<()> {
     let mut out = Stdout::new();
-    if args.json {
-        out.json(&json!({
-            "store": url,
+    if as_json {
+        let mut v = json!({
             "dry_run": report.dry_run,
-            "grace_secs": args.grace_secs,
             "roots": report.roots,
             "reachable": report.reachable,
             "missing": report.missing,
@@ -224,7 +216,11 @@ fn run_s3(args: &GcArgs, url: &str) -> Result<()> {
             "kept_blocks": report.retained.kept_blocks,
             "removed_blocks": report.retained.removed_blocks,
             "removed_bytes": report.retained.removed_bytes,
-        }))?;
+        });
+        if let (Some(v), serde_json::Value::Object(extra)) = (v.as_object_mut(), extra) {
+            v.extend(extra);
+        }
+        out.json(&v)?;
     } else {
         let verb = if report.dry_run {
             "would remove"
@@ -232,12 +228,11 @@ fn run_s3(args: &GcArgs, url: &str) -> Result<()> {
             "removed"
         };
         out.line(format!(
-            "{} roots, {} reachable blocks ({} missing); kept {} (reachable or younger than {} s), {verb} {} blocks ({} bytes)",
+            "{} roots, {} reachable blocks ({} missing){after_missing}; kept {}{kept_note}, {verb} {} blocks ({} bytes)",
             report.roots,
             report.reachable,
             report.missing,
             report.retained.kept_blocks,
-            args.grace_secs,
             report.retained.removed_blocks,
             report.retained.removed_bytes,
         ))?;
