@@ -42,6 +42,7 @@
 mod batch;
 mod open;
 mod plan;
+mod rebase;
 mod request;
 mod response;
 mod route;
@@ -50,6 +51,7 @@ mod write;
 
 pub use batch::{Batch, CanonicalHnsw, Upsert, WriteOptions, MAX_KEY_LEN};
 pub use open::{Index, Options, Scratch};
+pub use rebase::{Written, DEFAULT_REBASES};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
 pub use write::{Applied, DropReason, SidecarWrite, WriteReport};

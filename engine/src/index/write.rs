@@ -19,7 +19,9 @@
 //! 4. the new [`Index`] is assembled from the carried layouts (no sidecar
 //!    is read back from the store);
 //! 5. [`Index::commit`]: the store makes every block durable, then the root
-//!    moves by one compare-and-swap against the expected descriptor.
+//!    moves by one compare-and-swap against the expected descriptor
+//!    ([`Index::write`] re-applies the batch to a newer snapshot when
+//!    another writer moved the root first; `rebase.rs`).
 
 use super::batch::{Batch, CanonicalHnsw, WriteOptions};
 use super::open::{Cell, Index, Loaded};

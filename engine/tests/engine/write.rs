@@ -476,6 +476,79 @@ fn commit_is_a_compare_and_swap() {
     ));
 }
 
+/// Two writers holding the same snapshot: the one that publishes second
+/// re-applies its batch to the first one's version (`Index::write`), so the
+/// map ends as the two batches applied one after the other (descriptor of a
+/// fresh build), with the HNSW sidecar carried; `rebases = 0` returns the
+/// conflict and moves nothing. Then two threads write disjoint keys at once:
+/// every acknowledged batch is in the final map.
+#[test]
+fn a_second_writer_rebases_onto_the_first_and_loses_nothing() {
+    let s = seed();
+    let mut pts = Points::new(s ^ 9);
+    let mut model: Model = (0..400u64)
+        .map(|i| (key(i), (pts.next(), vec![0])))
+        .collect();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let hp = HnswParams::parse("m=6").unwrap();
+    let mut a = publish(&store, "x", &model, Some(&hp), None);
+    let mut next = 1_000u64;
+    let (w, open) = (WriteOptions::default(), Options::default());
+    for round in 0..4 {
+        let b = Index::open(Arc::clone(&store), "x", &open).unwrap();
+        let one = churn(&mut model, &mut pts, &mut next, 30);
+        let two = churn(&mut model, &mut pts, &mut next, 30);
+        let first = a.write("x", &one, &w, &open, 16).unwrap();
+        assert_eq!(first.rebased, 0, "seed {s} round {round}");
+        let before = store.root("x").unwrap();
+        assert!(
+            matches!(
+                b.write("x", &two, &w, &open, 0),
+                Err(Error::Conflict { .. })
+            ),
+            "seed {s} round {round}"
+        );
+        assert_eq!(store.root("x").unwrap(), before, "seed {s} round {round}");
+        let second = b.write("x", &two, &w, &open, 16).unwrap();
+        assert_eq!(second.rebased, 1, "seed {s} round {round}");
+        assert_eq!(
+            second.descriptor,
+            fresh_descriptor(&model),
+            "seed {s} round {round}"
+        );
+        assert!(matches!(
+            second.applied.report.hnsw,
+            SidecarWrite::Updated { .. }
+        ));
+        a = second.applied.index;
+    }
+    // Threads: each writes 6 batches of its own new keys, racing the other.
+    std::thread::scope(|sc| {
+        for t in 0..2u64 {
+            let store = Arc::clone(&store);
+            sc.spawn(move || {
+                let mut pts = Points::new(s ^ (t + 100));
+                for b in 0..6u64 {
+                    let ix = Index::open(Arc::clone(&store), "x", &open).unwrap();
+                    let mut batch = Batch::new();
+                    for i in 0..5 {
+                        batch.upsert(key(1_000_000 * (t + 1) + 10 * b + i), pts.next(), vec![]);
+                    }
+                    ix.write("x", &batch, &w, &open, 64).unwrap();
+                }
+            });
+        }
+    });
+    let end = Index::open(Arc::clone(&store), "x", &open).unwrap();
+    for t in 0..2u64 {
+        for i in 0..30 {
+            let k = key(1_000_000 * (t + 1) + 10 * (i / 5) + i % 5);
+            assert!(end.get(&k).unwrap().is_some(), "seed {s}: key {k:?} lost");
+        }
+    }
+    assert_eq!(end.len(), model.len() as u64 + 60);
+}
+
 #[test]
 fn bad_batches_are_typed_errors_and_write_nothing() {
     let s = seed();
