@@ -19,7 +19,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use prox_engine::index::{Batch, CanonicalHnsw, SidecarWrite, WriteOptions, WriteReport};
+use prox_engine::index::{self, Batch, CanonicalHnsw, SidecarWrite, WriteOptions, WriteReport};
 use prox_engine::proximity::{self, ProximityConfig, ProximityMap, Sidecars};
 use prox_engine::{Cid, Error as EngineError};
 use prox_kernels::Metric;
@@ -199,16 +199,26 @@ async fn apply(
     if let Some(e) = expected.filter(|e| *e != served) {
         return Err(precondition_failed(e, served));
     }
-    let index = snap.index().clone();
+    let current = snap.index().clone();
     let n = name.clone();
-    let (applied, cid) = tokio::task::spawn_blocking(move || {
-        let applied = index.apply(&batch, &options)?;
-        let cid = applied.index.commit(&n, Some(served))?;
-        Ok::<_, EngineError>((applied, cid))
-    })
-    .await
-    .map_err(internal)?
-    .map_err(write_error)?;
+    // Without If-Match a batch that lost a race with another writer (a CLI
+    // update through the owner socket) is re-applied to the newer version;
+    // with it, the caller asked to fail instead.
+    let rebases = if expected.is_some() {
+        0
+    } else {
+        index::DEFAULT_REBASES
+    };
+    let base = index::Options {
+        warm: false,
+        ..index::Options::default()
+    };
+    let written =
+        tokio::task::spawn_blocking(move || current.write(&n, &batch, &options, &base, rebases))
+            .await
+            .map_err(internal)?
+            .map_err(write_error)?;
+    let (applied, cid) = (written.applied, written.descriptor);
     let report: WriteReport = applied.report;
     let generation = st
         .maps

@@ -936,6 +936,109 @@ fn cli_writes_reach_a_served_store_through_its_owner() {
     ok(&["verify", "--store", s(&f.store), "m"]);
 }
 
+/// An HTTP writer and `prox update` (through the served store's owner
+/// socket) write one map at the same time: every request and every update
+/// succeeds (whichever loses a race re-applies its batch to the winner's
+/// version) and every batch of both is in the final map, with the HNSW
+/// sidecar carried; `prox verify` passes.
+#[test]
+fn an_http_writer_and_a_cli_update_of_one_map_lose_nothing() {
+    use prox_engine::proximity::{self, ProximityMap};
+    use prox_engine::store::MmapStore;
+    use std::time::Duration;
+    const HTTP_BATCHES: u64 = 24;
+    const CLI_RUNS: u64 = 5;
+    const BATCH: u64 = 4;
+    let f = fixture(&["--hnsw"]);
+    let dir = f.store.parent().unwrap().to_path_buf();
+    let token = dir.join("write-token");
+    std::fs::write(&token, "w-secret\n").unwrap();
+    let mut rng = prox_testkit::SplitMix64::new(seed().parse().unwrap_or(3));
+    let mut vector = move || -> Vec<f32> { (0..8).map(|_| rng.unit()).collect() };
+    let cli_key = |r: u64, i: u64| 2_000_000 + 10 * r + i;
+    let http_key = |b: u64, i: u64| 1_000_000 + BATCH * b + i;
+    let files: Vec<PathBuf> = (0..CLI_RUNS)
+        .map(|r| {
+            let p = dir.join(format!("edits-{r}.jsonl"));
+            let lines: String = (0..BATCH)
+                .map(|i| {
+                    let key = hex::encode(cli_key(r, i).to_be_bytes());
+                    format!(
+                        "{}\n",
+                        serde_json::json!({"op": "put", "key": key, "vector": vector()})
+                    )
+                })
+                .collect();
+            std::fs::write(&p, lines).unwrap();
+            p
+        })
+        .collect();
+    let bodies: Vec<String> = (0..HTTP_BATCHES)
+        .map(|b| {
+            let points: Vec<_> = (0..BATCH)
+                .map(|i| {
+                    let key = hex::encode(http_key(b, i).to_be_bytes());
+                    serde_json::json!({"key": key, "vector": vector()})
+                })
+                .collect();
+            serde_json::json!({ "points": points }).to_string()
+        })
+        .collect();
+    let (mut child, addr) = spawn_serve(&f.store, &["--write-token-file", s(&token)]);
+    let (http, cli) = std::thread::scope(|sc| {
+        let http = sc.spawn(|| {
+            let mut c = prox_serve::client::Client::new(addr)
+                .with_timeout(Duration::from_secs(60))
+                .with_token("w-secret");
+            bodies
+                .iter()
+                .map(|b| match c.post("/v1/maps/m/points:upsert", b.as_bytes()) {
+                    Ok(r) => (r.status, format!("{:?}", r.json())),
+                    Err(e) => (0, e.to_string()),
+                })
+                .collect::<Vec<_>>()
+        });
+        let cli = sc.spawn(|| {
+            files
+                .iter()
+                .map(|p| run(&map_cmd("update", &f.store, "m", "--input", p, &["--json"])))
+                .collect::<Vec<Output>>()
+        });
+        (http.join().unwrap(), cli.join().unwrap())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    for (b, (status, body)) in http.iter().enumerate() {
+        assert_eq!(*status, 200, "HTTP batch {b}: {body}");
+    }
+    for (r, o) in cli.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "update {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let lines = json_lines(&String::from_utf8_lossy(&o.stdout));
+        assert_eq!(lines[0]["hnsw"], "updated", "update {r}: {lines:?}");
+        has_keys(&lines[0], &["rebased"]);
+    }
+    let store = MmapStore::open_read_only(&f.store).expect("reopen");
+    let (cid, sidecars) = proximity::resolve(&store, "m").unwrap().expect("map m");
+    assert!(sidecars.hnsw.is_some(), "the HNSW sidecar was lost");
+    let map = ProximityMap::load(&store, cid).unwrap();
+    let keys = (0..HTTP_BATCHES)
+        .flat_map(|b| (0..BATCH).map(move |i| http_key(b, i)))
+        .chain((0..CLI_RUNS).flat_map(|r| (0..BATCH).map(move |i| cli_key(r, i))));
+    for k in keys {
+        assert!(
+            map.get(&k.to_be_bytes()).unwrap().is_some(),
+            "key {k} was lost"
+        );
+    }
+    drop(map);
+    drop(store);
+    ok(&["verify", "--store", s(&f.store), "m"]);
+}
+
 /// Several clients upsert batches into `prox serve` while it is killed
 /// (SIGKILL) at a seeded moment, 20 times over one store: every
 /// acknowledged batch is present after each kill, every unacknowledged one

@@ -475,7 +475,8 @@ fn paths(f: &Facts) -> Value {
     );
     let precondition = bad("`precondition_failed`: If-Match names another descriptor");
     let conflict = bad(
-        "`conflict` (the root moved meanwhile; retry) or `canonical_hnsw` (a canonical HNSW \
+        "`conflict` (another writer moved the root: at once under If-Match, else after 16 \
+        re-applications; retry) or `canonical_hnsw` (a canonical HNSW \
         sidecar under the default policy)",
     );
     let write_ok = written(

@@ -7,9 +7,10 @@
 //! keyed by a key file (`--keys`, one hex key per line) or consecutively
 //! from `--start-key N` (8-byte big-endian, the keys `prox build` gives
 //! vector files). Each batch becomes a new snapshot whose sidecars are
-//! carried forward (docs/writes.md) and is published by compare-and-swap
-//! against the previous batch's descriptor, so a concurrent writer makes
-//! the update fail instead of being overwritten. Per-batch time and bytes
+//! carried forward (docs/writes.md) and is published by compare-and-swap;
+//! when another writer published meanwhile, the batch is re-applied to the
+//! newer snapshot (`Index::write`), or with `--no-rebase` the update fails
+//! instead. Nothing of either writer is lost. Per-batch time and bytes
 //! written go to stderr (or one JSON line each); the final descriptor CID
 //! is printed last.
 
@@ -20,6 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use prox_engine::index::{
     Batch, CanonicalHnsw, DropReason, Index, Options, SidecarWrite, WriteOptions, WriteReport,
+    DEFAULT_REBASES,
 };
 use prox_engine::BlockStore;
 use serde::Deserialize;
@@ -70,6 +72,11 @@ pub struct UpdateArgs {
     /// updated incrementally: refuse the update, rebuild it, or drop it.
     #[arg(long, default_value = "refuse", value_parser = parse_policy)]
     pub canonical_hnsw: CanonicalHnsw,
+    /// Fail when another writer published the map between reading it and
+    /// publishing a batch, instead of re-applying the batch to the newer
+    /// version (the default: a batch sets its keys' final state).
+    #[arg(long)]
+    pub no_rebase: bool,
     /// One JSON line per batch and a summary line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -310,15 +317,15 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 edits + batch.len() as u64
             )
         };
-        let applied = index.apply(&batch, &options).with_context(at)?;
-        let apply_seconds = t.elapsed().as_secs_f64();
-        let expected = index.descriptor();
-        let descriptor = applied
-            .index
-            .commit(&args.name, Some(expected))
+        let rebases = if args.no_rebase { 0 } else { DEFAULT_REBASES };
+        let written = index
+            .write(&args.name, &batch, &options, &open, rebases)
+            .with_context(at)
             .with_context(|| format!("publishing {:?}", args.name))?;
+        let (applied, descriptor) = (written.applied, written.descriptor);
         let seconds = t.elapsed().as_secs_f64();
         let r = &applied.report;
+        let apply_seconds = r.elapsed.as_secs_f64();
         let (hnsw, hnsw_text) = sidecar(&r.hnsw);
         let (pq, pq_text) = sidecar(&r.pq);
         if args.json {
@@ -337,12 +344,17 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 "apply_seconds": apply_seconds,
                 "sidecar_seconds": r.sidecar_time.as_secs_f64(),
                 "seconds": seconds,
+                "rebased": written.rebased,
                 "records": applied.index.len(),
                 "descriptor": descriptor.to_hex(),
             }))?;
         } else {
+            let rebased = match written.rebased {
+                0 => String::new(),
+                n => format!(" (re-applied {n}x: another writer published meanwhile)"),
+            };
             progress::note(format_args!(
-                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s), {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}; {} records",
+                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}; {} records",
                 args.name,
                 batch.len(),
                 r.inserted,
