@@ -98,10 +98,8 @@ impl Index {
     /// names. [`Error::UnknownMap`] when the root is absent or empty.
     pub fn open(store: Arc<dyn BlockStore>, name: &str, options: &Options) -> Result<Index> {
         let (descriptor, sidecars, meta) =
-            proximity::resolve_full(&*store, name)?.ok_or_else(|| {
-                Error::UnknownMap {
-                    name: name.to_string(),
-                }
+            proximity::resolve_full(&*store, name)?.ok_or_else(|| Error::UnknownMap {
+                name: name.to_string(),
             })?;
         let mut index = Index::load(store, descriptor, sidecars, options)?;
         index.set_field_indexes(&meta)?;

@@ -26,10 +26,7 @@ pub(crate) fn expand(
     let mut reached = 0;
     while !frontier.is_empty() {
         reached += frontier.len();
-        let parents: Vec<&Arc<Node>> = frontier
-            .iter()
-            .filter(|n| !n.leafy && descend(n))
-            .collect();
+        let parents: Vec<&Arc<Node>> = frontier.iter().filter(|n| !n.leafy && descend(n)).collect();
         let mut want: Vec<Cid> = Vec::new();
         let mut slot: HashMap<Cid, usize> = HashMap::new();
         for p in &parents {
@@ -42,11 +39,8 @@ pub(crate) fn expand(
             }
         }
         if !want.is_empty() {
-            let loaded: Vec<Arc<Node>> = loader
-                .load_many(&want)?
-                .into_iter()
-                .map(Arc::new)
-                .collect();
+            let loaded: Vec<Arc<Node>> =
+                loader.load_many(&want)?.into_iter().map(Arc::new).collect();
             for p in &parents {
                 for i in (0..p.len).filter(|&i| p.loaded_child(i).is_none()) {
                     p.adopt(i, loaded[slot[child_cid(p, i)?]].clone())?;
