@@ -50,9 +50,10 @@ pub struct S3Store {
 struct Counts {
     block_gets: AtomicU64,
     get_batches: AtomicU64,
+    root_gets: AtomicU64,
 }
 
-/// How many block reads an [`S3Store`] has sent since it was opened.
+/// How many reads an [`S3Store`] has sent since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestCounts {
     /// Block objects requested (one GET each).
@@ -60,6 +61,16 @@ pub struct RequestCounts {
     /// Batches of block GETs (`get`/`get_many` calls that reached the
     /// service): dependent round trips when the caller waits on each.
     pub get_batches: u64,
+    /// Named-root reads (one GET each, also a dependent round trip).
+    pub root_gets: u64,
+}
+
+impl RequestCounts {
+    /// Dependent round trips of a caller that waits on every read:
+    /// batches of block GETs plus root reads.
+    pub fn round_trips(&self) -> u64 {
+        self.get_batches + self.root_gets
+    }
 }
 
 impl std::fmt::Debug for S3Store {
@@ -159,6 +170,7 @@ impl S3Store {
         RequestCounts {
             block_gets: self.counts.block_gets.load(Ordering::Relaxed),
             get_batches: self.counts.get_batches.load(Ordering::Relaxed),
+            root_gets: self.counts.root_gets.load(Ordering::Relaxed),
         }
     }
 
@@ -453,6 +465,7 @@ impl BlockStore for S3Store {
 
     fn root(&self, name: &str) -> Result<Option<Bytes>> {
         validate_root_name(name)?;
+        self.counts.root_gets.fetch_add(1, Ordering::Relaxed);
         Ok(self.read_root(name)?.0)
     }
 

@@ -97,12 +97,12 @@ impl Index {
     /// Opens the map published under the root `name` with every sidecar it
     /// names. [`Error::UnknownMap`] when the root is absent or empty.
     pub fn open(store: Arc<dyn BlockStore>, name: &str, options: &Options) -> Result<Index> {
-        let (descriptor, sidecars) =
-            proximity::resolve(&*store, name)?.ok_or_else(|| Error::UnknownMap {
+        let (descriptor, sidecars, meta) =
+            proximity::resolve_full(&*store, name)?.ok_or_else(|| Error::UnknownMap {
                 name: name.to_string(),
             })?;
         let mut index = Index::load(store, descriptor, sidecars, options)?;
-        index.load_field_indexes(name)?;
+        index.set_field_indexes(&meta)?;
         Ok(index)
     }
 
@@ -111,6 +111,17 @@ impl Index {
     /// records, else [`Error::InvalidObject`] (the root moved on: reload).
     pub fn load_field_indexes(&mut self, name: &str) -> Result<()> {
         let meta = proximity::resolve_metadata(&**self.store(), name, META_SECONDARY_PREFIX)?;
+        self.set_field_indexes(&meta)
+    }
+
+    /// Loads the field indexes named by the root metadata `meta` (keys
+    /// outside [`META_SECONDARY_PREFIX`] are ignored).
+    fn set_field_indexes(&mut self, meta: &proximity::Metadata) -> Result<()> {
+        let meta: proximity::Metadata = meta
+            .iter()
+            .filter(|(k, _)| k.starts_with(META_SECONDARY_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let fields = {
             let map = self.map();
             FieldIndexes::load(&**self.store(), &meta, &map.directory()?, map.dims())?
@@ -136,7 +147,9 @@ impl Index {
             Sidecars::default()
         };
         let cell = Cell::try_new(store, |s| -> Result<Loaded<'_>> {
-            let map = ProximityMap::load(&**s, descriptor)?;
+            // The searcher checks the root's subtree count as
+            // `ProximityMap::load` would, from the root it loads anyway.
+            let map = ProximityMap::load_unchecked(&**s, descriptor)?;
             let searcher = map.searcher()?.exact_layout(options.exact_layout);
             Ok(Loaded { map, searcher })
         })?;

@@ -95,6 +95,18 @@ impl<'s> ProximityMap<'s> {
         Ok(map)
     }
 
+    /// [`ProximityMap::load`] without reading the root node: the caller
+    /// checks the root's subtree count (as [`super::search::Searcher::new`]
+    /// does), so a cold open reads the root once.
+    pub(crate) fn load_unchecked(
+        store: &'s dyn BlockStore,
+        descriptor_cid: Cid,
+    ) -> Result<ProximityMap<'s>> {
+        let bytes = fetch(store, &descriptor_cid)?;
+        let descriptor = Descriptor::decode(&bytes)?;
+        Ok(ProximityMap::from_parts(store, descriptor_cid, descriptor))
+    }
+
     /// The store the map lives in.
     pub fn store(&self) -> &'s dyn BlockStore {
         self.store

@@ -36,6 +36,7 @@ pub use format::{
 };
 pub use map::{InputRecord, ProximityMap, VerifyReport};
 pub use mutate::{ApplyStats, Mutation};
+pub(crate) use publish::resolve_full;
 pub use publish::{
     publish, publish_expecting, publish_expecting_with, publish_with, resolve, resolve_metadata,
     Metadata, Sidecars,

@@ -213,6 +213,15 @@ pub fn publish_expecting_with(
 /// the name is absent or empty. A name holding an ordered tree or a typed
 /// root of another kind is [`Error::InvalidArgument`].
 pub fn resolve(store: &dyn BlockStore, name: &str) -> Result<Option<(Cid, Sidecars)>> {
+    Ok(resolve_full(store, name)?.map(|(d, s, _)| (d, s)))
+}
+
+/// [`resolve`] plus the root's whole `CRMF` metadata, from the same two
+/// reads (the root and its `CRMF`).
+pub(crate) fn resolve_full(
+    store: &dyn BlockStore,
+    name: &str,
+) -> Result<Option<(Cid, Sidecars, Metadata)>> {
     let Some((_, cid, crmf)) = current(store, name)? else {
         return Ok(None);
     };
@@ -235,13 +244,11 @@ pub fn resolve(store: &dyn BlockStore, name: &str) -> Result<Option<(Cid, Sideca
             }),
         }
     };
-    Ok(Some((
-        crmf.root,
-        Sidecars {
-            hnsw: side(META_HNSW)?,
-            pq: side(META_PQ)?,
-        },
-    )))
+    let sidecars = Sidecars {
+        hnsw: side(META_HNSW)?,
+        pq: side(META_PQ)?,
+    };
+    Ok(Some((crmf.root, sidecars, crmf.metadata)))
 }
 
 /// The `CRMF` metadata published under `name` whose keys start with

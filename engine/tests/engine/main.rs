@@ -8,6 +8,7 @@
 
 mod accel;
 mod build;
+mod cold;
 mod corruption;
 mod deadline;
 mod filters;

@@ -12,6 +12,7 @@
 #![allow(unreachable_pub)]
 
 mod cache;
+mod cold;
 mod faults;
 mod relay;
 mod same_cids;

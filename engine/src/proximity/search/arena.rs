@@ -72,7 +72,8 @@ fn pages_of(node: &Arc<Node>, loader: &Loader<'_>, out: &mut Vec<Arc<Node>>) -> 
 }
 
 impl ScanArena {
-    /// Loads every leaf page (in parallel) and quantizes every record.
+    /// Loads every leaf page (level by level, batched) and quantizes every
+    /// record.
     /// Groups follow `cat` (the root alone when `cat` is empty).
     pub(crate) fn build(
         root: &Arc<Node>,
@@ -80,6 +81,8 @@ impl ScanArena {
         loader: &Loader<'_>,
         dims: usize,
     ) -> Result<ScanArena> {
+        // Every leaf page, one batched read per level.
+        super::levels::expand(std::slice::from_ref(root), loader, |_| true)?;
         let tops: Vec<Arc<Node>> = if cat.len() == 0 {
             vec![root.clone()]
         } else {

@@ -11,7 +11,7 @@
 //! (Covering radii are not kept: ranking by `distance − α·radius` lowered
 //! recall for every `α > 0` tried on the benchmark datasets.)
 //! Building it loads every node above level 0 (a small fraction of the
-//! hierarchy: about one node in `2^log_chunk_size`).
+//! hierarchy: about one node in `2^log_chunk_size`), level by level.
 
 use super::node::{Loader, Node};
 use super::quant::QuantStats;
@@ -38,6 +38,8 @@ impl Catalogue {
     /// Collects the leaf summaries below `root`. Empty when the root itself
     /// is at level 0 (the whole map is one logical leaf).
     pub(crate) fn build(root: &Arc<Node>, loader: &Loader<'_>, dims: usize) -> Result<Catalogue> {
+        // One batched read per level for whatever is not loaded yet.
+        super::levels::expand(std::slice::from_ref(root), loader, super::levels::upper)?;
         let mut cat = Catalogue::default();
         // Explicit stack in reverse entry order, so entries are listed in
         // depth-first, entry-index order.

@@ -46,6 +46,7 @@ mod engine;
 mod fast4;
 mod filter;
 mod frames;
+mod levels;
 mod lists;
 mod node;
 mod quant;
@@ -315,7 +316,8 @@ impl std::fmt::Debug for Searcher<'_> {
 
 impl<'s> Searcher<'s> {
     /// Opens the hierarchy of `descriptor`: loads the root (limited to
-    /// `max_page_bytes`) and checks its subtree count against the record
+    /// `max_page_bytes`) and the levels above the leaves, one batched read
+    /// per level, and checks its subtree count against the record
     /// count (section 6.6).
     pub fn new(store: &'s dyn BlockStore, descriptor: Descriptor) -> Result<Searcher<'s>> {
         let dims = descriptor.config.dims;
@@ -331,6 +333,9 @@ impl<'s> Searcher<'s> {
             max_page: descriptor.config.max_page_bytes as usize,
         };
         let root = Arc::new(loader.load(&descriptor.root)?);
+        // The levels above the leaves (about one node in
+        // 2^log_chunk_size), so a cold search reads only leaf pages.
+        levels::expand(std::slice::from_ref(&root), &loader, levels::upper)?;
         let total: u64 = root.count.iter().sum();
         if total != descriptor.record_count {
             return Err(Error::Corrupt {
@@ -419,7 +424,7 @@ impl<'s> Searcher<'s> {
         Ok(self.catalogue.get().expect("OnceLock was just set"))
     }
 
-    /// The scan arena, built (loading every leaf page, in parallel) on
+    /// The scan arena, built (loading every leaf page, level by level) on
     /// first use. A racing duplicate build is discarded.
     fn arena(&self) -> Result<&ScanArena> {
         if let Some(a) = self.arena.get() {
@@ -508,7 +513,15 @@ impl<'s> Searcher<'s> {
         self.root.cid
     }
 
-    /// Loads every node of the hierarchy into the cache (in parallel) and
+    /// Levels of the hierarchy (the root's level + 1): the batched reads a
+    /// cold walk of it takes, plus one for each overflow directory on the
+    /// way down and one per level whose vectors are stored externally.
+    pub fn height(&self) -> usize {
+        usize::from(self.root.level) + 1
+    }
+
+    /// Loads every node of the hierarchy into the cache (level by level,
+    /// one batched read each) and
     /// builds the leaf catalogue, the scan arena and the adaptive
     /// sub-lists (and, for L2 maps with an [`ExactLayout::Split`] or
     /// [`ExactLayout::Local`] layout, the rotated split arena or the local
@@ -522,18 +535,10 @@ impl<'s> Searcher<'s> {
         Ok(nodes)
     }
 
-    /// Loads every node of the hierarchy into the cache, in parallel.
+    /// Loads every node of the hierarchy into the cache, level by level
+    /// (one batched read per level, decoding in parallel).
     fn walk_nodes(&self) -> Result<usize> {
-        fn walk(node: &Node, loader: &Loader<'_>) -> Result<usize> {
-            if node.leafy {
-                return Ok(1);
-            }
-            (0..node.len)
-                .into_par_iter()
-                .map(|i| walk(node.child(i, loader)?, loader))
-                .try_reduce(|| 1, |a, b| Ok(a + b))
-        }
-        walk(&self.root, &self.loader)
+        levels::expand(std::slice::from_ref(&self.root), &self.loader, |_| true)
     }
 
     /// [`Searcher::warm`] for a caller that only runs exact searches: the

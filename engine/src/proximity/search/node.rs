@@ -14,6 +14,8 @@ use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::format::{ExternalVector, NodeKind, ProxNode, VectorRef};
 use crate::store::BlockStore;
+use rayon::prelude::*;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 /// Inflation of stored covering radii that absorbs the f64 summation error
@@ -91,6 +93,24 @@ impl Node {
             return Ok(n);
         }
         let node = Arc::new(loader.load(&self.child_cid[i])?);
+        self.adopt(i, node)
+    }
+
+    /// Entry `i`'s child once loaded (`None` before).
+    #[inline]
+    pub(crate) fn loaded_child(&self, i: usize) -> Option<&Arc<Node>> {
+        self.children.get(i)?.get()
+    }
+
+    /// Entry `i`'s child CID (`None` for records).
+    #[inline]
+    pub(crate) fn child_cid(&self, i: usize) -> Option<&Cid> {
+        self.child_cid.get(i)
+    }
+
+    /// Installs `node` as entry `i`'s child after checking its level; a
+    /// racing duplicate load is discarded.
+    pub(crate) fn adopt(&self, i: usize, node: Arc<Node>) -> Result<&Arc<Node>> {
         // Directories keep their children at their own level; every other
         // node with children sits exactly one level above them. (Child
         // levels therefore never rise, so descent always terminates.)
@@ -108,6 +128,7 @@ impl Node {
                 ),
             });
         }
+        let cell = &self.children[i];
         let _ = cell.set(node);
         Ok(cell.get().expect("OnceLock was just set"))
     }
@@ -141,6 +162,52 @@ impl Loader<'_> {
     /// Loads the PRXN node `cid` into its search form.
     pub(crate) fn load(&self, cid: &Cid) -> Result<Node> {
         let bytes = self.fetch(cid)?;
+        let node = self.decode(cid, &bytes)?;
+        self.build(*cid, node, &|v| self.fetch(v))
+    }
+
+    /// Loads the PRXN nodes `cids` (distinct) with one
+    /// [`BlockStore::get_many`], plus one more for the external vectors
+    /// they name, if any; decoding runs in parallel. Results are in order.
+    pub(crate) fn load_many(&self, cids: &[Cid]) -> Result<Vec<Node>> {
+        let blocks = self.store.get_many(cids)?;
+        if blocks.len() != cids.len() {
+            return Err(Error::InvalidArgument(format!(
+                "store answered {} blocks for {} CIDs",
+                blocks.len(),
+                cids.len()
+            )));
+        }
+        let raw: Vec<ProxNode> = cids
+            .par_iter()
+            .zip(blocks.into_par_iter())
+            .map(|(cid, b)| self.decode(cid, &b.ok_or(Error::NotFound { cid: *cid })?))
+            .collect::<Result<_>>()?;
+        let mut external: Vec<Cid> = raw
+            .iter()
+            .flat_map(|n| n.entries.iter().filter_map(|e| e.vector.external()))
+            .collect();
+        external.sort_unstable();
+        external.dedup();
+        let vectors: HashMap<Cid, bytes::Bytes> = if external.is_empty() {
+            HashMap::new()
+        } else {
+            let got = self.store.get_many(&external)?;
+            external
+                .iter()
+                .zip(got)
+                .filter_map(|(c, b)| Some((*c, b?)))
+                .collect()
+        };
+        let lookup = |c: &Cid| vectors.get(c).cloned().ok_or(Error::NotFound { cid: *c });
+        cids.par_iter()
+            .zip(raw.into_par_iter())
+            .map(|(cid, node)| self.build(*cid, node, &lookup))
+            .collect()
+    }
+
+    /// Checks the read limit and decodes a PRXN object.
+    fn decode(&self, cid: &Cid, bytes: &[u8]) -> Result<ProxNode> {
         if bytes.len() > self.max_page {
             return Err(Error::Corrupt {
                 cid: *cid,
@@ -151,14 +218,20 @@ impl Loader<'_> {
                 ),
             });
         }
-        let node = ProxNode::decode(&bytes, self.dims).map_err(|e| Error::Corrupt {
+        ProxNode::decode(bytes, self.dims).map_err(|e| Error::Corrupt {
             cid: *cid,
             reason: e.to_string(),
-        })?;
-        self.build(*cid, node)
+        })
     }
 
-    fn build(&self, cid: Cid, node: ProxNode) -> Result<Node> {
+    /// The search form of `node`; `vector` returns an external vector's
+    /// bytes.
+    fn build(
+        &self,
+        cid: Cid,
+        node: ProxNode,
+        vector: &(dyn Fn(&Cid) -> Result<bytes::Bytes> + Sync),
+    ) -> Result<Node> {
         let d = self.dims as usize;
         let n = node.entries.len();
         let leafy = node.is_logical_leaf();
@@ -186,7 +259,7 @@ impl Loader<'_> {
             match e.vector {
                 VectorRef::Inline(v) => out.vectors.extend_from_slice(&v),
                 VectorRef::External(vcid) => {
-                    let bytes = self.fetch(&vcid)?;
+                    let bytes = vector(&vcid)?;
                     let v = ExternalVector::decode(&bytes).map_err(|err| Error::Corrupt {
                         cid: vcid,
                         reason: err.to_string(),

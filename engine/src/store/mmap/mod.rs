@@ -620,6 +620,16 @@ impl BlockStore for MmapStore {
         self.read_block(cid, false)
     }
 
+    /// A loop over [`MmapStore::get`]; a large batch runs on the rayon
+    /// pool, since a block's first read hashes it.
+    fn get_many(&self, cids: &[Cid]) -> Result<Vec<Option<Bytes>>> {
+        if cids.len() > 16 {
+            cids.par_iter().map(|c| self.read_block(c, false)).collect()
+        } else {
+            cids.iter().map(|c| self.read_block(c, false)).collect()
+        }
+    }
+
     fn put(&self, data: &[u8]) -> Result<Cid> {
         let cid = Cid::of(data);
         self.check_writable()?;
