@@ -426,7 +426,8 @@ impl<L: Linker> Node<L> {
     /// local root against the value it had when the pull started.
     pub async fn pull_from(&self, peer: PeerId, name: &str, local: &str) -> Result<PullReport> {
         let bounds = self.bounds(PullLimits::default());
-        self.pull_inner(peer, &[], None, name, local, None, bounds).await
+        self.pull_inner(peer, &[], None, name, local, None, bounds)
+            .await
     }
 
     /// The pull. `others` are further sources of the same root (see
@@ -607,10 +608,15 @@ impl<L: Linker> Node<L> {
             let empty = expected.is_none() && planner.nothing_local();
             let bulk =
                 (inner.bulk && bulk_offered && empty).then(|| (name.to_string(), Cid::of(&value)));
-            (self.fetch_one(planner, peer, limits, bulk).await?, Vec::new())
+            (
+                self.fetch_one(planner, peer, limits, bulk).await?,
+                Vec::new(),
+            )
         } else {
             // Several sources: WANTs only (the bulk path is one stream).
-            let all: Vec<PeerId> = std::iter::once(peer).chain(peers.iter().map(|p| p.0)).collect();
+            let all: Vec<PeerId> = std::iter::once(peer)
+                .chain(peers.iter().map(|p| p.0))
+                .collect();
             self.fetch_many(planner, &all, left_out, limits).await?
         };
         let mut report = planner.report.clone();

@@ -114,7 +114,11 @@ impl<K> Batch<K> {
             ClientFrame::WantDelta {
                 batch: self.id,
                 max_bytes,
-                items: self.items.iter().map(|w| (w.cid, w.bases.clone())).collect(),
+                items: self
+                    .items
+                    .iter()
+                    .map(|w| (w.cid, w.bases.clone()))
+                    .collect(),
             }
         } else {
             ClientFrame::Want {
@@ -245,6 +249,11 @@ impl<L: Linker> WantPlanner<L> {
     /// The node's store gate (blocking steps run under its permits).
     pub(crate) fn gate(&self) -> &Gate {
         &self.gate
+    }
+
+    /// CIDs waiting to be requested.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
     }
 
     /// True when the whole closure is in `main`.
@@ -771,7 +780,10 @@ impl<L: Linker> Stopped<L> {
 
 /// Fails with [`Error::PullTooLarge`] once the pull fetched more than
 /// `limits.pull_max_bytes` (what was accepted so far stays staged).
-pub(crate) fn within_budget<L: Linker>(slot: &mut Option<WantPlanner<L>>, limits: &Limits) -> Result<()> {
+pub(crate) fn within_budget<L: Linker>(
+    slot: &mut Option<WantPlanner<L>>,
+    limits: &Limits,
+) -> Result<()> {
     let p = planner_mut(slot)?;
     if p.report.bytes_fetched > limits.pull_max_bytes {
         return Err(Error::PullTooLarge {
@@ -880,7 +892,10 @@ where
                     break;
                 };
                 let mut buf = Vec::new();
-                batch.frame(limits.batch_bytes).encode(&mut buf).map_err(net)?;
+                batch
+                    .frame(limits.batch_bytes)
+                    .encode(&mut buf)
+                    .map_err(net)?;
                 // Queued before the write: a failed write leaves it in flight,
                 // to be queued again if the stream turns out to be lost.
                 inflight.push_back(batch);
@@ -948,7 +963,9 @@ where
 
 /// The planner in `slot`; absent only after a failed blocking step, which
 /// ends the session before this is called again.
-pub(crate) fn planner_mut<L: Linker>(slot: &mut Option<WantPlanner<L>>) -> Result<&mut WantPlanner<L>> {
+pub(crate) fn planner_mut<L: Linker>(
+    slot: &mut Option<WantPlanner<L>>,
+) -> Result<&mut WantPlanner<L>> {
     slot.as_mut()
         .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))
 }

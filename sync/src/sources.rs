@@ -102,12 +102,7 @@ where
             let (reader, writer) = stream.split();
             let (tx, rx) = mpsc::channel(1);
             let reader = futures::io::BufReader::with_capacity(256 << 10, reader);
-            let reader = tokio::spawn(read_groups(
-                reader,
-                limits.clone(),
-                limits.idle_timeout,
-                tx,
-            ));
+            let reader = tokio::spawn(read_groups(reader, limits.clone(), limits.idle_timeout, tx));
             Lane {
                 peer,
                 writer: Some(BufWriter::with_capacity(64 << 10, writer)),
@@ -228,7 +223,10 @@ impl<L: Linker> Run<'_, L> {
         Ok(())
     }
 
-    /// Sends batches to every live lane with room, fastest lane first.
+    /// Sends batches to every live lane with room: one batch per lane per
+    /// round, fastest lane first, each at most an equal share of the queue
+    /// (so a wave is spread over the lanes instead of going to the first
+    /// one in a single batch).
     async fn fill<S>(&mut self, lanes: &mut [Lane<S>]) -> Result<()>
     where
         S: AsyncWrite + Unpin,
@@ -242,31 +240,46 @@ impl<L: Linker> Run<'_, L> {
         let mut order: Vec<usize> = (0..lanes.len()).collect();
         order.sort_by(|&a, &b| rates[b].total_cmp(&rates[a]));
         let now = Instant::now();
-        for i in order {
-            let lane = &mut lanes[i];
-            if !lane.alive() || lane.paused_until.is_some_and(|t| t > now) {
-                continue;
-            }
-            lane.paused_until = None;
-            let window = windows[i].saturating_sub(lane.busy_streak as usize).max(1);
-            let mut buf = Vec::new();
-            while lane.inflight.len() < window {
+        let ready: Vec<bool> = lanes
+            .iter()
+            .map(|l| l.alive() && !l.paused_until.is_some_and(|t| t > now))
+            .collect();
+        let sharing = ready.iter().filter(|r| **r).count().max(1);
+        let share = planner_mut(&mut self.slot)?
+            .queued()
+            .div_ceil(sharing)
+            .max(1);
+        let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); lanes.len()];
+        loop {
+            let mut took = false;
+            for &i in &order {
+                let lane = &mut lanes[i];
+                let window = windows[i].saturating_sub(lane.busy_streak as usize).max(1);
+                if !ready[i] || lane.inflight.len() >= window {
+                    continue;
+                }
+                lane.paused_until = None;
                 let flush = lane.inflight.is_empty();
                 let p = planner_mut(&mut self.slot)?;
-                let len = p.batch_len(
-                    self.limits.want_cids as usize,
-                    self.limits.batch_bytes,
-                );
+                let len = p
+                    .batch_len(self.limits.want_cids as usize, self.limits.batch_bytes)
+                    .min(share);
                 let Some(batch) = p.next_batch(len, flush) else {
-                    break;
+                    continue;
                 };
                 batch
                     .frame(self.limits.batch_bytes)
-                    .encode(&mut buf)
+                    .encode(&mut bufs[i])
                     .map_err(|e| Error::network(lane.peer, e))?;
                 lane.inflight.push_back((batch.id(), Instant::now()));
                 self.batches.insert(batch.id(), batch);
+                took = true;
             }
+            if !took {
+                break;
+            }
+        }
+        for (lane, buf) in lanes.iter_mut().zip(bufs) {
             if buf.is_empty() {
                 continue;
             }
@@ -423,4 +436,3 @@ impl<L: Linker> Run<'_, L> {
         self.failures.push(why);
     }
 }
-

@@ -369,10 +369,23 @@ fn sync_pull_takes_several_peers() {
     assert_eq!(sources.len(), 2, "{report}");
     assert!(sources.iter().all(|x| x["error"].is_null()), "{report}");
     let served: u64 = sources.iter().map(|x| x["blocks"].as_u64().unwrap()).sum();
-    assert_eq!(served, report["blocks_fetched"].as_u64().unwrap(), "{report}");
+    assert_eq!(
+        served,
+        report["blocks_fetched"].as_u64().unwrap(),
+        "{report}"
+    );
     ok(&["verify", "m", "--store", s(&dst)]);
     let o = run(&[
-        "sync", "push", "--store", s(&dst), "--peer", &a.addr, "--peer", &b.addr, "--name", "m",
+        "sync",
+        "push",
+        "--store",
+        s(&dst),
+        "--peer",
+        &a.addr,
+        "--peer",
+        &b.addr,
+        "--name",
+        "m",
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

@@ -67,11 +67,13 @@ impl<L: Linker> Node<L> {
             .await;
         match result {
             Ok(mut report) => {
-                report.sources.extend(failed.into_iter().map(|(addr, e)| SourceReport {
-                    peer: addr.to_string(),
-                    error: Some(e.to_string()),
-                    ..SourceReport::default()
-                }));
+                report
+                    .sources
+                    .extend(failed.into_iter().map(|(addr, e)| SourceReport {
+                        peer: addr.to_string(),
+                        error: Some(e.to_string()),
+                        ..SourceReport::default()
+                    }));
                 Ok(report)
             }
             Err(Error::Sources { mut failures }) => {
@@ -128,7 +130,9 @@ impl<L: Linker> Node<L> {
                     peer,
                     reason: message,
                 },
-                Ok(other) => Error::network(peer, format!("unexpected answer to GetRoot: {other:?}")),
+                Ok(other) => {
+                    Error::network(peer, format!("unexpected answer to GetRoot: {other:?}"))
+                }
                 Err(e) => e,
             };
             out.left_out.push((peer, why));
