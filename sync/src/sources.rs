@@ -242,7 +242,7 @@ impl<L: Linker> Run<'_, L> {
         let now = Instant::now();
         let ready: Vec<bool> = lanes
             .iter()
-            .map(|l| l.alive() && !l.paused_until.is_some_and(|t| t > now))
+            .map(|l| l.alive() && l.paused_until.is_none_or(|t| t <= now))
             .collect();
         let sharing = ready.iter().filter(|r| **r).count().max(1);
         let share = planner_mut(&mut self.slot)?
