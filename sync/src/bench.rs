@@ -7,6 +7,8 @@
 //!   libp2p-stream on the same transport (TCP + Noise + Yamux), framed as
 //!   `u32 len | bytes`, each block hashed on receipt: the ceiling the sync
 //!   protocol is compared against.
+//!   It can also cap what a source sends ([`CountingProxy::start_capped`]),
+//!   for pulls from several rate-limited sources.
 //! * [`raw_tcp_copy`]: the same framing and hashing over a plain TCP socket.
 
 use crate::error::{Error, Result};
@@ -41,6 +43,14 @@ pub struct CountingProxy {
 impl CountingProxy {
     /// Relays connections made to [`addr`](Self::addr) to `target`.
     pub async fn start(target: SocketAddr) -> Result<CountingProxy> {
+        Self::start_capped(target, None).await
+    }
+
+    /// [`start`](Self::start) with every byte leaving `target` (all its
+    /// connections together) paced to at most `rate` bytes/s: a source
+    /// behind a link of that capacity.
+    pub async fn start_capped(target: SocketAddr, rate: Option<u64>) -> Result<CountingProxy> {
+        let pacer = rate.map(|r| Arc::new(Pacer::new(r)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let bytes = Arc::new(AtomicU64::new(0));
@@ -48,6 +58,7 @@ impl CountingProxy {
         let task = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 let counter = counter.clone();
+                let pacer = pacer.clone();
                 tokio::spawn(async move {
                     let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
                         return;
@@ -56,8 +67,8 @@ impl CountingProxy {
                     let _ = outbound.set_nodelay(true);
                     let (ri, wi) = inbound.into_split();
                     let (ro, wo) = outbound.into_split();
-                    let a = tokio::spawn(pump(ri, wo, counter.clone()));
-                    let b = tokio::spawn(pump(ro, wi, counter));
+                    let a = tokio::spawn(pump(ri, wo, counter.clone(), None));
+                    let b = tokio::spawn(pump(ro, wi, counter, pacer));
                     let _ = tokio::join!(a, b);
                 });
             }
@@ -87,17 +98,49 @@ impl Drop for CountingProxy {
     }
 }
 
+/// A token bucket without burst: each chunk may leave once the ones
+/// before it have had their time at `rate` bytes/s.
+#[derive(Debug)]
+struct Pacer {
+    rate: u64,
+    next: std::sync::Mutex<Instant>,
+}
+
+impl Pacer {
+    fn new(rate: u64) -> Pacer {
+        Pacer {
+            rate: rate.max(1),
+            next: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// When `n` bytes may leave.
+    fn slot(&self, n: usize) -> Instant {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let start = (*next).max(Instant::now());
+        let cost = std::time::Duration::from_secs_f64(n as f64 / self.rate as f64);
+        *next = start + cost;
+        *next
+    }
+}
+
 async fn pump(
     mut r: tokio::net::tcp::OwnedReadHalf,
     mut w: tokio::net::tcp::OwnedWriteHalf,
     counter: Arc<AtomicU64>,
+    pacer: Option<Arc<Pacer>>,
 ) {
-    let mut buf = vec![0u8; 256 << 10];
+    // Paced: small chunks, so one connection cannot take a whole second's
+    // budget in one read.
+    let mut buf = vec![0u8; if pacer.is_some() { 16 << 10 } else { 256 << 10 }];
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 counter.fetch_add(n as u64, Ordering::Relaxed);
+                if let Some(p) = &pacer {
+                    tokio::time::sleep_until(p.slot(n).into()).await;
+                }
                 if w.write_all(&buf[..n]).await.is_err() {
                     break;
                 }

@@ -34,10 +34,14 @@ pub fn socket_path(store_dir: &Path) -> PathBuf {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Op {
-    /// Pull `name` from `peer` into local root `as` (default `name`).
+    /// Pull `name` from `peer` (and every `more` peer at once, see
+    /// [`Node::pull_many`]) into local root `as` (default `name`).
     Pull {
-        /// Peer multiaddr.
+        /// Peer multiaddr: the first source, whose root value is pulled.
         peer: String,
+        /// Further sources of the same root (multiaddrs).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        more: Vec<String>,
         /// Remote root name.
         name: String,
         /// Local root name.
@@ -121,18 +125,22 @@ pub async fn execute<L: Linker>(node: &Node<L>, op: &Op) -> Result<serde_json::V
     match op {
         Op::Pull {
             peer,
+            more,
             name,
             local,
             max_bytes,
             deadline_ms,
         } => {
-            let addr = parse_addr(peer)?;
+            let addrs = std::iter::once(peer)
+                .chain(more)
+                .map(|p| parse_addr(p))
+                .collect::<Result<Vec<_>>>()?;
             let limits = crate::protocol::limits::PullLimits {
                 max_bytes: *max_bytes,
                 deadline: deadline_ms.map(Duration::from_millis),
             };
             let r = node
-                .pull_with(&addr, name, local.as_deref().unwrap_or(name), limits)
+                .pull_many(&addrs, name, local.as_deref().unwrap_or(name), limits)
                 .await?;
             json(serde_json::to_value(r))
         }

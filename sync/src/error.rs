@@ -172,6 +172,22 @@ pub enum Error {
         /// Consecutive `BUSY` answers before the pull gave up.
         attempts: u32,
     },
+    /// A source of a multi-source pull serves another value under the
+    /// root name than the first source; it could not supply the closure.
+    #[error("peer {peer} serves another version of root {name:?}")]
+    RootDiffers {
+        /// The source.
+        peer: PeerId,
+        /// The root name.
+        name: String,
+    },
+    /// A pull from several sources lost every one of them; each failure
+    /// names its source and why it left.
+    #[error("every source of the pull failed: {}", list(failures))]
+    Sources {
+        /// One error per source, in the order they failed.
+        failures: Vec<Error>,
+    },
     /// The local node is shutting down or its event loop has stopped.
     #[error("node is shut down")]
     Shutdown,
@@ -198,4 +214,16 @@ impl Error {
             reason: reason.to_string(),
         }
     }
+}
+
+/// `failures` as one line: "error; error; ...".
+fn list(failures: &[Error]) -> String {
+    if failures.is_empty() {
+        return "no source was usable".into();
+    }
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -37,6 +37,7 @@ pub mod protocol;
 pub mod record;
 mod server;
 mod session;
+mod sources;
 mod stall;
 pub mod stores;
 
@@ -50,4 +51,5 @@ pub use protocol::limits::{Limits, PullLimits};
 pub use protocol::messages::AnnounceOutcome;
 pub use server::Access;
 pub use session::PullReport;
+pub use sources::SourceReport;
 pub use stores::Stores;

@@ -111,6 +111,7 @@ pub fn pull(
     }
     let op = Op::Pull {
         peer: peer.to_string(),
+        more: Vec::new(),
         name: name.to_string(),
         local: local.map(str::to_string),
         max_bytes: None,

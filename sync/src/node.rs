@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex, Notify};
 
+mod fetch;
 mod listing;
 pub use listing::{MirroredRoot, RemoteRoot};
 
@@ -404,7 +405,7 @@ impl<L: Linker> Node<L> {
         let peer = tokio::time::timeout_at(bounds.until, self.connect(addr))
             .await
             .map_err(|_| bounds.expired(None))??;
-        self.pull_inner(peer, Some(addr), name, local, None, bounds)
+        self.pull_inner(peer, &[], Some(addr), name, local, None, bounds)
             .await
     }
 
@@ -425,14 +426,18 @@ impl<L: Linker> Node<L> {
     /// local root against the value it had when the pull started.
     pub async fn pull_from(&self, peer: PeerId, name: &str, local: &str) -> Result<PullReport> {
         let bounds = self.bounds(PullLimits::default());
-        self.pull_inner(peer, None, name, local, None, bounds).await
+        self.pull_inner(peer, &[], None, name, local, None, bounds)
+            .await
     }
 
-    /// The pull. `known` is the remote value (and bulk offer) when the
+    /// The pull. `others` are further sources of the same root (see
+    /// [`Node::pull_many`]). `known` is the remote value (and bulk offer) when the
     /// caller already asked for it (`Follow`), saving the `GetRoot`.
+    #[allow(clippy::too_many_arguments)]
     async fn pull_inner(
         &self,
         peer: PeerId,
+        others: &[PeerId],
         addr: Option<&Multiaddr>,
         name: &str,
         local: &str,
@@ -530,6 +535,7 @@ impl<L: Linker> Node<L> {
             bounds.until,
             self.fetch_and_publish(
                 peer,
+                others,
                 name,
                 local,
                 value,
@@ -572,6 +578,7 @@ impl<L: Linker> Node<L> {
     async fn fetch_and_publish(
         &self,
         peer: PeerId,
+        others: &[PeerId],
         name: &str,
         local: &str,
         value: bytes::Bytes,
@@ -582,6 +589,8 @@ impl<L: Linker> Node<L> {
         limits: &Limits,
     ) -> Result<PullReport> {
         let inner = &self.inner;
+        let fetch::Agreeing { peers, left_out } = self.agreeing(others, name, &value).await;
+        let delta_offered = delta_offered && peers.iter().all(|(_, delta)| *delta);
         let linker = inner.linker.clone();
         let stores = inner.stores.clone();
         let v = value.clone();
@@ -593,63 +602,25 @@ impl<L: Linker> Node<L> {
             .gate
             .run(move || WantPlanner::new(linker, stores, gate, peer, &v, base.as_deref()))
             .await?;
-        let planner = if planner.done() {
-            planner
-        } else {
+        let (planner, sources) = if planner.done() {
+            (planner, Vec::new())
+        } else if peers.is_empty() {
             let empty = expected.is_none() && planner.nothing_local();
             let bulk =
                 (inner.bulk && bulk_offered && empty).then(|| (name.to_string(), Cid::of(&value)));
-            let mut planner = planner;
-            let mut attempt = 1;
-            loop {
-                let opened = {
-                    let mut control = inner.control.lock().await;
-                    tokio::time::timeout(
-                        inner.limits.request_timeout,
-                        control.open_stream(peer, BLOCKS_PROTOCOL),
-                    )
-                    .await
-                    .map_err(|_| Error::Timeout {
-                        what: format!("opening a block stream to {peer}"),
-                        seconds: inner.limits.request_timeout.as_secs(),
-                    })?
-                };
-                let stream = match opened {
-                    Ok(s) => s,
-                    // The connection it picked was closing (the peer's
-                    // connections are chosen at random): nothing was sent,
-                    // try again; libp2p-stream dials if none is left.
-                    Err(e) if attempt < STREAM_ATTEMPTS => {
-                        tracing::debug!(%peer, attempt, %e, "opening a block stream failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
-                        attempt += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(Error::network(peer, e)),
-                };
-                match session::drive(planner, stream, limits, bulk.clone()).await {
-                    Ok(p) => break p,
-                    // The server dropped the stream before answering (its
-                    // accept loop lagged): nothing was applied, try a fresh
-                    // stream a bounded number of times.
-                    Err(session::Stopped::Lost(p, e)) if attempt < STREAM_ATTEMPTS => {
-                        tracing::debug!(%peer, attempt, %e, "block stream lost before any answer; reopening");
-                        tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
-                        planner = *p;
-                        attempt += 1;
-                    }
-                    Err(stop) => {
-                        let e = stop.into_error();
-                        if let Error::Misbehaving { violation, .. } = &e {
-                            tracing::warn!(%peer, %violation, "peer sent bad data; nothing of that batch was stored");
-                            let _ = inner.client.ban(peer, violation.to_string()).await;
-                        }
-                        return Err(e);
-                    }
-                }
-            }
+            (
+                self.fetch_one(planner, peer, limits, bulk).await?,
+                Vec::new(),
+            )
+        } else {
+            // Several sources: WANTs only (the bulk path is one stream).
+            let all: Vec<PeerId> = std::iter::once(peer)
+                .chain(peers.iter().map(|p| p.0))
+                .collect();
+            self.fetch_many(planner, &all, left_out, limits).await?
         };
         let mut report = planner.report.clone();
+        report.sources = sources;
         report.round_trips += 1; // GetRoot
         let main = inner.stores.main.clone();
         let stores = inner.stores.clone();
@@ -814,7 +785,7 @@ impl<L: Linker> Node<L> {
         };
         let bounds = self.bounds(PullLimits::default());
         let report = self
-            .pull_inner(peer, Some(addr), name, name, known, bounds)
+            .pull_inner(peer, &[], Some(addr), name, name, known, bounds)
             .await?;
         Ok((!report.up_to_date).then_some(report))
     }

@@ -24,9 +24,48 @@ pub(crate) fn busy_pause(n: u32) -> Duration {
     Duration::from_millis(20u64 << n.clamp(1, 7).saturating_sub(1))
 }
 
+/// Batches each source of a multi-source pull may have in flight, given
+/// their measured throughputs (`rates`, bytes/s; 0: not measured yet): the
+/// fastest gets `max`, every other a share of `max` proportional to its
+/// rate, at least 1. A source not measured yet gets `max`. Sizing by rate
+/// keeps a slow source from holding more of the closure than it can
+/// deliver while the fast ones wait for its answers.
+pub(crate) fn source_windows(max: usize, rates: &[f64]) -> Vec<usize> {
+    let max = max.max(1);
+    let fastest = rates.iter().copied().fold(0.0, f64::max);
+    rates
+        .iter()
+        .map(|&r| {
+            if r <= 0.0 || fastest <= 0.0 {
+                max
+            } else {
+                ((max as f64 * r / fastest).ceil() as usize).clamp(1, max)
+            }
+        })
+        .collect()
+}
+
+/// Weight of a new sample in a source's throughput estimate (exponential
+/// moving average).
+pub(crate) const RATE_WEIGHT: f64 = 0.3;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_follow_throughput() {
+        // Not measured: the full window.
+        assert_eq!(source_windows(4, &[0.0, 0.0]), vec![4, 4]);
+        assert_eq!(source_windows(4, &[0.0, 5.0]), vec![4, 4]);
+        // Equal sources share equally.
+        assert_eq!(source_windows(4, &[10.0, 10.0]), vec![4, 4]);
+        // A source at half the rate gets half the window; a crawling one
+        // keeps one batch.
+        assert_eq!(source_windows(4, &[10.0, 5.0]), vec![4, 2]);
+        assert_eq!(source_windows(4, &[1000.0, 1.0]), vec![4, 1]);
+        assert_eq!(source_windows(0, &[1.0]), vec![1]);
+    }
 
     #[test]
     fn busy_pauses_grow_and_stay_bounded() {

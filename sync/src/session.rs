@@ -62,6 +62,10 @@ pub struct PullReport {
     pub busy: u64,
     /// True when the local root already had this value.
     pub up_to_date: bool,
+    /// With several sources: what each contributed, and why any left
+    /// early. Empty for a single-source pull.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<crate::sources::SourceReport>,
 }
 
 /// One wanted block.
@@ -91,10 +95,39 @@ type Decoded<K> = (Verified, Vec<(Cid, K)>);
 const PARALLEL_CHECK_BYTES: usize = 256 << 10;
 
 /// A `WANT` batch in flight.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Batch<K> {
     id: u32,
     items: Vec<Want<K>>,
+}
+
+impl<K> Batch<K> {
+    /// The id its answer carries.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The request for this batch: `WANT_DELTA` when any item has patch
+    /// bases, else a plain `WANT`; answers fit `max_bytes`.
+    pub(crate) fn frame(&self, max_bytes: u32) -> ClientFrame {
+        if self.items.iter().any(|w| !w.bases.is_empty()) {
+            ClientFrame::WantDelta {
+                batch: self.id,
+                max_bytes,
+                items: self
+                    .items
+                    .iter()
+                    .map(|w| (w.cid, w.bases.clone()))
+                    .collect(),
+            }
+        } else {
+            ClientFrame::Want {
+                batch: self.id,
+                max_bytes,
+                cids: self.items.iter().map(|w| w.cid).collect(),
+            }
+        }
+    }
 }
 
 /// Who waits for a block to become complete.
@@ -205,6 +238,22 @@ impl<L: Linker> WantPlanner<L> {
         p.walk_local(local)?;
         p.flush()?;
         Ok(p)
+    }
+
+    /// Names `peer` as the source of the next answers (in violations and
+    /// errors), for pulls that fetch from several peers.
+    pub(crate) fn set_source(&mut self, peer: PeerId) {
+        self.peer = peer;
+    }
+
+    /// The node's store gate (blocking steps run under its permits).
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// CIDs waiting to be requested.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
     }
 
     /// True when the whole closure is in `main`.
@@ -731,7 +780,10 @@ impl<L: Linker> Stopped<L> {
 
 /// Fails with [`Error::PullTooLarge`] once the pull fetched more than
 /// `limits.pull_max_bytes` (what was accepted so far stays staged).
-fn within_budget<L: Linker>(slot: &mut Option<WantPlanner<L>>, limits: &Limits) -> Result<()> {
+pub(crate) fn within_budget<L: Linker>(
+    slot: &mut Option<WantPlanner<L>>,
+    limits: &Limits,
+) -> Result<()> {
     let p = planner_mut(slot)?;
     if p.report.bytes_fetched > limits.pull_max_bytes {
         return Err(Error::PullTooLarge {
@@ -840,24 +892,10 @@ where
                     break;
                 };
                 let mut buf = Vec::new();
-                let frame = if batch.items.iter().any(|w| !w.bases.is_empty()) {
-                    ClientFrame::WantDelta {
-                        batch: batch.id,
-                        max_bytes: limits.batch_bytes,
-                        items: batch
-                            .items
-                            .iter()
-                            .map(|w| (w.cid, w.bases.clone()))
-                            .collect(),
-                    }
-                } else {
-                    ClientFrame::Want {
-                        batch: batch.id,
-                        max_bytes: limits.batch_bytes,
-                        cids: batch.items.iter().map(|w| w.cid).collect(),
-                    }
-                };
-                frame.encode(&mut buf).map_err(net)?;
+                batch
+                    .frame(limits.batch_bytes)
+                    .encode(&mut buf)
+                    .map_err(net)?;
                 // Queued before the write: a failed write leaves it in flight,
                 // to be queued again if the stream turns out to be lost.
                 inflight.push_back(batch);
@@ -925,13 +963,15 @@ where
 
 /// The planner in `slot`; absent only after a failed blocking step, which
 /// ends the session before this is called again.
-fn planner_mut<L: Linker>(slot: &mut Option<WantPlanner<L>>) -> Result<&mut WantPlanner<L>> {
+pub(crate) fn planner_mut<L: Linker>(
+    slot: &mut Option<WantPlanner<L>>,
+) -> Result<&mut WantPlanner<L>> {
     slot.as_mut()
         .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))
 }
 
 /// Runs `f` on the planner in `slot` on a blocking thread and puts it back.
-async fn step<L: Linker>(
+pub(crate) async fn step<L: Linker>(
     slot: &mut Option<WantPlanner<L>>,
     f: impl FnOnce(&mut WantPlanner<L>) -> Result<()> + Send + 'static,
 ) -> Result<()> {
@@ -942,7 +982,7 @@ async fn step<L: Linker>(
     Ok(())
 }
 
-fn refused(peer: PeerId, code: RefusedCode) -> Error {
+pub(crate) fn refused(peer: PeerId, code: RefusedCode) -> Error {
     Error::Refused {
         peer,
         reason: match code {
@@ -957,7 +997,17 @@ async fn next_group(
     peer: PeerId,
     idle: Duration,
 ) -> Result<Group> {
-    match rx.recv().await {
+    received(rx.recv().await, peer, idle)
+}
+
+/// What the reader task of `peer`'s block stream handed over (`None`: it
+/// ended), as a group or the error that ends the stream.
+pub(crate) fn received(
+    item: Option<std::result::Result<Group, ReadError>>,
+    peer: PeerId,
+    idle: Duration,
+) -> Result<Group> {
+    match item {
         Some(Ok(g)) => Ok(g),
         Some(Err(ReadError::Violation(violation))) => Err(Error::Misbehaving {
             peer,

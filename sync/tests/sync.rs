@@ -1755,3 +1755,232 @@ async fn concurrent_pulls_keep_each_others_staged_blocks() {
     })
     .await;
 }
+
+/// Config of a receiver pulling from several sources: small batches, so
+/// every source gets work on every level wide enough.
+fn multi_config() -> Config {
+    let mut cfg = config();
+    cfg.limits.want_cids = 64;
+    cfg.limits.inflight_batches = 2;
+    cfg.limits.idle_timeout = Duration::from_secs(10);
+    cfg
+}
+
+/// Every block in `store` hashes to its CID.
+fn all_verified(store: &dyn BlockStore) -> bool {
+    store
+        .cids()
+        .unwrap()
+        .iter()
+        .all(|c| Cid::of(&store.get(c).unwrap().unwrap()) == *c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sources_give_the_same_closure_and_both_serve() {
+    bounded(async {
+        let records = vec![3u32; 20_000];
+        let mut sources = Vec::new();
+        let mut root = Vec::new();
+        for _ in 0..2 {
+            let s = mem_stores();
+            root = build(&*s.main, &records).0;
+            s.main.set_root("ds", Some(&root)).unwrap();
+            sources.push(start(&config(), s).await);
+        }
+        let expect = closure(&*sources[0].stores().main, &root);
+        // One source, for reference.
+        let one = mem_stores();
+        let b1 = start(&config(), one.clone()).await;
+        let r1 = b1.pull(&addr(&sources[0]), "ds", "ds").await.unwrap();
+        assert_eq!(closure(&*one.main, &root), expect);
+        // Two sources.
+        let two = mem_stores();
+        let b2 = start(&multi_config(), two.clone()).await;
+        let addrs: Vec<_> = sources.iter().map(addr).collect();
+        let r2 = b2
+            .pull_many(&addrs, "ds", "ds", prox_sync::PullLimits::default())
+            .await
+            .unwrap();
+        assert_eq!(two.main.root("ds").unwrap().as_deref(), Some(&root[..]));
+        assert_eq!(closure(&*two.main, &root), expect);
+        assert_eq!(r2.blocks_fetched, r1.blocks_fetched, "{r2:?}");
+        assert_eq!(r2.sources.len(), 2, "{r2:?}");
+        for (s, node) in r2.sources.iter().zip(&sources) {
+            assert_eq!(s.peer, node.peer_id().to_string());
+            assert!(s.blocks > 0 && s.error.is_none(), "{r2:?}");
+        }
+        let served: u64 = r2.sources.iter().map(|s| s.blocks).sum();
+        assert_eq!(served, r2.blocks_fetched);
+        assert!(two.staging.cids().unwrap().is_empty());
+        for n in sources.iter().chain([&b1, &b2]) {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_killed_mid_pull_hands_its_share_to_the_other() {
+    bounded(async {
+        let mem = Arc::new(MemStore::new());
+        let (root, _) = build(&*mem, &vec![5; 20_000]);
+        mem.set_root("ds", Some(&root)).unwrap();
+        let total = closure(&*mem, &root).len() as u64;
+        // The first source stops after serving a fifth of the closure
+        // (it serves about half of it when both live).
+        let (trip, rx, release) = Tripwire::new(mem.clone(), total / 5);
+        let a = start(&config(), Stores::new(trip, Arc::new(MemStore::new()))).await;
+        let other = Stores::new(mem.clone(), Arc::new(MemStore::new()));
+        let c = start(&config(), other).await;
+        let killer = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                tokio::task::spawn_blocking(move || rx.recv())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let mut stop = std::pin::pin!(a.shutdown());
+                let _ = futures::poll!(stop.as_mut());
+                let _ = release.send(());
+                stop.await;
+            })
+        };
+        let dst = mem_stores();
+        let b = start(&multi_config(), dst.clone()).await;
+        let r = b
+            .pull_many(
+                &[addr(&a), addr(&c)],
+                "ds",
+                "ds",
+                prox_sync::PullLimits::default(),
+            )
+            .await
+            .unwrap();
+        killer.await.unwrap();
+        assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root[..]));
+        assert_eq!(closure(&*dst.main, &root).len() as u64, total);
+        assert_eq!(r.blocks_fetched, total);
+        let [killed, survivor] = &r.sources[..] else {
+            panic!("two sources expected: {r:?}");
+        };
+        assert!(killed.error.is_some(), "{r:?}");
+        assert!(survivor.error.is_none() && survivor.blocks > 0, "{r:?}");
+        assert_eq!(killed.blocks + survivor.blocks, total);
+        assert!(all_verified(&*dst.main));
+        b.shutdown().await;
+        c.shutdown().await;
+    })
+    .await;
+}
+
+/// A source serving `records` whose leaves (level 0) all come back with a
+/// flipped byte.
+async fn lying_source(records: &[u32]) -> (Node<TestLinker>, Vec<u8>) {
+    let honest = MemStore::new();
+    let (root, _) = build(&honest, records);
+    honest.set_root("ds", Some(&root)).unwrap();
+    let leaves = closure(&honest, &root)
+        .into_iter()
+        .filter(|c| honest.get(c).unwrap().unwrap()[4] == 0)
+        .map(|c| (c, Lie::Corrupt))
+        .collect();
+    let lying: Arc<dyn BlockStore> = Arc::new(Hooked {
+        inner: Arc::new(honest),
+        hook: Lies(leaves),
+    });
+    let node = start(&config(), Stores::new(lying, Arc::new(MemStore::new()))).await;
+    (node, root)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_source_is_dropped_and_the_pull_completes_from_an_honest_one() {
+    bounded(async {
+        let records = vec![9u32; 20_000];
+        let (liar, root) = lying_source(&records).await;
+        let s = mem_stores();
+        build(&*s.main, &records);
+        s.main.set_root("ds", Some(&root)).unwrap();
+        let honest = start(&config(), s).await;
+        let dst = mem_stores();
+        let b = start(&multi_config(), dst.clone()).await;
+        let r = b
+            .pull_many(
+                &[addr(&liar), addr(&honest)],
+                "ds",
+                "ds",
+                prox_sync::PullLimits::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root[..]));
+        assert_eq!(
+            closure(&*dst.main, &root),
+            closure(&*honest.stores().main, &root)
+        );
+        let error = r.sources[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains("misbehaved"), "{r:?}");
+        assert!(r.sources[1].error.is_none(), "{r:?}");
+        // Nothing unverified stored, anywhere.
+        assert!(all_verified(&*dst.main) && all_verified(&*dst.staging));
+        let status = b.status().await.unwrap();
+        assert!(
+            status
+                .banned
+                .iter()
+                .any(|x| x.peer == liar.peer_id().to_string()),
+            "{status:?}"
+        );
+        for n in [&liar, &honest, &b] {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_whose_sources_all_fail_names_each_and_why() {
+    bounded(async {
+        let records = vec![2u32; 5_000];
+        let (l1, _) = lying_source(&records).await;
+        let (l2, _) = lying_source(&records).await;
+        // A third source serving another version of the root.
+        let s = mem_stores();
+        let (other, _) = build(&*s.main, &vec![4u32; 100]);
+        s.main.set_root("ds", Some(&other)).unwrap();
+        let l3 = start(&config(), s).await;
+        let dst = mem_stores();
+        let b = start(&multi_config(), dst.clone()).await;
+        let err = b
+            .pull_many(
+                &[addr(&l1), addr(&l2), addr(&l3)],
+                "ds",
+                "ds",
+                prox_sync::PullLimits::default(),
+            )
+            .await
+            .unwrap_err();
+        let Error::Sources { failures } = &err else {
+            panic!("expected every source to fail: {err}");
+        };
+        assert_eq!(failures.len(), 3, "{err}");
+        let differs = failures
+            .iter()
+            .filter(|e| matches!(e, Error::RootDiffers { peer, .. } if *peer == l3.peer_id()))
+            .count();
+        let lied: HashSet<_> = failures
+            .iter()
+            .filter_map(|e| match e {
+                Error::Misbehaving { peer, .. } => Some(*peer),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(differs, 1, "{err}");
+        assert_eq!(lied, [l1.peer_id(), l2.peer_id()].into_iter().collect());
+        assert_eq!(dst.main.root("ds").unwrap(), None);
+        assert!(all_verified(&*dst.main) && all_verified(&*dst.staging));
+        for n in [&l1, &l2, &l3, &b] {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}

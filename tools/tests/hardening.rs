@@ -343,3 +343,51 @@ fn sync_pull_flags_bound_one_pull() {
         "{err}"
     );
 }
+
+/// `prox sync pull --peer A --peer B` fetches from both sources at once and
+/// reports each; `push` takes one peer.
+#[test]
+fn sync_pull_takes_several_peers() {
+    let (dir, src) = built_map();
+    let a = Daemon::start(&src, true);
+    let replica = dir.path().join("replica");
+    let pull = |store: &Path, peers: &[&str]| {
+        let mut args = vec!["sync", "pull", "--store", s(store), "--name", "m", "--json"];
+        for p in peers {
+            args.extend_from_slice(&["--peer", p]);
+        }
+        run(&args)
+    };
+    let o = pull(&replica, &[&a.addr]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let b = Daemon::start(&replica, true);
+    let dst = dir.path().join("dst");
+    let o = pull(&dst, &[&a.addr, &b.addr]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = json(&String::from_utf8_lossy(&o.stdout));
+    let sources = report["sources"].as_array().expect("per-source report");
+    assert_eq!(sources.len(), 2, "{report}");
+    assert!(sources.iter().all(|x| x["error"].is_null()), "{report}");
+    let served: u64 = sources.iter().map(|x| x["blocks"].as_u64().unwrap()).sum();
+    assert_eq!(
+        served,
+        report["blocks_fetched"].as_u64().unwrap(),
+        "{report}"
+    );
+    ok(&["verify", "m", "--store", s(&dst)]);
+    let o = run(&[
+        "sync",
+        "push",
+        "--store",
+        s(&dst),
+        "--peer",
+        &a.addr,
+        "--peer",
+        &b.addr,
+        "--name",
+        "m",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("give --peer once"), "{err}");
+}

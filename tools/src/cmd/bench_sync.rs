@@ -55,6 +55,14 @@ pub struct BenchSyncArgs {
     /// Only the variant without the HNSW sidecar.
     #[arg(long)]
     pub no_hnsw: bool,
+    /// Also clone from 1 up to this many sources at once, each behind a
+    /// relay capped at `--source-rate` (0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub sources: usize,
+    /// Cap of each source's relay in the `--sources` scenarios, MB/s
+    /// (10^6 bytes).
+    #[arg(long, default_value_t = 10.0)]
+    pub source_rate: f64,
     /// Print one JSON object per scenario instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -179,6 +187,16 @@ struct Pair {
 
 impl Pair {
     async fn start(src: Stores, trusted: bool, delta: bool) -> Result<Pair> {
+        Self::start_capped(src, trusted, delta, None).await
+    }
+
+    /// A source whose relay sends at most `rate` bytes/s.
+    async fn start_capped(
+        src: Stores,
+        trusted: bool,
+        delta: bool,
+        rate: Option<u64>,
+    ) -> Result<Pair> {
         let cfg = Config {
             listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
             trust_all: trusted,
@@ -189,7 +207,7 @@ impl Pair {
         let key = libp2p_key();
         let source = Node::start(&cfg, key, src, RefsLinker).await?;
         let sa = socket_addr(&source.listen_addrs()[0]).context("tcp listen address")?;
-        let proxy = CountingProxy::start(sa).await?;
+        let proxy = CountingProxy::start_capped(sa, rate).await?;
         Ok(Pair { source, proxy })
     }
 
@@ -389,6 +407,10 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         pair.source.shutdown().await;
     }
 
+    if args.sources > 0 {
+        out.extend(capped_sources(args, hnsw, &src, ideal_bytes, blocks1.len() as u64).await?);
+    }
+
     // Updates of a fraction of the records through the index API, each
     // pulled by replicas of v1 with whole blocks, then with patches.
     let index1 = {
@@ -485,6 +507,80 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
             });
             pair.source.shutdown().await;
         }
+    }
+    Ok(out)
+}
+
+/// Clones of the `bench` root from 1, 2, .. `args.sources` sources at once,
+/// each behind a relay capped at `args.source_rate` MB/s: how throughput
+/// grows with the number of sources when each source's link is the limit.
+async fn capped_sources(
+    args: &BenchSyncArgs,
+    hnsw: bool,
+    src: &Stores,
+    ideal_bytes: u64,
+    ideal_blocks: u64,
+) -> Result<Vec<SyncResult>> {
+    anyhow::ensure!(args.source_rate > 0.0, "--source-rate must be > 0");
+    let rate = (args.source_rate * 1e6) as u64;
+    let mut pairs = Vec::new();
+    for _ in 0..args.sources {
+        pairs.push(Pair::start_capped(src.clone(), false, false, Some(rate)).await?);
+    }
+    let addrs: Vec<_> = pairs.iter().map(Pair::addr).collect();
+    let mut out = Vec::new();
+    let mut one = None;
+    for k in 1..=args.sources {
+        let scenario = format!("clone-{k}src-capped");
+        let mut secs = Vec::new();
+        let mut last = None;
+        for _ in 0..args.runs.max(1) {
+            let (node, _stores) = receiver().await?;
+            for p in &pairs {
+                p.proxy.reset();
+            }
+            let r = node
+                .pull_many(&addrs[..k], "bench", "bench", Default::default())
+                .await?;
+            let wire: u64 = pairs.iter().map(|p| p.proxy.bytes()).sum();
+            let per: Vec<u64> = r.sources.iter().map(|s| s.bytes).collect();
+            eprintln!(
+                "  {scenario} hnsw={hnsw}: {:.3} s, {} blocks, bytes per source {per:?}",
+                r.seconds, r.blocks_fetched
+            );
+            secs.push(r.seconds);
+            last = Some((r, wire));
+            node.shutdown().await;
+        }
+        let (r, wire) = last.context("at least one run")?;
+        let s = median(secs);
+        let mb_per_s = r.bytes_fetched as f64 / s / 1e6;
+        let base = *one.get_or_insert(mb_per_s);
+        eprintln!(
+            "  {scenario}: {mb_per_s:.1} MB/s, {:.2}x one source",
+            mb_per_s / base
+        );
+        out.push(SyncResult {
+            scenario,
+            hnsw,
+            records: args.n,
+            ideal_blocks,
+            ideal_bytes,
+            blocks_fetched: r.blocks_fetched,
+            bytes_fetched: r.bytes_fetched,
+            blocks_patched: r.blocks_patched,
+            bytes_received: r.bytes_received,
+            wire_bytes: wire,
+            wire_ratio: wire as f64 / ideal_bytes.max(1) as f64,
+            round_trips: r.round_trips,
+            seconds: s,
+            mb_per_s,
+            vs_bare_stream: None,
+            vs_raw_tcp: None,
+        });
+    }
+    for p in pairs {
+        p.source.shutdown().await;
     }
     Ok(out)
 }

@@ -15,6 +15,7 @@ pub const EXAMPLES: &str = "\
 Examples:
   prox sync pull --store b/ --peer /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --name docs --json
   prox sync pull --store b/ --peer ADDR --name docs --as docs-mirror
+  prox sync pull --store b/ --peer ADDR_A --peer ADDR_B --name docs   # both at once
   prox sync pull --store b/ --peer ADDR --name docs --max-pull-bytes 20G --pull-deadline 2h
   prox sync push --store a/ --peer ADDR --name docs
   prox sync ls --store b/ --peer ADDR
@@ -59,9 +60,11 @@ pub struct TransferArgs {
     #[command(flatten)]
     pub store: SyncStoreArg,
     /// The peer's multiaddr, ending in /p2p/<peer id> so the connection
-    /// authenticates that peer.
-    #[arg(long)]
-    pub peer: String,
+    /// authenticates that peer. `pull` takes it several times to fetch
+    /// from every peer at once (the first gives the root; the others
+    /// join when they serve the same one); `push` takes one.
+    #[arg(long, required = true)]
+    pub peer: Vec<String>,
     /// Accept a peer address without /p2p/<peer id>: whoever answers at
     /// that address is trusted (only for tests on a trusted network).
     #[arg(long)]
@@ -191,7 +194,19 @@ pub fn open_stores(store: &SyncStoreArg) -> Result<Stores> {
 /// Runs `prox sync`.
 pub fn run(args: &SyncArgs) -> Result<()> {
     if let SyncOp::Pull(PullArgs { transfer: a, .. }) | SyncOp::Push(a) = &args.op {
-        check_peer_names_identity(&a.peer, a.insecure_any_peer)?;
+        for peer in &a.peer {
+            check_peer_names_identity(peer, a.insecure_any_peer)?;
+        }
+    }
+    let (first, more) = match &args.op {
+        SyncOp::Pull(PullArgs { transfer: a, .. }) | SyncOp::Push(a) => match &a.peer[..] {
+            [first, more @ ..] => (first.clone(), more.to_vec()),
+            [] => anyhow::bail!("give --peer ADDR"),
+        },
+        _ => (String::new(), Vec::new()),
+    };
+    if matches!(args.op, SyncOp::Push(_)) && !more.is_empty() {
+        anyhow::bail!("push asks one peer to pull: give --peer once");
     }
     if let SyncOp::Ls(a) | SyncOp::Mirror(a) = &args.op {
         check_peer_names_identity(&a.peer, a.insecure_any_peer)?;
@@ -200,7 +215,8 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         SyncOp::Pull(p) => (
             &p.transfer.store,
             Op::Pull {
-                peer: p.transfer.peer.clone(),
+                peer: first,
+                more,
                 name: p.transfer.name.clone(),
                 local: p.transfer.as_name.clone(),
                 max_bytes: p.max_pull_bytes,
@@ -213,7 +229,7 @@ pub fn run(args: &SyncArgs) -> Result<()> {
         SyncOp::Push(a) => (
             &a.store,
             Op::Push {
-                peer: a.peer.clone(),
+                peer: first,
                 name: a.name.clone(),
                 remote: a.as_name.clone(),
             },
@@ -278,6 +294,17 @@ fn print(op: &Op, v: &serde_json::Value, json: bool) -> Result<()> {
                     g("blocks_skipped"),
                     g("round_trips"),
                     g("seconds").as_f64().unwrap_or(0.0)
+                );
+            }
+            let sources = v.get("sources").and_then(|s| s.as_array());
+            for s in sources.into_iter().flatten() {
+                let why = s["error"].as_str().map(|e| format!(", left: {e}"));
+                println!(
+                    "  source {}: {} blocks, {} bytes{}",
+                    s["peer"].as_str().unwrap_or("?"),
+                    s["blocks"],
+                    s["bytes"],
+                    why.unwrap_or_default()
                 );
             }
         }
