@@ -41,6 +41,7 @@
 //!   [`SearchContext`] per worker.
 
 mod arena;
+mod arena_layout;
 mod catalogue;
 mod engine;
 mod fast4;
@@ -428,6 +429,37 @@ impl<'s> Searcher<'s> {
         let a = ScanArena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
         let _ = self.arena.set(a);
         Ok(self.arena.get().expect("OnceLock was just set"))
+    }
+
+    /// Writes the scan arena (built first if needed) as a `PRLY` layout
+    /// sidecar bound to the descriptor `source` (this searcher's own) into
+    /// `store`, and returns the manifest CID. The bytes are a function of
+    /// the descriptor alone.
+    pub fn persist_arena(&self, store: &dyn BlockStore, source: Cid) -> Result<Cid> {
+        arena_layout::persist(self.arena()?, store, source, self.dims())
+    }
+
+    /// Uses the persisted scan arena `manifest` (bound to `source`, this
+    /// searcher's descriptor CID) instead of building the arena; a no-op
+    /// when the arena already exists. The layout must match this
+    /// hierarchy page for page, else [`Error::Corrupt`]; a layout of
+    /// another descriptor is [`Error::InvalidArgument`], a missing block
+    /// [`Error::NotFound`].
+    pub fn load_arena(&self, manifest: Cid, source: Cid) -> Result<()> {
+        if self.arena.get().is_some() {
+            return Ok(());
+        }
+        let a = arena_layout::load(
+            self.store,
+            manifest,
+            source,
+            &self.root,
+            self.catalogue()?,
+            &self.loader,
+            self.dims(),
+        )?;
+        let _ = self.arena.set(a);
+        Ok(())
     }
 
     /// The adaptive sub-lists, built (clustering every logical leaf, in
