@@ -11,6 +11,7 @@ mod build;
 mod corruption;
 mod deadline;
 mod filters;
+mod layouts;
 mod mutate;
 mod planner;
 mod prolly;

@@ -202,7 +202,7 @@ pub(crate) fn load(
     }
     let n = usize::try_from(m.records).map_err(|_| short(manifest_cid))?;
     let want = pages
-        .checked_mul(40)
+        .checked_mul(36)
         .and_then(|b| b.checked_add(groups.checked_mul(4)?))
         .and_then(|b| b.checked_add(n.checked_mul(12 + dims)?));
     if want != Some(m.payload_len as usize) || chunk_count(m.payload_len) != m.chunks.len() as u64 {
