@@ -72,5 +72,6 @@ pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid) -> Result<Layouts>
     let searcher = map.searcher()?;
     Ok(Layouts {
         arena: Some(searcher.persist_arena(store, descriptor)?),
+        adaptive: Some(searcher.persist_adaptive(store, descriptor)?),
     })
 }

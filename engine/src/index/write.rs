@@ -453,6 +453,9 @@ fn assemble(
     if let Some(arena) = layouts.arena {
         index.searcher().load_arena(arena, descriptor)?;
     }
+    if let Some(adaptive) = layouts.adaptive {
+        index.searcher().load_adaptive(adaptive, descriptor)?;
+    }
     if options.warm {
         index.warm()?;
     }

@@ -283,22 +283,28 @@ pub fn resolve_metadata(store: &dyn BlockStore, name: &str, prefix: &[u8]) -> Re
 pub struct Layouts {
     /// The scan arena (`prox.layout.arena`).
     pub arena: Option<Cid>,
+    /// The adaptive sub-lists and 4-bit pass (`prox.layout.adaptive`).
+    pub adaptive: Option<Cid>,
 }
 
 impl Layouts {
     /// The layouts named by `CRMF` metadata (other keys are ignored); a
     /// value that is not a CID is [`Error::InvalidArgument`].
     pub fn from_metadata(meta: &Metadata) -> Result<Layouts> {
-        let arena = match meta.get(super::format::META_LAYOUT_ARENA) {
-            None => None,
-            Some(v) => Some(Cid::from_slice(v).ok_or_else(|| {
+        let get = |key: &[u8]| match meta.get(key) {
+            None => Ok(None),
+            Some(v) => Cid::from_slice(v).map(Some).ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "metadata prox.layout.arena is {} bytes, not a CID",
+                    "metadata {} is {} bytes, not a CID",
+                    String::from_utf8_lossy(key),
                     v.len()
                 ))
-            })?),
+            }),
         };
-        Ok(Layouts { arena })
+        Ok(Layouts {
+            arena: get(super::format::META_LAYOUT_ARENA)?,
+            adaptive: get(super::format::META_LAYOUT_ADAPTIVE)?,
+        })
     }
 
     /// The `CRMF` metadata pairs naming these layouts.
@@ -307,12 +313,15 @@ impl Layouts {
         if let Some(c) = self.arena {
             m.insert(super::format::META_LAYOUT_ARENA.to_vec(), c.0.to_vec());
         }
+        if let Some(c) = self.adaptive {
+            m.insert(super::format::META_LAYOUT_ADAPTIVE.to_vec(), c.0.to_vec());
+        }
         m
     }
 
     /// True when no layout is named.
     pub fn is_empty(&self) -> bool {
-        self.arena.is_none()
+        self.arena.is_none() && self.adaptive.is_none()
     }
 }
 

@@ -71,7 +71,10 @@ fn persisted_arena_answers_bit_for_bit_like_a_built_one() {
     let s = seed();
     let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
     let (descriptor, layouts) = publish(&store, "m", records(s, 3000));
-    assert!(layouts.arena.is_some(), "PROX_SEED={s}");
+    assert!(
+        layouts.arena.is_some() && layouts.adaptive.is_some(),
+        "PROX_SEED={s}"
+    );
     // Deterministic: the same records give the same layout CID elsewhere.
     let other: Arc<dyn BlockStore> = Arc::new(MemStore::new());
     assert_eq!(
@@ -136,6 +139,14 @@ fn layouts_are_reachable_from_the_root() {
     }
 }
 
+/// A copy of the layout `cid` relabelled as derived from `source`.
+fn forge(store: &Arc<dyn BlockStore>, cid: Cid, source: Cid) -> Cid {
+    let m = LayoutManifest::decode(&store.get(&cid).unwrap().unwrap()).unwrap();
+    store
+        .put(&LayoutManifest { source, ..m }.encode().unwrap())
+        .unwrap()
+}
+
 #[test]
 fn a_foreign_or_mismatched_layout_is_a_typed_error() {
     let s = seed();
@@ -171,6 +182,7 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
         Sidecars::default(),
         &Layouts {
             arena: Some(forged),
+            ..Layouts::default()
         },
         &opts,
     )
@@ -192,7 +204,24 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
         Arc::clone(&store),
         a,
         Sidecars::default(),
-        &Layouts { arena: Some(wrong) },
+        &Layouts {
+            arena: Some(wrong),
+            ..Layouts::default()
+        },
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    // The adaptive layout of B on A: its slots name A's arena records,
+    // but its lists do not match A's groups.
+    let err = Index::load_with_layouts(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Layouts {
+            adaptive: Some(forge(&store, lb.adaptive.unwrap(), a)),
+            ..Layouts::default()
+        },
         &opts,
     )
     .unwrap_err();
@@ -212,7 +241,10 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
         Arc::clone(&store),
         a,
         Sidecars::default(),
-        &Layouts { arena: Some(gone) },
+        &Layouts {
+            arena: Some(gone),
+            ..Layouts::default()
+        },
         &opts,
     )
     .unwrap_err();

@@ -120,6 +120,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                 pq: side.pq.as_ref().map(|s| s.manifest_cid).or(p.pq),
                 layouts: prox_engine::proximity::Layouts {
                     arena: layouts.arena.or(p.layouts.arena),
+                    adaptive: layouts.adaptive.or(p.layouts.adaptive),
                 },
             };
             crate::map::publish(&store, name, &attached)?;
@@ -137,6 +138,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
             "pq": pq,
             "pq_mse": side.pq.as_ref().map(|s| s.manifest.mean_squared_error),
             "layout_arena": layouts.arena.map(|c| c.to_string()),
+            "layout_adaptive": layouts.adaptive.map(|c| c.to_string()),
             "seconds": secs,
         });
         out.json(&v)?;
@@ -149,6 +151,9 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         }
         if let Some(a) = layouts.arena {
             out.line(format!("layout.arena {a}"))?;
+        }
+        if let Some(a) = layouts.adaptive {
+            out.line(format!("layout.adaptive {a}"))?;
         }
     }
     out.flush()

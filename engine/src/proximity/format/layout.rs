@@ -32,6 +32,8 @@ pub enum LayoutKind {
     /// 1: the native scan arena (every record's uniform-scale 8-bit code,
     /// norm and residual bound, in leaf-catalogue order).
     ScanArena,
+    /// 2: the adaptive search's sub-lists and 4-bit first pass.
+    Adaptive,
 }
 
 impl LayoutKind {
@@ -39,6 +41,7 @@ impl LayoutKind {
     pub fn id(self) -> u8 {
         match self {
             LayoutKind::ScanArena => 1,
+            LayoutKind::Adaptive => 2,
         }
     }
 
@@ -46,6 +49,7 @@ impl LayoutKind {
     pub fn from_id(id: u8) -> Option<LayoutKind> {
         match id {
             1 => Some(LayoutKind::ScanArena),
+            2 => Some(LayoutKind::Adaptive),
             _ => None,
         }
     }
@@ -54,12 +58,15 @@ impl LayoutKind {
     pub fn meta_key(self) -> &'static [u8] {
         match self {
             LayoutKind::ScanArena => META_LAYOUT_ARENA,
+            LayoutKind::Adaptive => META_LAYOUT_ADAPTIVE,
         }
     }
 }
 
 /// `CRMF` metadata key naming the map's scan-arena `PRLY` manifest.
 pub const META_LAYOUT_ARENA: &[u8] = b"prox.layout.arena";
+/// `CRMF` metadata key naming the map's adaptive-lists `PRLY` manifest.
+pub const META_LAYOUT_ADAPTIVE: &[u8] = b"prox.layout.adaptive";
 /// Prefix of every layout metadata key.
 pub const META_LAYOUT_PREFIX: &[u8] = b"prox.layout.";
 

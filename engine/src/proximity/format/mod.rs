@@ -32,7 +32,7 @@ pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
 pub use layout::{
     chunk_count, decode_chunk, encode_chunk, LayoutKind, LayoutManifest, LAYOUT_CHUNK,
-    MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ARENA, META_LAYOUT_PREFIX,
+    MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ADAPTIVE, META_LAYOUT_ARENA, META_LAYOUT_PREFIX,
 };
 pub(crate) use node::{entry_len, header_len};
 pub use node::{NodeEntry, NodeKind, ProxNode, VectorRef};

@@ -75,6 +75,29 @@ pub(crate) fn persist(
     dims: usize,
 ) -> Result<Cid> {
     let (params, payload) = encode(arena)?;
+    let records = arena.norms.len() as u64;
+    persist_payload(
+        store,
+        LayoutKind::ScanArena,
+        source,
+        dims,
+        records,
+        params,
+        payload,
+    )
+}
+
+/// Cuts `payload` into `PRLC` chunks and writes them and their `PRLY`
+/// manifest; returns the manifest CID.
+pub(super) fn persist_payload(
+    store: &dyn BlockStore,
+    kind: LayoutKind,
+    source: Cid,
+    dims: usize,
+    records: u64,
+    params: Vec<u8>,
+    payload: Vec<u8>,
+) -> Result<Cid> {
     let blocks = payload
         .chunks(LAYOUT_CHUNK)
         .map(encode_chunk)
@@ -82,10 +105,10 @@ pub(crate) fn persist(
     let refs: Vec<&[u8]> = blocks.iter().map(Vec::as_slice).collect();
     let chunks = store.put_many(&refs)?;
     let manifest = LayoutManifest {
-        kind: LayoutKind::ScanArena,
+        kind,
         source,
         dims: dims as u32,
-        records: arena.norms.len() as u64,
+        records,
         params,
         payload_len: payload.len() as u64,
         chunks,
@@ -93,17 +116,76 @@ pub(crate) fn persist(
     store.put(&manifest.encode()?)
 }
 
+/// Fetches and decodes the manifest `cid`, which must be a `kind` layout
+/// of `source` with `dims` dimensions and as many chunks as its payload
+/// needs.
+pub(super) fn manifest(
+    store: &dyn BlockStore,
+    cid: Cid,
+    kind: LayoutKind,
+    source: Cid,
+    dims: usize,
+) -> Result<LayoutManifest> {
+    let bytes = store.get(&cid)?.ok_or(Error::NotFound { cid })?;
+    let m = LayoutManifest::decode(&bytes)?;
+    if m.kind != kind {
+        return Err(Error::InvalidArgument(format!(
+            "layout {cid} is a {:?} layout, not a {kind:?} one",
+            m.kind
+        )));
+    }
+    if m.source != source {
+        return Err(Error::InvalidArgument(format!(
+            "layout {cid} was derived from {}, not {source}",
+            m.source
+        )));
+    }
+    if m.dims as usize != dims || chunk_count(m.payload_len) != m.chunks.len() as u64 {
+        return Err(mismatch(
+            cid,
+            format!(
+                "{} dimensions and {} chunks for a {dims}-dimensional map",
+                m.dims,
+                m.chunks.len()
+            ),
+        ));
+    }
+    Ok(m)
+}
+
+/// The payload of `m` (manifest `cid`), its chunks fetched in parallel
+/// (hash-checked by the store).
+pub(super) fn payload(store: &dyn BlockStore, m: &LayoutManifest, cid: Cid) -> Result<Chunks> {
+    let parts = m
+        .chunks
+        .par_iter()
+        .map(|c| {
+            let b = store.get(c)?.ok_or(Error::NotFound { cid: *c })?;
+            decode_chunk(&b)?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<Bytes>>>()?;
+    Ok(Chunks {
+        parts,
+        part: 0,
+        at: 0,
+        manifest: cid,
+    })
+}
+
 /// Reads payload bytes across chunk boundaries.
-struct Chunks {
+pub(super) struct Chunks {
     parts: Vec<Bytes>,
     part: usize,
     at: usize,
+    manifest: Cid,
 }
 
 impl Chunks {
     /// Hands the next `len` payload bytes to `f`, one contiguous slice at
     /// a time (a slice never spans two chunks).
-    fn visit(&mut self, mut len: usize, manifest: Cid, mut f: impl FnMut(&[u8])) -> Result<()> {
+    pub(super) fn visit(&mut self, mut len: usize, mut f: impl FnMut(&[u8])) -> Result<()> {
+        let manifest = self.manifest;
         while len > 0 {
             let Some(p) = self.parts.get(self.part) else {
                 return Err(short(manifest));
@@ -123,14 +205,13 @@ impl Chunks {
     }
 
     /// `count` little-endian values of `N` bytes each, decoded by `f`.
-    fn values<const N: usize, T>(
+    pub(super) fn values<const N: usize, T>(
         &mut self,
         count: usize,
-        manifest: Cid,
         f: fn([u8; N]) -> T,
     ) -> Result<Vec<T>> {
         let mut raw = Vec::with_capacity(count * N);
-        self.visit(count * N, manifest, |s| raw.extend_from_slice(s))?;
+        self.visit(count * N, |s| raw.extend_from_slice(s))?;
         Ok(raw
             .chunks_exact(N)
             .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
@@ -145,7 +226,7 @@ fn short(manifest: Cid) -> Error {
     }
 }
 
-fn mismatch(manifest: Cid, what: String) -> Error {
+pub(super) fn mismatch(manifest: Cid, what: String) -> Error {
     Error::Corrupt {
         cid: manifest,
         reason: format!("scan arena layout does not match the hierarchy: {what}"),
@@ -170,28 +251,7 @@ pub(crate) fn load(
     loader: &Loader<'_>,
     dims: usize,
 ) -> Result<ScanArena> {
-    let bytes = store
-        .get(&manifest_cid)?
-        .ok_or(Error::NotFound { cid: manifest_cid })?;
-    let m = LayoutManifest::decode(&bytes)?;
-    if m.kind != LayoutKind::ScanArena {
-        return Err(Error::InvalidArgument(format!(
-            "layout {manifest_cid} is a {:?} layout, not a scan arena",
-            m.kind
-        )));
-    }
-    if m.source != source {
-        return Err(Error::InvalidArgument(format!(
-            "layout {manifest_cid} was derived from {}, not {source}",
-            m.source
-        )));
-    }
-    if m.dims as usize != dims {
-        return Err(mismatch(
-            manifest_cid,
-            format!("{} dimensions, map has {dims}", m.dims),
-        ));
-    }
+    let m = manifest(store, manifest_cid, LayoutKind::ScanArena, source, dims)?;
     let mut r = Reader::new(&m.params, OBJ);
     let scale = r.f64()?;
     let pages = r.uv_usize()?;
@@ -205,21 +265,13 @@ pub(crate) fn load(
         .checked_mul(36)
         .and_then(|b| b.checked_add(groups.checked_mul(4)?))
         .and_then(|b| b.checked_add(n.checked_mul(12 + dims)?));
-    if want != Some(m.payload_len as usize) || chunk_count(m.payload_len) != m.chunks.len() as u64 {
+    if want != Some(m.payload_len as usize) {
         return Err(mismatch(
             manifest_cid,
             format!("payload of {} bytes for its counts", m.payload_len),
         ));
     }
-    let parts = m
-        .chunks
-        .par_iter()
-        .map(|c| {
-            let b = store.get(c)?.ok_or(Error::NotFound { cid: *c })?;
-            decode_chunk(&b)?;
-            Ok(b)
-        })
-        .collect::<Result<Vec<Bytes>>>()?;
+    let mut c = payload(store, &m, manifest_cid)?;
     let (walked, page_start, group_page) = ScanArena::pages(root, cat, loader)?;
     if walked.len() != pages || group_page.len() != groups + 1 {
         return Err(mismatch(
@@ -231,14 +283,9 @@ pub(crate) fn load(
             ),
         ));
     }
-    let mut c = Chunks {
-        parts,
-        part: 0,
-        at: 0,
-    };
-    let lens = c.values(pages, manifest_cid, u32::from_le_bytes)?;
-    let gp = c.values(groups, manifest_cid, u32::from_le_bytes)?;
-    let cids = c.values(pages, manifest_cid, Cid)?;
+    let lens = c.values(pages, u32::from_le_bytes)?;
+    let gp = c.values(groups, u32::from_le_bytes)?;
+    let cids = c.values(pages, Cid)?;
     for (p, node) in walked.iter().enumerate() {
         if cids[p] != node.cid || lens[p] as usize != node.len {
             return Err(mismatch(manifest_cid, format!("page {p} differs")));
@@ -252,8 +299,8 @@ pub(crate) fn load(
     if page_start.last() != Some(&n) {
         return Err(mismatch(manifest_cid, "record count differs".into()));
     }
-    let norms = c.values(n, manifest_cid, i32::from_le_bytes)?;
-    let err = c.values(n, manifest_cid, f64::from_le_bytes)?;
+    let norms = c.values(n, i32::from_le_bytes)?;
+    let err = c.values(n, f64::from_le_bytes)?;
     if err.iter().any(|e| !(e.is_finite() && *e >= 0.0)) {
         return Err(mismatch(
             manifest_cid,
@@ -264,9 +311,7 @@ pub(crate) fn load(
     // Exact search reads survivors' codes at random offsets: huge pages
     // spare most of the TLB misses (advised before the first write).
     prox_kernels::prefetch::advise_huge_pages(codes.spare_capacity_mut(), false);
-    c.visit(n * dims, manifest_cid, |s| {
-        codes.extend(s.iter().map(|&b| b as i8))
-    })?;
+    c.visit(n * dims, |s| codes.extend(s.iter().map(|&b| b as i8)))?;
     if codes.iter().any(|&x| x == i8::MIN) {
         return Err(mismatch(manifest_cid, "a code is -128".into()));
     }

@@ -40,6 +40,7 @@
 //!   [`Searcher::search_batch`] runs queries on rayon with one reusable
 //!   [`SearchContext`] per worker.
 
+mod adaptive_layout;
 mod arena;
 mod arena_layout;
 mod catalogue;
@@ -459,6 +460,29 @@ impl<'s> Searcher<'s> {
             self.dims(),
         )?;
         let _ = self.arena.set(a);
+        Ok(())
+    }
+
+    /// Writes the adaptive sub-lists and 4-bit first pass (built first if
+    /// needed, with the arena) as a `PRLY` layout sidecar bound to
+    /// `source` (this searcher's descriptor CID); returns the manifest CID.
+    pub fn persist_adaptive(&self, store: &dyn BlockStore, source: Cid) -> Result<Cid> {
+        let fast4 = self.fast4()?;
+        adaptive_layout::persist(self.lists()?, fast4, store, source, self.dims())
+    }
+
+    /// Uses the persisted adaptive layout `manifest` (bound to `source`)
+    /// instead of clustering the leaves and training the 4-bit codebooks;
+    /// a no-op when the lists exist. Reads (or builds) the arena first.
+    /// Errors as [`Searcher::load_arena`].
+    pub fn load_adaptive(&self, manifest: Cid, source: Cid) -> Result<()> {
+        if self.lists.get().is_some() {
+            return Ok(());
+        }
+        let (lists, fast4) =
+            adaptive_layout::load(self.store, manifest, source, self.arena()?, self.dims())?;
+        let _ = self.lists.set(lists);
+        let _ = self.fast4.set(fast4);
         Ok(())
     }
 
