@@ -59,6 +59,10 @@ pub(crate) struct ScanArena {
     pub(crate) group_page: Vec<usize>,
 }
 
+/// `(leaf pages in order, first record of each page then n, first page of
+/// each group then the page count)`.
+pub(crate) type PageLayout = (Vec<Arc<Node>>, Vec<usize>, Vec<usize>);
+
 /// Leaf pages below `node` (itself when leafy), in entry order.
 fn pages_of(node: &Arc<Node>, loader: &Loader<'_>, out: &mut Vec<Arc<Node>>) -> Result<()> {
     if node.leafy {
@@ -80,7 +84,7 @@ impl ScanArena {
         root: &Arc<Node>,
         cat: &Catalogue,
         loader: &Loader<'_>,
-    ) -> Result<(Vec<Arc<Node>>, Vec<usize>, Vec<usize>)> {
+    ) -> Result<PageLayout> {
         let tops: Vec<Arc<Node>> = if cat.len() == 0 {
             vec![root.clone()]
         } else {

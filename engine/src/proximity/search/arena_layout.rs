@@ -257,7 +257,7 @@ pub(crate) fn load(
     let pages = r.uv_usize()?;
     let groups = r.uv_usize()?;
     r.finish()?;
-    if !(scale > 0.0) {
+    if scale.is_nan() || scale <= 0.0 {
         return Err(mismatch(manifest_cid, format!("scale {scale}")));
     }
     let n = usize::try_from(m.records).map_err(|_| short(manifest_cid))?;
@@ -312,7 +312,7 @@ pub(crate) fn load(
     // spare most of the TLB misses (advised before the first write).
     prox_kernels::prefetch::advise_huge_pages(codes.spare_capacity_mut(), false);
     c.visit(n * dims, |s| codes.extend(s.iter().map(|&b| b as i8)))?;
-    if codes.iter().any(|&x| x == i8::MIN) {
+    if codes.contains(&i8::MIN) {
         return Err(mismatch(manifest_cid, "a code is -128".into()));
     }
     let err_max = err.iter().fold(0.0f64, |m, &x| m.max(x));
