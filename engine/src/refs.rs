@@ -15,7 +15,8 @@
 //! `PRXI` descriptor, and its metadata may name sidecars by CID:
 //! `prox.hnsw` -> `HNSW` manifest, `prox.pq` -> `PQPQ` manifest, and each
 //! `prox.si.*` -> the root node of a secondary-index tree (catalog, control,
-//! one per field index).
+//! one per field index), and each `prox.layout.*` -> a `PRLY` search-layout
+//! manifest (which links its `PRLC` chunks).
 
 use crate::cid::Cid;
 use crate::envelope::{ValueRef, VALUE_REF_MAGIC};
@@ -23,8 +24,8 @@ use crate::error::{Error, Result};
 use crate::manifest::RootManifest;
 use crate::prolly;
 use crate::proximity::format::{
-    self, ContentRoot, Descriptor, ExternalVector, HnswManifest, PqManifest, ProxNode, Quantizer,
-    RootKind,
+    self, decode_chunk, ContentRoot, Descriptor, ExternalVector, HnswManifest, LayoutManifest,
+    PqManifest, ProxNode, Quantizer, RootKind, META_LAYOUT_PREFIX,
 };
 // The typed-root conventions live with the `CRMF` codec; re-exported here
 // because walkers and publishers meet them through this module.
@@ -55,6 +56,10 @@ pub enum BlockKind {
     HnswManifest,
     /// A `CRMF` typed content root.
     ContentRoot,
+    /// A `PRLY` search-layout manifest.
+    LayoutManifest,
+    /// A `PRLC` search-layout payload chunk.
+    LayoutChunk,
     /// Opaque large-value bytes referenced from a `PLVB` envelope.
     Blob,
 }
@@ -71,6 +76,8 @@ pub fn sniff(bytes: &[u8]) -> Option<BlockKind> {
         format::MAGIC_PQ => BlockKind::PqManifest,
         format::MAGIC_HNSW => BlockKind::HnswManifest,
         format::MAGIC_CONTENT_ROOT => BlockKind::ContentRoot,
+        format::MAGIC_LAYOUT => BlockKind::LayoutManifest,
+        format::MAGIC_LAYOUT_CHUNK => BlockKind::LayoutChunk,
         _ => return None,
     })
 }
@@ -157,6 +164,16 @@ pub fn links(kind: BlockKind, bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
             push(&mut out, m.source, BlockKind::Descriptor);
             push(&mut out, m.graph_root, BlockKind::CrabNode);
         }
+        BlockKind::LayoutManifest => {
+            let m = LayoutManifest::decode(bytes)?;
+            push(&mut out, m.source, BlockKind::Descriptor);
+            for c in m.chunks {
+                push(&mut out, c, BlockKind::LayoutChunk);
+            }
+        }
+        BlockKind::LayoutChunk => {
+            decode_chunk(bytes)?;
+        }
         BlockKind::ContentRoot => {
             let m = ContentRoot::decode(bytes)?;
             let root_kind = match m.kind {
@@ -179,12 +196,18 @@ pub fn links(kind: BlockKind, bytes: &[u8]) -> Result<Vec<(Cid, BlockKind)>> {
                 .keys()
                 .filter(|k| k.starts_with(META_SECONDARY_PREFIX))
                 .map(|k| (k.as_slice(), BlockKind::CrabNode));
+            let layouts = m
+                .metadata
+                .keys()
+                .filter(|k| k.starts_with(META_LAYOUT_PREFIX))
+                .map(|k| (k.as_slice(), BlockKind::LayoutManifest));
             for (key, kind) in [
                 (META_HNSW, BlockKind::HnswManifest),
                 (META_PQ, BlockKind::PqManifest),
             ]
             .into_iter()
             .chain(secondary)
+            .chain(layouts)
             {
                 if let Some(v) = m.metadata.get(key) {
                     let c = Cid::from_slice(v).ok_or_else(|| {

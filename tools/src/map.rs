@@ -8,7 +8,7 @@
 //! 32-byte manifest CIDs of the sidecars (docs/formats-proximity.md).
 
 use anyhow::{anyhow, Context, Result};
-use prox_engine::proximity::{self, ProximityMap, Sidecars};
+use prox_engine::proximity::{self, Layouts, ProximityMap, Sidecars};
 use prox_engine::{index, BlockStore, Cid, Index};
 use std::sync::Arc;
 
@@ -21,6 +21,8 @@ pub struct Published {
     pub hnsw: Option<Cid>,
     /// The `PQPQ` manifest, if any.
     pub pq: Option<Cid>,
+    /// The persisted search layouts (`prox.layout.*`), if any.
+    pub layouts: Layouts,
 }
 
 /// Points root `name` at the map `p` describes (a `CRMF` naming the
@@ -35,7 +37,7 @@ pub fn publish(store: &dyn BlockStore, name: &str, p: &Published) -> Result<Cid>
         hnsw: p.hnsw,
         pq: p.pq,
     };
-    proximity::publish(store, name, &map, &sidecars)
+    proximity::publish_with(store, name, &map, &sidecars, &p.layouts.to_metadata())
         .with_context(|| format!("cannot set root {name:?}"))
 }
 
@@ -45,10 +47,13 @@ pub fn resolve(store: &dyn BlockStore, name: &str) -> Result<Published> {
     let (descriptor, side) = proximity::resolve(store, name)
         .with_context(|| format!("root {name:?}"))?
         .ok_or_else(|| anyhow!("no map is published under root {name:?}"))?;
+    let layouts =
+        proximity::resolve_layouts(store, name).with_context(|| format!("root {name:?}"))?;
     Ok(Published {
         descriptor,
         hnsw: side.hnsw,
         pq: side.pq,
+        layouts,
     })
 }
 
@@ -68,7 +73,7 @@ pub fn open_published(
         hnsw: p.hnsw,
         pq: p.pq,
     };
-    Index::load(store, p.descriptor, sidecars, options)
+    Index::load_with_layouts(store, p.descriptor, sidecars, &p.layouts, options)
         .with_context(|| format!("map {}", p.descriptor))
 }
 

@@ -1,13 +1,13 @@
 //! Reading a proximity map's records for sidecar builds, and building both
 //! sidecars in one call (used by `prox build --hnsw/--pq` and
-//! `prox accel build`).
+//! `prox accel build`), and persisting the native search layouts.
 
 use super::hnsw::{read_tree, Hnsw, HnswSidecar};
 use super::params::{HnswParams, PqParams};
 use super::pq::{Pq, PqSidecar};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::proximity::{Descriptor, Record, Sidecars};
+use crate::proximity::{Descriptor, Layouts, Record, Sidecars};
 use crate::store::BlockStore;
 
 /// A map's records in key order: `(key, prepared vector)`.
@@ -61,4 +61,17 @@ pub fn build_sidecars(
         out.pq = Some(q.persist(store, descriptor)?);
     }
     Ok(out)
+}
+
+/// Builds and persists every search layout of the map `descriptor` that
+/// the native search would otherwise build when the map is opened (today
+/// the scan arena), each bound to the descriptor; returns their manifest
+/// CIDs. The bytes are a function of the descriptor alone.
+pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid) -> Result<Layouts> {
+    let map = crate::proximity::ProximityMap::load(store, descriptor)?;
+    let searcher = map.searcher()?;
+    Ok(Layouts {
+        arena: Some(searcher.persist_arena(store, descriptor)?),
+        adaptive: Some(searcher.persist_adaptive(store, descriptor)?),
+    })
 }

@@ -5,7 +5,7 @@ use crate::accel::{self, AccelContext, Accelerators};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::search::{ExactLayout, SearchContext, Searcher};
-use crate::proximity::{self, ProximityMap, Sidecars};
+use crate::proximity::{self, Layouts, ProximityMap, Sidecars};
 use crate::refs::META_SECONDARY_PREFIX;
 use crate::secondary::FieldIndexes;
 use crate::store::BlockStore;
@@ -80,6 +80,9 @@ pub struct Index {
     pub(super) accel: Accelerators,
     /// The map's payload field indexes (`None`: none declared).
     pub(super) fields: Option<Arc<FieldIndexes>>,
+    /// The persisted search layouts in use (republished by
+    /// [`Index::commit`] while the descriptor is unchanged).
+    pub(super) layouts: Layouts,
     pub(super) cell: Cell,
 }
 
@@ -101,7 +104,8 @@ impl Index {
             proximity::resolve_full(&*store, name)?.ok_or_else(|| Error::UnknownMap {
                 name: name.to_string(),
             })?;
-        let mut index = Index::load(store, descriptor, sidecars, options)?;
+        let layouts = Layouts::from_metadata(&meta)?;
+        let mut index = Index::load_with_layouts(store, descriptor, sidecars, &layouts, options)?;
         index.set_field_indexes(&meta)?;
         Ok(index)
     }
@@ -137,6 +141,22 @@ impl Index {
         store: Arc<dyn BlockStore>,
         descriptor: Cid,
         sidecars: Sidecars,
+        options: &Options,
+    ) -> Result<Index> {
+        Index::load_with_layouts(store, descriptor, sidecars, &Layouts::default(), options)
+    }
+
+    /// [`Index::load`] reading the persisted search `layouts` (each must
+    /// have been derived from this descriptor) instead of building them.
+    /// A layout that does not match the map is an error, never silently
+    /// rebuilt: [`Error::InvalidArgument`] for another descriptor's,
+    /// [`Error::Corrupt`] for one that disagrees with the hierarchy,
+    /// [`Error::NotFound`] for a missing block.
+    pub fn load_with_layouts(
+        store: Arc<dyn BlockStore>,
+        descriptor: Cid,
+        sidecars: Sidecars,
+        layouts: &Layouts,
         options: &Options,
     ) -> Result<Index> {
         let sidecars_skipped =
@@ -186,8 +206,15 @@ impl Index {
             sidecars_skipped,
             accel,
             fields: None,
+            layouts: *layouts,
             cell,
         };
+        if let Some(arena) = layouts.arena {
+            index.searcher().load_arena(arena, descriptor)?;
+        }
+        if let Some(adaptive) = layouts.adaptive {
+            index.searcher().load_adaptive(adaptive, descriptor)?;
+        }
         if options.warm {
             index.warm()?;
         }
@@ -219,6 +246,11 @@ impl Index {
     /// The sidecar manifests loaded with the map.
     pub fn sidecars(&self) -> Sidecars {
         self.sidecars
+    }
+
+    /// The persisted search layouts loaded with the map.
+    pub fn layouts(&self) -> Layouts {
+        self.layouts
     }
 
     /// The map's payload field indexes, if any were declared.

@@ -72,6 +72,10 @@ pub enum DropReason {
     Requested,
     /// The map has no record left (a sidecar needs one).
     Empty,
+    /// A search layout derived from the old hierarchy: the new snapshot
+    /// builds its own when opened (or persists it again with `prox accel
+    /// build --layout`).
+    Derived,
 }
 
 /// What [`Index::apply`] did.
@@ -99,6 +103,9 @@ pub struct WriteReport {
     pub hnsw: SidecarWrite,
     /// The PQ sidecar.
     pub pq: SidecarWrite,
+    /// The persisted search layouts (kept only when the descriptor is
+    /// unchanged, else [`DropReason::Derived`]).
+    pub layout: SidecarWrite,
     /// Time carrying the sidecars (within `elapsed`).
     pub sidecar_time: Duration,
     /// Wall time of the whole apply.
@@ -273,7 +280,18 @@ impl Index {
             }
             other => other.clone(),
         };
-        let mut index = assemble(store, descriptor, sidecars, accel, options)?;
+        // Layouts are derived from the hierarchy: kept while the
+        // descriptor is unchanged, otherwise dropped (rebuilt on demand,
+        // `prox accel build --layout` persists them again).
+        let (layouts, layout) = match self.layouts.is_empty() {
+            true => (proximity::Layouts::default(), SidecarWrite::Absent),
+            false if unchanged => (self.layouts, SidecarWrite::Unchanged),
+            false => (
+                proximity::Layouts::default(),
+                SidecarWrite::Dropped(DropReason::Derived),
+            ),
+        };
+        let mut index = assemble(store, descriptor, sidecars, accel, &layouts, options)?;
         index.fields = fields;
         let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
         Ok(Applied {
@@ -289,6 +307,7 @@ impl Index {
                 bytes_written,
                 hnsw,
                 pq,
+                layout,
                 sidecar_time,
                 elapsed: start.elapsed(),
             },
@@ -301,10 +320,11 @@ impl Index {
     /// name absent or empty). Otherwise [`Error::Conflict`] and the root is
     /// unchanged. Returns this snapshot's descriptor CID.
     pub fn commit(&self, name: &str, expected: Option<Cid>) -> Result<Cid> {
-        let meta = match &self.fields {
+        let mut meta = match &self.fields {
             Some(f) => f.metadata(&**self.store(), &self.map().directory()?)?,
             None => proximity::Metadata::new(),
         };
+        meta.extend(self.layouts.to_metadata());
         proximity::publish_expecting_with(
             &**self.store(),
             name,
@@ -415,6 +435,7 @@ fn assemble(
     descriptor: Cid,
     sidecars: Sidecars,
     accel: Accelerators,
+    layouts: &proximity::Layouts,
     options: &WriteOptions,
 ) -> Result<Index> {
     let cell = Cell::try_new(store, |s| -> Result<Loaded<'_>> {
@@ -428,8 +449,15 @@ fn assemble(
         sidecars_skipped: false,
         accel,
         fields: None,
+        layouts: *layouts,
         cell,
     };
+    if let Some(arena) = layouts.arena {
+        index.searcher().load_arena(arena, descriptor)?;
+    }
+    if let Some(adaptive) = layouts.adaptive {
+        index.searcher().load_adaptive(adaptive, descriptor)?;
+    }
     if options.warm {
         index.warm()?;
     }

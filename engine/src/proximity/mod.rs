@@ -31,14 +31,14 @@ mod stream;
 
 pub use format::{
     Codebook, ContentRoot, Descriptor, DirectoryBlock, ExternalVector, HnswConfig, HnswManifest,
-    HnswNode, NodeEntry, NodeKind, PqConfig, PqManifest, ProxNode, ProximityConfig, Quantizer,
-    Record, RootKind, VectorRef,
+    HnswNode, LayoutKind, LayoutManifest, NodeEntry, NodeKind, PqConfig, PqManifest, ProxNode,
+    ProximityConfig, Quantizer, Record, RootKind, VectorRef,
 };
 pub use map::{InputRecord, ProximityMap, VerifyReport};
 pub use mutate::{ApplyStats, Mutation};
 pub(crate) use publish::resolve_full;
 pub use publish::{
-    publish, publish_expecting, publish_expecting_with, publish_with, resolve, resolve_metadata,
-    Metadata, Sidecars,
+    publish, publish_expecting, publish_expecting_with, publish_with, resolve, resolve_layouts,
+    resolve_metadata, Layouts, Metadata, Sidecars,
 };
 pub use stream::{clear_checkpoint, NoProgress, Phase, Progress, StreamBuild, StreamStats};

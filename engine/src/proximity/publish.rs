@@ -16,7 +16,9 @@
 //! ([`crate::refs::root_links`]); [`crate::refs::links`] then follows the
 //! descriptor and both sidecars, so GC keeps and sync transfers all of them.
 
-use super::format::{ContentRoot, HnswManifest, PqManifest, RootKind};
+use super::format::{
+    ContentRoot, HnswManifest, LayoutManifest, PqManifest, RootKind, META_LAYOUT_PREFIX,
+};
 use super::map::{fetch, ProximityMap};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -78,6 +80,24 @@ fn content_root(
     let mut crmf = ContentRoot::new(RootKind::ProximityDescriptor, source);
     crmf.metadata
         .extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Layout sidecars (`prox.layout.*`) travel as extra metadata; each
+    // must be a stored `PRLY` of this descriptor under its kind's key.
+    for (k, v) in extra
+        .iter()
+        .filter(|(k, _)| k.starts_with(META_LAYOUT_PREFIX))
+    {
+        let name = String::from_utf8_lossy(k);
+        let c = Cid::from_slice(v).ok_or_else(|| {
+            Error::InvalidArgument(format!("metadata {name} is {} bytes, not a CID", v.len()))
+        })?;
+        let m = LayoutManifest::decode(&fetch(store, &c)?)?;
+        if m.source != source || m.kind.meta_key() != k.as_slice() {
+            return Err(Error::InvalidArgument(format!(
+                "layout {c} under {name} is a {:?} layout of {}, not of {source}",
+                m.kind, m.source
+            )));
+        }
+    }
     if let Some(c) = sidecars.hnsw {
         let m = HnswManifest::decode(&fetch(store, &c)?)?;
         if m.source != source {
@@ -262,4 +282,58 @@ pub fn resolve_metadata(store: &dyn BlockStore, name: &str, prefix: &[u8]) -> Re
         .into_iter()
         .filter(|(k, _)| k.starts_with(prefix))
         .collect())
+}
+
+/// A map's persisted search layouts (`PRLY` manifests a named root
+/// publishes under `prox.layout.*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Layouts {
+    /// The scan arena (`prox.layout.arena`).
+    pub arena: Option<Cid>,
+    /// The adaptive sub-lists and 4-bit pass (`prox.layout.adaptive`).
+    pub adaptive: Option<Cid>,
+}
+
+impl Layouts {
+    /// The layouts named by `CRMF` metadata (other keys are ignored); a
+    /// value that is not a CID is [`Error::InvalidArgument`].
+    pub fn from_metadata(meta: &Metadata) -> Result<Layouts> {
+        let get = |key: &[u8]| match meta.get(key) {
+            None => Ok(None),
+            Some(v) => Cid::from_slice(v).map(Some).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "metadata {} is {} bytes, not a CID",
+                    String::from_utf8_lossy(key),
+                    v.len()
+                ))
+            }),
+        };
+        Ok(Layouts {
+            arena: get(super::format::META_LAYOUT_ARENA)?,
+            adaptive: get(super::format::META_LAYOUT_ADAPTIVE)?,
+        })
+    }
+
+    /// The `CRMF` metadata pairs naming these layouts.
+    pub fn to_metadata(&self) -> Metadata {
+        let mut m = Metadata::new();
+        if let Some(c) = self.arena {
+            m.insert(super::format::META_LAYOUT_ARENA.to_vec(), c.0.to_vec());
+        }
+        if let Some(c) = self.adaptive {
+            m.insert(super::format::META_LAYOUT_ADAPTIVE.to_vec(), c.0.to_vec());
+        }
+        m
+    }
+
+    /// True when no layout is named.
+    pub fn is_empty(&self) -> bool {
+        self.arena.is_none() && self.adaptive.is_none()
+    }
+}
+
+/// The layouts the named root `name` publishes (none when the root is
+/// absent or names none).
+pub fn resolve_layouts(store: &dyn BlockStore, name: &str) -> Result<Layouts> {
+    Layouts::from_metadata(&resolve_metadata(store, name, META_LAYOUT_PREFIX)?)
 }

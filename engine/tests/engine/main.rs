@@ -12,6 +12,7 @@ mod cold;
 mod corruption;
 mod deadline;
 mod filters;
+mod layouts;
 mod mutate;
 mod planner;
 mod prolly;

@@ -181,7 +181,7 @@ pub fn proximity_links(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    let kind = match sel % 10 {
+    let kind = match sel % 12 {
         0 => BlockKind::CrabNode,
         1 => BlockKind::Descriptor,
         2 => BlockKind::ProxNode {
@@ -193,6 +193,8 @@ pub fn proximity_links(data: &[u8]) {
         6 => BlockKind::HnswManifest,
         7 => BlockKind::ContentRoot,
         8 => BlockKind::Blob,
+        9 => BlockKind::LayoutManifest,
+        10 => BlockKind::LayoutChunk,
         _ => {
             let _ = root_links(rest);
             return;

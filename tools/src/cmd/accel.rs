@@ -1,10 +1,11 @@
-//! `prox accel build`: build HNSW and/or PQ sidecars for an existing
-//! proximity map and print their manifest CIDs; plus the `k=v,...`
+//! `prox accel build`: build HNSW and/or PQ sidecars and the persisted
+//! search layouts of an existing proximity map and print their manifest
+//! CIDs; plus the `k=v,...`
 //! parameter parsers shared with `prox build --hnsw/--pq`.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use prox_engine::accel::{build_sidecars, HnswParams, PqParams};
+use prox_engine::accel::{build_layouts, build_sidecars, HnswParams, PqParams};
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Cid};
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ Examples:
   prox accel build --store db --name docs --hnsw
   prox accel build --store db --name docs --hnsw max_connections=32,ef_construction=200 --pq subquantizers=48
   prox accel build --store db --descriptor <PRXI cid> --hnsw build=canonical
+  prox accel build --store db --name docs --layout
 
 HNSW keys: max_connections (m), ef_construction (efc), ef_search (ef), level_bits,
   overfetch, seed, build=fast|canonical. Defaults 16,128,64,4,8,0, fast.
@@ -53,6 +55,10 @@ pub struct AccelBuildArgs {
     /// Build a PQ sidecar; optional `k=v,...` parameters.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = parse_pq)]
     pub pq: Option<PqParams>,
+    /// Persist the native search layouts (the scan arena) so the map
+    /// opens without building them.
+    #[arg(long)]
+    pub layout: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -77,8 +83,8 @@ pub fn run(args: &AccelArgs) -> Result<()> {
 }
 
 fn run_build(args: &AccelBuildArgs) -> Result<()> {
-    if args.hnsw.is_none() && args.pq.is_none() {
-        bail!("nothing to build: pass --hnsw and/or --pq");
+    if args.hnsw.is_none() && args.pq.is_none() && !args.layout {
+        bail!("nothing to build: pass --hnsw, --pq and/or --layout");
     }
     if args.store.to_str().is_some_and(prox_s3::is_s3_url) {
         bail!("accel build needs a store directory, not a bucket");
@@ -97,6 +103,12 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
     let t = std::time::Instant::now();
     let side = build_sidecars(&store, descriptor, args.hnsw.as_ref(), args.pq.as_ref())
         .with_context(|| format!("building sidecars of {descriptor}"))?;
+    let layouts = if args.layout {
+        build_layouts(&store, descriptor)
+            .with_context(|| format!("building the search layouts of {descriptor}"))?
+    } else {
+        Default::default()
+    };
     store.commit()?;
     // Attach the new sidecars to the named root (keeping a published sidecar
     // of the other kind), so queries and sync see them.
@@ -106,6 +118,10 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                 descriptor,
                 hnsw: side.hnsw.as_ref().map(|s| s.manifest_cid).or(p.hnsw),
                 pq: side.pq.as_ref().map(|s| s.manifest_cid).or(p.pq),
+                layouts: prox_engine::proximity::Layouts {
+                    arena: layouts.arena.or(p.layouts.arena),
+                    adaptive: layouts.adaptive.or(p.layouts.adaptive),
+                },
             };
             crate::map::publish(&store, name, &attached)?;
         }
@@ -121,6 +137,8 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
             "hnsw_canonical": side.hnsw.as_ref().map(|s| s.manifest.canonical),
             "pq": pq,
             "pq_mse": side.pq.as_ref().map(|s| s.manifest.mean_squared_error),
+            "layout_arena": layouts.arena.map(|c| c.to_string()),
+            "layout_adaptive": layouts.adaptive.map(|c| c.to_string()),
             "seconds": secs,
         });
         out.json(&v)?;
@@ -130,6 +148,12 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         }
         if let Some(p) = &pq {
             out.line(format!("pq {p}"))?;
+        }
+        if let Some(a) = layouts.arena {
+            out.line(format!("layout.arena {a}"))?;
+        }
+        if let Some(a) = layouts.adaptive {
+            out.line(format!("layout.adaptive {a}"))?;
         }
     }
     out.flush()

@@ -14,6 +14,7 @@
 mod content_root;
 mod descriptor;
 mod hnsw;
+mod layout;
 mod node;
 mod pq;
 mod quantizer;
@@ -29,6 +30,10 @@ pub use content_root::{
 };
 pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
+pub use layout::{
+    chunk_count, decode_chunk, encode_chunk, LayoutKind, LayoutManifest, LAYOUT_CHUNK,
+    MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ADAPTIVE, META_LAYOUT_ARENA, META_LAYOUT_PREFIX,
+};
 pub(crate) use node::{entry_len, header_len};
 pub use node::{NodeEntry, NodeKind, ProxNode, VectorRef};
 pub use pq::{Codebook, PqConfig, PqManifest};

@@ -59,6 +59,10 @@ pub(crate) struct ScanArena {
     pub(crate) group_page: Vec<usize>,
 }
 
+/// `(leaf pages in order, first record of each page then n, first page of
+/// each group then the page count)`.
+pub(crate) type PageLayout = (Vec<Arc<Node>>, Vec<usize>, Vec<usize>);
+
 /// Leaf pages below `node` (itself when leafy), in entry order.
 fn pages_of(node: &Arc<Node>, loader: &Loader<'_>, out: &mut Vec<Arc<Node>>) -> Result<()> {
     if node.leafy {
@@ -72,15 +76,15 @@ fn pages_of(node: &Arc<Node>, loader: &Loader<'_>, out: &mut Vec<Arc<Node>>) -> 
 }
 
 impl ScanArena {
-    /// Loads every leaf page (level by level, batched) and quantizes every
-    /// record.
-    /// Groups follow `cat` (the root alone when `cat` is empty).
-    pub(crate) fn build(
+    /// Leaf pages of every group in order, each page's first record (then
+    /// `n`) and each group's first page (then the page count), loading
+    /// every leaf page level by level in batched reads. Groups follow `cat`
+    /// (the root alone when `cat` is empty).
+    pub(crate) fn pages(
         root: &Arc<Node>,
         cat: &Catalogue,
         loader: &Loader<'_>,
-        dims: usize,
-    ) -> Result<ScanArena> {
+    ) -> Result<PageLayout> {
         // Every leaf page, one batched read per level.
         super::levels::expand(std::slice::from_ref(root), loader, |_| true)?;
         let tops: Vec<Arc<Node>> = if cat.len() == 0 {
@@ -113,7 +117,19 @@ impl ScanArena {
             n += p.len;
         }
         page_start.push(n);
+        Ok((pages, page_start, group_page))
+    }
 
+    /// Loads every leaf page (in parallel) and quantizes every record.
+    /// Groups follow `cat` (the root alone when `cat` is empty).
+    pub(crate) fn build(
+        root: &Arc<Node>,
+        cat: &Catalogue,
+        loader: &Loader<'_>,
+        dims: usize,
+    ) -> Result<ScanArena> {
+        let (pages, page_start, group_page) = ScanArena::pages(root, cat, loader)?;
+        let n = *page_start.last().unwrap_or(&0);
         // The maximum is order-independent, so the parallel reduction is
         // deterministic.
         let max = pages

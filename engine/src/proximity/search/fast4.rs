@@ -36,7 +36,8 @@
 //!
 //! Everything is a function of the lists (themselves a function of the
 //! descriptor), computed with bit-exact kernels, so the codes are the same
-//! on every machine, ISA and thread count. Nothing is persisted.
+//! on every machine, ISA and thread count. They can be persisted as a
+//! layout sidecar (`adaptive_layout.rs`).
 
 use super::arena::ScanArena;
 use super::lists::Lists;

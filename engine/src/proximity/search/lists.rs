@@ -26,7 +26,8 @@
 //!   kernel call, and each slot keeps its arena `(page, entry)` for keys,
 //!   vectors and tie-breaks.
 //!
-//! Nothing here is persisted: CIDs and the exact search do not change.
+//! The map's CIDs and the exact search do not depend on the lists; they
+//! can be persisted as a layout sidecar (`adaptive_layout.rs`).
 
 use super::arena::ScanArena;
 use crate::numeric::kmeans::{code_norm, lloyd_codes, mean_codes, CodeClusters};

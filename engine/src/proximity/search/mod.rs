@@ -40,7 +40,9 @@
 //!   [`Searcher::search_batch`] runs queries on rayon with one reusable
 //!   [`SearchContext`] per worker.
 
+mod adaptive_layout;
 mod arena;
+mod arena_layout;
 mod catalogue;
 mod engine;
 mod fast4;
@@ -433,6 +435,60 @@ impl<'s> Searcher<'s> {
         let a = ScanArena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
         let _ = self.arena.set(a);
         Ok(self.arena.get().expect("OnceLock was just set"))
+    }
+
+    /// Writes the scan arena (built first if needed) as a `PRLY` layout
+    /// sidecar bound to the descriptor `source` (this searcher's own) into
+    /// `store`, and returns the manifest CID. The bytes are a function of
+    /// the descriptor alone.
+    pub fn persist_arena(&self, store: &dyn BlockStore, source: Cid) -> Result<Cid> {
+        arena_layout::persist(self.arena()?, store, source, self.dims())
+    }
+
+    /// Uses the persisted scan arena `manifest` (bound to `source`, this
+    /// searcher's descriptor CID) instead of building the arena; a no-op
+    /// when the arena already exists. The layout must match this
+    /// hierarchy page for page, else [`Error::Corrupt`]; a layout of
+    /// another descriptor is [`Error::InvalidArgument`], a missing block
+    /// [`Error::NotFound`].
+    pub fn load_arena(&self, manifest: Cid, source: Cid) -> Result<()> {
+        if self.arena.get().is_some() {
+            return Ok(());
+        }
+        let a = arena_layout::load(
+            self.store,
+            manifest,
+            source,
+            &self.root,
+            self.catalogue()?,
+            &self.loader,
+            self.dims(),
+        )?;
+        let _ = self.arena.set(a);
+        Ok(())
+    }
+
+    /// Writes the adaptive sub-lists and 4-bit first pass (built first if
+    /// needed, with the arena) as a `PRLY` layout sidecar bound to
+    /// `source` (this searcher's descriptor CID); returns the manifest CID.
+    pub fn persist_adaptive(&self, store: &dyn BlockStore, source: Cid) -> Result<Cid> {
+        let fast4 = self.fast4()?;
+        adaptive_layout::persist(self.lists()?, fast4, store, source, self.dims())
+    }
+
+    /// Uses the persisted adaptive layout `manifest` (bound to `source`)
+    /// instead of clustering the leaves and training the 4-bit codebooks;
+    /// a no-op when the lists exist. Reads (or builds) the arena first.
+    /// Errors as [`Searcher::load_arena`].
+    pub fn load_adaptive(&self, manifest: Cid, source: Cid) -> Result<()> {
+        if self.lists.get().is_some() {
+            return Ok(());
+        }
+        let (lists, fast4) =
+            adaptive_layout::load(self.store, manifest, source, self.arena()?, self.dims())?;
+        let _ = self.lists.set(lists);
+        let _ = self.fast4.set(fast4);
+        Ok(())
     }
 
     /// The adaptive sub-lists, built (clustering every logical leaf, in

@@ -1,0 +1,329 @@
+//! The scan arena persisted as a `PRLY` layout of kind
+//! [`LayoutKind::ScanArena`] (docs/formats-proximity.md, "Layout
+//! sidecars"), so a map opens by reading its codes instead of quantizing
+//! every record.
+//!
+//! Payload (little-endian, fixed width, in this order): `u32` records per
+//! leaf page (`pages`), `u32` pages per group (`groups`), each page's
+//! `PRXN` CID (`pages × 32` bytes), `i32` code norm per record, `f64`
+//! residual bound per record, then the `n·d` codes (`i8`), record-major.
+//! The manifest's kind header is `f64 scale | uv pages | uv groups`.
+//!
+//! Loading still walks the hierarchy to reach the leaf pages (keys,
+//! vectors and values stay in the nodes); every page CID, page length and
+//! group boundary must equal the stored ones, so a layout can only be used
+//! with the hierarchy it was derived from. The payload bytes are a
+//! function of the arena, itself a function of the descriptor, so the
+//! layout of a map is the same on every machine.
+
+use super::arena::ScanArena;
+use super::catalogue::Catalogue;
+use super::node::{Loader, Node};
+use crate::cid::Cid;
+use crate::codec::{put_f64, put_uv, Reader};
+use crate::error::{Error, Result};
+use crate::proximity::format::{
+    chunk_count, decode_chunk, encode_chunk, LayoutKind, LayoutManifest, LAYOUT_CHUNK,
+};
+use crate::store::BlockStore;
+use bytes::Bytes;
+use rayon::prelude::*;
+use std::sync::Arc;
+
+const OBJ: &str = "PRLY";
+
+/// The arena's kind header and payload bytes.
+pub(crate) fn encode(arena: &ScanArena) -> Result<(Vec<u8>, Vec<u8>)> {
+    let pages = arena.pages.len();
+    let groups = arena.group_page.len().saturating_sub(1);
+    let n = arena.norms.len();
+    let mut params = Vec::with_capacity(24);
+    put_f64(&mut params, OBJ, arena.scale)?;
+    put_uv(&mut params, pages as u64);
+    put_uv(&mut params, groups as u64);
+    let mut out =
+        Vec::with_capacity(8 * pages + 4 * groups + 32 * pages + 12 * n + arena.codes.len());
+    for p in &arena.pages {
+        out.extend_from_slice(&u32_of(p.len)?.to_le_bytes());
+    }
+    for w in arena.group_page.windows(2) {
+        out.extend_from_slice(&u32_of(w[1] - w[0])?.to_le_bytes());
+    }
+    for p in &arena.pages {
+        out.extend_from_slice(&p.cid.0);
+    }
+    for &v in &arena.norms {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for &e in &arena.err {
+        out.extend_from_slice(&e.to_le_bytes());
+    }
+    out.extend(arena.codes.iter().map(|&c| c as u8));
+    Ok((params, out))
+}
+
+fn u32_of(v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::invalid(OBJ, format!("count {v} exceeds u32")))
+}
+
+/// Writes the arena's chunks and its manifest bound to `source`; returns
+/// the manifest CID.
+pub(crate) fn persist(
+    arena: &ScanArena,
+    store: &dyn BlockStore,
+    source: Cid,
+    dims: usize,
+) -> Result<Cid> {
+    let (params, payload) = encode(arena)?;
+    let records = arena.norms.len() as u64;
+    persist_payload(
+        store,
+        LayoutKind::ScanArena,
+        source,
+        dims,
+        records,
+        params,
+        payload,
+    )
+}
+
+/// Cuts `payload` into `PRLC` chunks and writes them and their `PRLY`
+/// manifest; returns the manifest CID.
+pub(super) fn persist_payload(
+    store: &dyn BlockStore,
+    kind: LayoutKind,
+    source: Cid,
+    dims: usize,
+    records: u64,
+    params: Vec<u8>,
+    payload: Vec<u8>,
+) -> Result<Cid> {
+    let blocks = payload
+        .chunks(LAYOUT_CHUNK)
+        .map(encode_chunk)
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&[u8]> = blocks.iter().map(Vec::as_slice).collect();
+    let chunks = store.put_many(&refs)?;
+    let manifest = LayoutManifest {
+        kind,
+        source,
+        dims: dims as u32,
+        records,
+        params,
+        payload_len: payload.len() as u64,
+        chunks,
+    };
+    store.put(&manifest.encode()?)
+}
+
+/// Fetches and decodes the manifest `cid`, which must be a `kind` layout
+/// of `source` with `dims` dimensions and as many chunks as its payload
+/// needs.
+pub(super) fn manifest(
+    store: &dyn BlockStore,
+    cid: Cid,
+    kind: LayoutKind,
+    source: Cid,
+    dims: usize,
+) -> Result<LayoutManifest> {
+    let bytes = store.get(&cid)?.ok_or(Error::NotFound { cid })?;
+    let m = LayoutManifest::decode(&bytes)?;
+    if m.kind != kind {
+        return Err(Error::InvalidArgument(format!(
+            "layout {cid} is a {:?} layout, not a {kind:?} one",
+            m.kind
+        )));
+    }
+    if m.source != source {
+        return Err(Error::InvalidArgument(format!(
+            "layout {cid} was derived from {}, not {source}",
+            m.source
+        )));
+    }
+    if m.dims as usize != dims || chunk_count(m.payload_len) != m.chunks.len() as u64 {
+        return Err(mismatch(
+            cid,
+            format!(
+                "{} dimensions and {} chunks for a {dims}-dimensional map",
+                m.dims,
+                m.chunks.len()
+            ),
+        ));
+    }
+    Ok(m)
+}
+
+/// The payload of `m` (manifest `cid`), its chunks fetched in parallel
+/// (hash-checked by the store).
+pub(super) fn payload(store: &dyn BlockStore, m: &LayoutManifest, cid: Cid) -> Result<Chunks> {
+    let parts = m
+        .chunks
+        .par_iter()
+        .map(|c| {
+            let b = store.get(c)?.ok_or(Error::NotFound { cid: *c })?;
+            decode_chunk(&b)?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<Bytes>>>()?;
+    Ok(Chunks {
+        parts,
+        part: 0,
+        at: 0,
+        manifest: cid,
+    })
+}
+
+/// Reads payload bytes across chunk boundaries.
+pub(super) struct Chunks {
+    parts: Vec<Bytes>,
+    part: usize,
+    at: usize,
+    manifest: Cid,
+}
+
+impl Chunks {
+    /// Hands the next `len` payload bytes to `f`, one contiguous slice at
+    /// a time (a slice never spans two chunks).
+    pub(super) fn visit(&mut self, mut len: usize, mut f: impl FnMut(&[u8])) -> Result<()> {
+        let manifest = self.manifest;
+        while len > 0 {
+            let Some(p) = self.parts.get(self.part) else {
+                return Err(short(manifest));
+            };
+            // Past the checked `PRLC 02` header.
+            let body = &p[5..];
+            let take = (body.len() - self.at).min(len);
+            f(&body[self.at..self.at + take]);
+            len -= take;
+            self.at += take;
+            if self.at == body.len() {
+                self.part += 1;
+                self.at = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// `count` little-endian values of `N` bytes each, decoded by `f`.
+    pub(super) fn values<const N: usize, T>(
+        &mut self,
+        count: usize,
+        f: fn([u8; N]) -> T,
+    ) -> Result<Vec<T>> {
+        let mut raw = Vec::with_capacity(count * N);
+        self.visit(count * N, |s| raw.extend_from_slice(s))?;
+        Ok(raw
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
+            .collect())
+    }
+}
+
+fn short(manifest: Cid) -> Error {
+    Error::Corrupt {
+        cid: manifest,
+        reason: "scan arena layout payload is shorter than its counts".into(),
+    }
+}
+
+pub(super) fn mismatch(manifest: Cid, what: String) -> Error {
+    Error::Corrupt {
+        cid: manifest,
+        reason: format!("scan arena layout does not match the hierarchy: {what}"),
+    }
+}
+
+/// Loads the layout `manifest_cid` (bound to `source`) as the arena of the
+/// hierarchy below `root`: fetches the chunks (in parallel, hash-checked
+/// by the store), walks the hierarchy to its leaf pages and checks every
+/// page CID, page length and group boundary against the stored ones.
+///
+/// Errors: [`Error::NotFound`] for a missing block,
+/// [`Error::InvalidArgument`] when the layout was derived from another
+/// descriptor or has another kind, [`Error::Corrupt`] when it disagrees
+/// with the hierarchy or its own counts.
+pub(crate) fn load(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Cid,
+    root: &Arc<Node>,
+    cat: &Catalogue,
+    loader: &Loader<'_>,
+    dims: usize,
+) -> Result<ScanArena> {
+    let m = manifest(store, manifest_cid, LayoutKind::ScanArena, source, dims)?;
+    let mut r = Reader::new(&m.params, OBJ);
+    let scale = r.f64()?;
+    let pages = r.uv_usize()?;
+    let groups = r.uv_usize()?;
+    r.finish()?;
+    if scale.is_nan() || scale <= 0.0 {
+        return Err(mismatch(manifest_cid, format!("scale {scale}")));
+    }
+    let n = usize::try_from(m.records).map_err(|_| short(manifest_cid))?;
+    let want = pages
+        .checked_mul(36)
+        .and_then(|b| b.checked_add(groups.checked_mul(4)?))
+        .and_then(|b| b.checked_add(n.checked_mul(12 + dims)?));
+    if want != Some(m.payload_len as usize) {
+        return Err(mismatch(
+            manifest_cid,
+            format!("payload of {} bytes for its counts", m.payload_len),
+        ));
+    }
+    let mut c = payload(store, &m, manifest_cid)?;
+    let (walked, page_start, group_page) = ScanArena::pages(root, cat, loader)?;
+    if walked.len() != pages || group_page.len() != groups + 1 {
+        return Err(mismatch(
+            manifest_cid,
+            format!(
+                "{pages} pages in {groups} groups, hierarchy has {} in {}",
+                walked.len(),
+                group_page.len() - 1
+            ),
+        ));
+    }
+    let lens = c.values(pages, u32::from_le_bytes)?;
+    let gp = c.values(groups, u32::from_le_bytes)?;
+    let cids = c.values(pages, Cid)?;
+    for (p, node) in walked.iter().enumerate() {
+        if cids[p] != node.cid || lens[p] as usize != node.len {
+            return Err(mismatch(manifest_cid, format!("page {p} differs")));
+        }
+    }
+    for (g, w) in group_page.windows(2).enumerate() {
+        if gp[g] as usize != w[1] - w[0] {
+            return Err(mismatch(manifest_cid, format!("group {g} differs")));
+        }
+    }
+    if page_start.last() != Some(&n) {
+        return Err(mismatch(manifest_cid, "record count differs".into()));
+    }
+    let norms = c.values(n, i32::from_le_bytes)?;
+    let err = c.values(n, f64::from_le_bytes)?;
+    if err.iter().any(|e| !(e.is_finite() && *e >= 0.0)) {
+        return Err(mismatch(
+            manifest_cid,
+            "a residual bound is not finite and >= 0".into(),
+        ));
+    }
+    let mut codes = Vec::with_capacity(n * dims);
+    // Exact search reads survivors' codes at random offsets: huge pages
+    // spare most of the TLB misses (advised before the first write).
+    prox_kernels::prefetch::advise_huge_pages(codes.spare_capacity_mut(), false);
+    c.visit(n * dims, |s| codes.extend(s.iter().map(|&b| b as i8)))?;
+    if codes.contains(&i8::MIN) {
+        return Err(mismatch(manifest_cid, "a code is -128".into()));
+    }
+    let err_max = err.iter().fold(0.0f64, |m, &x| m.max(x));
+    Ok(ScanArena {
+        scale,
+        codes,
+        norms,
+        err,
+        err_max,
+        pages: walked,
+        page_start,
+        group_page,
+    })
+}

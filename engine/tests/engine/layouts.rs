@@ -1,0 +1,294 @@
+//! Persisted search layouts (`PRLY` + `PRLC`, docs/formats-proximity.md):
+//! a map opened from its persisted scan arena answers exactly as one that
+//! built it (same hits, same scores, bit for bit, every mode), the layout
+//! bytes are a function of the descriptor, a layout of another map or one
+//! that disagrees with the hierarchy is a typed error, and writes keep the
+//! layout only while the descriptor is unchanged. Seeded (`PROX_SEED`).
+
+use prox_engine::accel;
+use prox_engine::index::{Batch, DropReason, Index, Options, SidecarWrite, WriteOptions};
+use prox_engine::proximity::format::LayoutManifest;
+use prox_engine::proximity::search::{Mode, Preset, SearchRequest};
+use prox_engine::proximity::{self, Layouts, ProximityConfig, ProximityMap, Sidecars};
+use prox_engine::refs::{links, BlockKind};
+use prox_engine::{BlockStore, Cid, Error, MemStore};
+use prox_testkit::SplitMix64;
+use std::sync::Arc;
+
+const DIMS: usize = 12;
+
+fn seed() -> u64 {
+    prox_testkit::seed(0x1a_7005)
+}
+
+/// `n` clustered records (keys 8-byte big-endian) from `seed`.
+fn records(seed: u64, n: u64) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
+    let mut rng = SplitMix64::new(seed);
+    let centres: Vec<Vec<f32>> = (0..10)
+        .map(|_| (0..DIMS).map(|_| rng.gauss() * 5.0).collect())
+        .collect();
+    (0..n)
+        .map(|i| {
+            let c = &centres[rng.below(centres.len() as u64) as usize];
+            let v = c.iter().map(|&x| x + rng.gauss()).collect();
+            (i.to_be_bytes().to_vec(), v, vec![i as u8])
+        })
+        .collect()
+}
+
+/// Builds a map of `recs` into `store` with its layouts, publishes it as
+/// `name` and returns `(descriptor, layouts)`.
+fn publish(
+    store: &Arc<dyn BlockStore>,
+    name: &str,
+    recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>,
+) -> (Cid, Layouts) {
+    let cfg = ProximityConfig::new(DIMS as u32);
+    let map = ProximityMap::build(&**store, &cfg, recs).unwrap();
+    let layouts = accel::build_layouts(&**store, map.descriptor_cid()).unwrap();
+    proximity::publish_with(
+        &**store,
+        name,
+        &map,
+        &Sidecars::default(),
+        &layouts.to_metadata(),
+    )
+    .unwrap();
+    (map.descriptor_cid(), layouts)
+}
+
+fn requests() -> Vec<SearchRequest<'static>> {
+    vec![
+        SearchRequest::new(10).mode(Mode::Exact),
+        SearchRequest::new(7).mode(Mode::Adaptive(Preset::Fast)),
+        SearchRequest::new(10).mode(Mode::Adaptive(Preset::HighRecall)),
+        SearchRequest::new(5).probes(3),
+    ]
+}
+
+#[test]
+fn persisted_arena_answers_bit_for_bit_like_a_built_one() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (descriptor, layouts) = publish(&store, "m", records(s, 3000));
+    assert!(
+        layouts.arena.is_some() && layouts.adaptive.is_some(),
+        "PROX_SEED={s}"
+    );
+    // Deterministic: the same records give the same layout CID elsewhere.
+    let other: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    assert_eq!(
+        publish(&other, "m", records(s, 3000)).1,
+        layouts,
+        "PROX_SEED={s}"
+    );
+
+    let opts = Options {
+        warm: false,
+        ..Options::default()
+    };
+    let with = Index::open(Arc::clone(&store), "m", &opts).unwrap();
+    assert_eq!(with.layouts(), layouts);
+    let without = Index::load(Arc::clone(&store), descriptor, Sidecars::default(), &opts).unwrap();
+    assert!(without.layouts().arena.is_none());
+    let mut rng = SplitMix64::new(s ^ 0xF00D);
+    let mut compared = 0;
+    for _ in 0..20 {
+        let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss() * 5.0).collect();
+        for req in requests() {
+            let a = with.searcher().search(&q, &req).unwrap();
+            let b = without.searcher().search(&q, &req).unwrap();
+            assert!(!a.hits.is_empty());
+            assert_eq!(a, b, "PROX_SEED={s} {req:?}");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 80);
+    assert_eq!(
+        with.searcher().arena_bytes(),
+        without.searcher().arena_bytes()
+    );
+}
+
+#[test]
+fn layouts_are_reachable_from_the_root() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (descriptor, layouts) = publish(&store, "m", records(s, 1500));
+    let arena = layouts.arena.unwrap();
+    let (crmf, _) = proximity::resolve(&*store, "m").unwrap().unwrap();
+    assert_eq!(crmf, descriptor);
+    let root = store.root("m").unwrap().unwrap();
+    let (crmf_cid, kind) = prox_engine::refs::root_links(&root).unwrap()[0];
+    let bytes = store.get(&crmf_cid).unwrap().unwrap();
+    assert!(links(kind, &bytes)
+        .unwrap()
+        .contains(&(arena, BlockKind::LayoutManifest)));
+    let m = LayoutManifest::decode(&store.get(&arena).unwrap().unwrap()).unwrap();
+    let l = links(
+        BlockKind::LayoutManifest,
+        &store.get(&arena).unwrap().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(l[0], (descriptor, BlockKind::Descriptor));
+    assert_eq!(l.len(), 1 + m.chunks.len());
+    for c in &m.chunks {
+        let chunk = store.get(c).unwrap().unwrap();
+        assert!(links(BlockKind::LayoutChunk, &chunk).unwrap().is_empty());
+        assert!(chunk.len() <= (1 << 20) + 5);
+    }
+}
+
+/// A copy of the layout `cid` relabelled as derived from `source`.
+fn forge(store: &Arc<dyn BlockStore>, cid: Cid, source: Cid) -> Cid {
+    let m = LayoutManifest::decode(&store.get(&cid).unwrap().unwrap()).unwrap();
+    store
+        .put(&LayoutManifest { source, ..m }.encode().unwrap())
+        .unwrap()
+}
+
+#[test]
+fn a_foreign_or_mismatched_layout_is_a_typed_error() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (a, la) = publish(&store, "a", records(s, 2000));
+    let (b, lb) = publish(&store, "b", records(s ^ 1, 2000));
+    let opts = Options::default();
+    // Another descriptor's layout.
+    let err = Index::load_with_layouts(Arc::clone(&store), a, Sidecars::default(), &lb, &opts)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    // Publishing it under this map is refused too.
+    let map = ProximityMap::load(&*store, a).unwrap();
+    assert!(matches!(
+        proximity::publish_with(&*store, "a", &map, &Sidecars::default(), &lb.to_metadata()),
+        Err(Error::InvalidArgument(_))
+    ));
+    // B's payload relabelled as A's: every page differs from A's hierarchy.
+    let mb = LayoutManifest::decode(&store.get(&lb.arena.unwrap()).unwrap().unwrap()).unwrap();
+    let forged = store
+        .put(
+            &LayoutManifest {
+                source: a,
+                ..mb.clone()
+            }
+            .encode()
+            .unwrap(),
+        )
+        .unwrap();
+    let err = Index::load_with_layouts(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Layouts {
+            arena: Some(forged),
+            ..Layouts::default()
+        },
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    // Counts that disagree with the payload.
+    let ma = LayoutManifest::decode(&store.get(&la.arena.unwrap()).unwrap().unwrap()).unwrap();
+    let wrong = store
+        .put(
+            &LayoutManifest {
+                records: ma.records + 1,
+                ..ma.clone()
+            }
+            .encode()
+            .unwrap(),
+        )
+        .unwrap();
+    let err = Index::load_with_layouts(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Layouts {
+            arena: Some(wrong),
+            ..Layouts::default()
+        },
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    // The adaptive layout of B on A: its slots name A's arena records,
+    // but its lists do not match A's groups.
+    let err = Index::load_with_layouts(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Layouts {
+            adaptive: Some(forge(&store, lb.adaptive.unwrap(), a)),
+            ..Layouts::default()
+        },
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    // A missing chunk.
+    let gone = store
+        .put(
+            &LayoutManifest {
+                chunks: vec![Cid([3; 32]); ma.chunks.len()],
+                ..ma
+            }
+            .encode()
+            .unwrap(),
+        )
+        .unwrap();
+    let err = Index::load_with_layouts(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Layouts {
+            arena: Some(gone),
+            ..Layouts::default()
+        },
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let _ = b;
+}
+
+#[test]
+fn writes_keep_the_layout_only_while_the_descriptor_is_unchanged() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (descriptor, layouts) = publish(&store, "m", records(s, 1500));
+    let index = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+    let wo = WriteOptions::default();
+
+    // An empty batch: same descriptor, same layout, republished.
+    let same = index.apply(&Batch::new(), &wo).unwrap();
+    assert_eq!(same.report.layout, SidecarWrite::Unchanged);
+    assert_eq!(same.index.layouts(), layouts);
+    same.index.commit("m", Some(descriptor)).unwrap();
+    let reopened = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+    assert_eq!(reopened.layouts(), layouts);
+
+    // A structural write: the layout is dropped, the new snapshot builds
+    // its own arena and answers.
+    let mut batch = Batch::new();
+    batch.upsert(
+        u64::MAX.to_be_bytes().to_vec(),
+        vec![0.5; DIMS],
+        b"new".to_vec(),
+    );
+    let next = reopened.apply(&batch, &wo).unwrap();
+    assert_eq!(
+        next.report.layout,
+        SidecarWrite::Dropped(DropReason::Derived)
+    );
+    assert!(next.index.layouts().arena.is_none());
+    let d2 = next.index.commit("m", Some(descriptor)).unwrap();
+    let after = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+    assert_eq!(after.descriptor(), d2);
+    assert!(after.layouts().arena.is_none(), "PROX_SEED={s}");
+    let hit = after
+        .searcher()
+        .search(&[0.5; DIMS], &SearchRequest::new(1).mode(Mode::Exact))
+        .unwrap();
+    assert_eq!(hit.hits[0].key, u64::MAX.to_be_bytes().to_vec());
+}
