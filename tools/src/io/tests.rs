@@ -622,7 +622,7 @@ mod hdf5_files {
         let test: Vec<f64> = (0..20).map(|i| f64::from(i) * 0.25).collect();
         put(&f, "test", 5, &test);
         put(&f, "neighbors", 3, &(0..12).collect::<Vec<i32>>());
-        put(&f, "distances", 3, &vec![0.5f32; 12]);
+        put(&f, "distances", 3, &[0.5f32; 12]);
         f.new_dataset::<f32>()
             .shape([3])
             .create("flat")
