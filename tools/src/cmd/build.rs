@@ -28,7 +28,9 @@ Examples:
   gen | prox build --store db --name s --input - --input-format fvecs
 
 Inputs: .fvecs/.bvecs/.npy (float32/16/64, int8, uint8; row i gets key =
-8-byte big-endian i, empty value), a directory of .npy/.fvecs/.bvecs shards
+8-byte big-endian i, empty value), .hdf5 in the ann-benchmarks layout
+(--dataset train|test, default train; needs a prox built with the hdf5
+feature), a directory of .npy/.fvecs/.bvecs shards
 read in name order as one input, `-` for stdin (with --input-format), or JSON
 lines {\"key\": hex, \"vector\": [...], \"value\": hex} (a line without a key
 gets its row number the same way). The input is streamed: sorted runs spill to
@@ -57,6 +59,10 @@ pub struct BuildArgs {
     /// Input format when it is not the file extension (required for -).
     #[arg(long, value_parser = parse_format)]
     pub input_format: Option<Format>,
+    /// HDF5 dataset to read (ann-benchmarks: train, test; default train);
+    /// `--input FILE.hdf5:DATASET` names it too.
+    #[arg(long)]
+    pub dataset: Option<String>,
     /// Memory the build may use, e.g. 2G (default: half the machine's).
     #[arg(long, value_parser = crate::sysmem::parse_size)]
     pub memory_limit: Option<u64>,
@@ -140,18 +146,28 @@ impl BuildArgs {
     }
 }
 
-/// `--input-format`: fvecs, bvecs, npy or jsonl.
+/// `--input-format`: fvecs, bvecs, npy, jsonl or hdf5.
 fn parse_format(s: &str) -> Result<Format> {
-    Format::from_path(std::path::Path::new(&format!("x.{s}")))
+    Ok(Format::from_path(std::path::Path::new(&format!("x.{s}")))?)
 }
 
-/// Reads every row of `path` as a build record; checks happen row by row
-/// (see [`crate::io`]). Returns the records and the dimension.
-pub fn read_records(
-    path: &std::path::Path,
-    format: Option<Format>,
-) -> Result<(Vec<InputRecord>, usize)> {
-    let mut reader = VectorReader::open_as(path, format)?;
+/// Opens the build input: `--input` as `--input-format`, with the HDF5
+/// dataset from `--dataset` or an `--input FILE.hdf5:DATASET` suffix.
+fn open_input(args: &BuildArgs) -> Result<VectorReader> {
+    let (path, suffix) = crate::io::split_dataset(&args.input);
+    let dataset = args.dataset.as_deref().or(suffix.as_deref());
+    Ok(VectorReader::open_dataset(
+        path,
+        args.input_format,
+        dataset,
+    )?)
+}
+
+/// Reads every row of the build input as a build record; checks happen row
+/// by row (see [`crate::io`]). Returns the records and the dimension.
+pub fn read_records(args: &BuildArgs) -> Result<(Vec<InputRecord>, usize)> {
+    let path = &args.input;
+    let mut reader = open_input(args)?;
     let mut records = Vec::new();
     let pb = progress::bar(reader.len_hint().unwrap_or(0), "reading", "rows");
     let mut row = Row::default();
@@ -262,7 +278,7 @@ fn streamed(
         "memory limit {} ({why})",
         sysmem::human(limit)
     ));
-    let mut reader = VectorReader::open_as(&args.input, args.input_format)?;
+    let mut reader = open_input(args)?;
     let probe = |dim: usize, n: u64| -> Result<()> {
         let build = index::Build {
             config: args.config(dim as u32),
@@ -366,7 +382,7 @@ fn resumed(
             "no checkpoint for {}; building from the start",
             args.name
         ));
-        *reader = VectorReader::open_as(&args.input, args.input_format)?;
+        *reader = open_input(args)?;
         return Ok(None);
     };
     progress::note(format_args!(
@@ -475,7 +491,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
     let phases = progress::Phases::new(args.json);
     let (built, dim, report) = if args.in_memory {
         let t = Instant::now();
-        let (records, dim) = read_records(&args.input, args.input_format)?;
+        let (records, dim) = read_records(args)?;
         let read_seconds = t.elapsed().as_secs_f64();
         let config = args.config(dim as u32);
         config.validate().context("invalid map configuration")?;

@@ -1,5 +1,6 @@
 //! JSON lines: one JSON object per line; blank lines are skipped.
 
+use super::error::Problem;
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -75,21 +76,34 @@ impl VectorLines {
         self.lines.line
     }
 
-    pub(crate) fn next_into(&mut self, row: &mut super::Row) -> Result<bool> {
-        let Some(text) = self.lines.next_line()? else {
-            return Ok(false);
+    pub(crate) fn next_into(&mut self, row: &mut super::Row) -> Result<bool, Problem> {
+        let text = match self.lines.next_line() {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(Problem::BadLine(format!("{e:#}"))),
         };
-        let v: VectorLine = serde_json::from_str(text).context("invalid vector line")?;
+        let bad = |e: anyhow::Error| Problem::BadLine(format!("{e:#}"));
+        let v: VectorLine =
+            serde_json::from_str(text).map_err(|e| Problem::BadLine(e.to_string()))?;
         row.key = v
             .key
             .as_deref()
             .map(|k| super::parse_hex("key", k))
-            .transpose()?;
+            .transpose()
+            .map_err(bad)?;
         row.value = match (v.value.as_deref(), &v.payload) {
-            (Some(_), Some(_)) => anyhow::bail!("a line has either value or payload, not both"),
-            (Some(k), None) => Some(super::parse_hex("value", k)?),
-            (None, Some(p)) if p.is_object() => Some(prox_engine::secondary::encode_canonical(p)?),
-            (None, Some(_)) => anyhow::bail!("payload must be a JSON object"),
+            (Some(_), Some(_)) => {
+                return Err(Problem::BadLine(
+                    "a line has either value or payload, not both".into(),
+                ))
+            }
+            (Some(k), None) => Some(super::parse_hex("value", k).map_err(bad)?),
+            (None, Some(p)) if p.is_object() => {
+                Some(prox_engine::secondary::encode_canonical(p).map_err(|e| bad(e.into()))?)
+            }
+            (None, Some(_)) => {
+                return Err(Problem::BadLine("payload must be a JSON object".into()))
+            }
             (None, None) => None,
         };
         row.vector = v.vector;

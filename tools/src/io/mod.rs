@@ -6,36 +6,43 @@
 //!   dimension, then that many `f32` / `u8` / `i32` components;
 //! * `.npy`: NumPy version 1–3 files holding a 2-D, C-order array of
 //!   float32, float16, float64, int8 or uint8 (either byte order), widened
-//!   to f32;
+//!   to f32; a regular file is memory mapped and decoded row by row;
 //! * `.jsonl` / `.json` / `.ndjson`: one JSON object per line with a
-//!   `"vector"` array and optional hex `"key"` and `"value"` strings.
+//!   `"vector"` array and optional hex `"key"` and `"value"` strings;
+//! * `.hdf5` / `.h5` (ann-benchmarks layout) with the `hdf5` cargo feature:
+//!   one 2-D dataset (`train` unless named), read in slices of rows.
 //!
-//! [`VectorReader`] yields one [`Row`] at a time from a buffered reader, so
-//! a file is never held in memory by the reader; callers that need all rows
-//! (an index build) copy each row exactly once. Every row is checked: equal
-//! dimensions across rows, finite components, no truncation. Errors name the
-//! file and the 0-based row (and for JSON lines, the 1-based line).
+//! [`VectorReader`] yields one [`Row`] at a time, so a file is never held
+//! in memory by the reader; callers that need all rows (an index build)
+//! copy each row exactly once. Every row is checked: equal dimensions
+//! across rows, finite components, no truncation. Every failure is an
+//! [`InputError`] naming the file, the row (and line, byte offset, shard
+//! row where they apply) and the [`Problem`].
 //!
 //! [`VectorReader::open_as`] also reads standard input (`-`, with an
 //! explicit [`Format`]) and a directory of `.npy` / `.fvecs` / `.bvecs`
 //! shards as one input, in file-name order.
-//!
-//! `.hdf5` (ann-benchmarks) is recognised and rejected with an explanation:
-//! see docs/cli.md.
 
+mod error;
+#[cfg(feature = "hdf5")]
+mod hdf5;
 mod jsonl;
 mod npy;
 mod texmex;
 
+pub use error::{InputError, Location, Problem};
 pub use jsonl::JsonLines;
 pub use texmex::{FvecsWriter, IvecsWriter};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// Upper bound on a vector's dimension accepted from a file header: larger
 /// values are treated as corruption rather than allocated.
 pub const MAX_DIM: usize = 1 << 20;
+
+/// The HDF5 dataset read when none is named (ann-benchmarks' base vectors).
+pub const DEFAULT_HDF5_DATASET: &str = "train";
 
 /// A vector file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,13 +57,13 @@ pub enum Format {
     Npy,
     /// JSON lines.
     Jsonl,
-    /// ann-benchmarks HDF5 (recognised, not supported).
+    /// ann-benchmarks HDF5 (read with the `hdf5` cargo feature).
     Hdf5,
 }
 
 impl Format {
     /// Picks the format from the file extension.
-    pub fn from_path(path: &Path) -> Result<Format> {
+    pub fn from_path(path: &Path) -> Result<Format, InputError> {
         let ext = path
             .extension()
             .and_then(|e| e.to_str())
@@ -69,10 +76,7 @@ impl Format {
             "npy" => Format::Npy,
             "jsonl" | "json" | "ndjson" => Format::Jsonl,
             "hdf5" | "h5" => Format::Hdf5,
-            _ => bail!(
-                "{}: unknown vector file extension {ext:?} (expected .fvecs, .bvecs, .ivecs, .npy, .jsonl)",
-                path.display()
-            ),
+            _ => return Err(InputError::file(path, Problem::UnknownExtension(ext))),
         })
     }
 }
@@ -92,6 +96,20 @@ enum Inner {
     Texmex(texmex::Reader),
     Npy(npy::Reader),
     Jsonl(jsonl::VectorLines),
+    #[cfg(feature = "hdf5")]
+    Hdf5(hdf5::Reader),
+}
+
+impl Inner {
+    /// Rows declared up front (`.npy`, HDF5).
+    fn declared(&self) -> Option<(u64, usize)> {
+        match self {
+            Inner::Npy(r) => Some((r.rows(), r.dim())),
+            #[cfg(feature = "hdf5")]
+            Inner::Hdf5(r) => Some((r.rows(), r.dim())),
+            _ => None,
+        }
+    }
 }
 
 /// The path that means standard input.
@@ -108,6 +126,8 @@ pub struct VectorReader {
     /// Shards not yet opened, in order, with their row counts if known
     /// (directory input).
     pending: std::collections::VecDeque<(PathBuf, Option<u64>)>,
+    /// Whether the input is a directory of shards.
+    sharded: bool,
     /// Rows of the shards already finished (directory input).
     before: u64,
     /// Rows returned so far; also the 0-based index of the next row.
@@ -116,47 +136,75 @@ pub struct VectorReader {
     dim: Option<usize>,
 }
 
-/// Opens one source (a file, or standard input for [`STDIN`]) as `format`.
-fn open_inner(path: &Path, format: Format) -> Result<Inner> {
-    let (src, size): (Box<dyn std::io::Read + Send>, Option<u64>) = if path == Path::new(STDIN) {
-        (Box::new(std::io::stdin()), None)
-    } else {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("{}: cannot open", path.display()))?;
+/// Opens one source (a file, or standard input for [`STDIN`]) as `format`;
+/// `dataset` names the HDF5 dataset.
+fn open_inner(path: &Path, format: Format, dataset: Option<&str>) -> Result<Inner, InputError> {
+    let fail = |problem| InputError::file(path, problem);
+    let stdin = path == Path::new(STDIN);
+    let open = || -> Result<(std::fs::File, Option<u64>), InputError> {
+        let file = std::fs::File::open(path).map_err(|e| fail(Problem::io("cannot open", e)))?;
         let size = file.metadata().map(|m| m.len()).ok();
-        (Box::new(file), size)
+        Ok((file, size))
+    };
+    let stream = || -> Result<(Box<dyn std::io::Read + Send>, Option<u64>), InputError> {
+        if stdin {
+            return Ok((Box::new(std::io::stdin()), None));
+        }
+        let (file, size) = open()?;
+        Ok((Box::new(file), size))
+    };
+    let npy_failure = |(at, problem): npy::Failure| InputError {
+        path: path.to_path_buf(),
+        at,
+        problem,
     };
     Ok(match format {
-        Format::Fvecs => Inner::Texmex(texmex::Reader::new(src, texmex::Elem::F32, size)),
-        Format::Bvecs => Inner::Texmex(texmex::Reader::new(src, texmex::Elem::U8, size)),
-        Format::Ivecs => bail!(
-            "{}: .ivecs holds integer ids (ground truth), not vectors",
-            path.display()
+        Format::Fvecs => {
+            let (src, size) = stream()?;
+            Inner::Texmex(texmex::Reader::new(src, texmex::Elem::F32, size))
+        }
+        Format::Bvecs => {
+            let (src, size) = stream()?;
+            Inner::Texmex(texmex::Reader::new(src, texmex::Elem::U8, size))
+        }
+        Format::Ivecs => return Err(fail(Problem::NotVectors)),
+        Format::Npy if stdin => {
+            Inner::Npy(npy::Reader::open_stream(Box::new(std::io::stdin())).map_err(npy_failure)?)
+        }
+        Format::Npy => Inner::Npy(npy::Reader::open_file(open()?.0).map_err(npy_failure)?),
+        Format::Jsonl => Inner::Jsonl(jsonl::VectorLines::new(stream()?.0)),
+        #[cfg(feature = "hdf5")]
+        Format::Hdf5 if stdin => {
+            return Err(fail(Problem::Unsupported(
+                "HDF5 cannot be read from standard input; pass the file".into(),
+            )))
+        }
+        #[cfg(feature = "hdf5")]
+        Format::Hdf5 => Inner::Hdf5(
+            hdf5::Reader::open(path, dataset.unwrap_or(DEFAULT_HDF5_DATASET)).map_err(fail)?,
         ),
-        Format::Npy => Inner::Npy(
-            npy::Reader::new(src, size)
-                .with_context(|| format!("{}: bad .npy header", path.display()))?,
-        ),
-        Format::Jsonl => Inner::Jsonl(jsonl::VectorLines::new(src)),
-        Format::Hdf5 => bail!(
-            "{}: HDF5 input is not supported (no HDF5 library in the default build); \
-             convert it first, e.g. python3 -c \"import h5py,numpy; \
-             numpy.save('train.npy', h5py.File('{}')['train'][:].astype('float32'))\", \
-             then pass the .npy file (see docs/cli.md)",
-            path.display(),
-            path.display()
-        ),
+        #[cfg(not(feature = "hdf5"))]
+        Format::Hdf5 => {
+            let _ = dataset;
+            return Err(fail(Problem::Unsupported(format!(
+                "HDF5 input needs prox built with the `hdf5` feature (cargo build \
+                 --features hdf5, which needs libhdf5-dev); or convert it first, e.g. \
+                 python3 -c \"import h5py,numpy; numpy.save('train.npy', \
+                 h5py.File('{}')['train'][:].astype('float32'))\", then pass the .npy \
+                 file (see docs/cli.md)",
+                path.display()
+            ))));
+        }
     })
 }
 
 /// The shard files of a directory input: every `.npy`, `.fvecs` and
 /// `.bvecs` file directly inside it, in file-name order.
-fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
+fn shards(dir: &Path) -> Result<Vec<PathBuf>, InputError> {
+    let fail = |e| InputError::file(dir, Problem::io("cannot list", e));
     let mut files = Vec::new();
-    for e in std::fs::read_dir(dir).with_context(|| format!("{}: cannot list", dir.display()))? {
-        let p = e
-            .with_context(|| format!("{}: cannot list", dir.display()))?
-            .path();
+    for e in std::fs::read_dir(dir).map_err(fail)? {
+        let p = e.map_err(fail)?.path();
         if p.is_file()
             && matches!(
                 Format::from_path(&p),
@@ -168,58 +216,84 @@ fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     files.sort();
     if files.is_empty() {
-        bail!(
-            "{}: directory holds no .npy, .fvecs or .bvecs shard",
-            dir.display()
-        );
+        return Err(InputError::file(dir, Problem::NoShards));
     }
     Ok(files)
+}
+
+/// Splits `FILE.hdf5:DATASET` (or `.h5`) into the file and the dataset;
+/// any other path is returned whole.
+pub fn split_dataset(path: &Path) -> (PathBuf, Option<String>) {
+    if let Some(s) = path.to_str() {
+        if let Some((file, ds)) = s.rsplit_once(':') {
+            let lower = file.to_ascii_lowercase();
+            if !ds.is_empty() && (lower.ends_with(".hdf5") || lower.ends_with(".h5")) {
+                return (PathBuf::from(file), Some(ds.to_string()));
+            }
+        }
+    }
+    (path.to_path_buf(), None)
 }
 
 impl VectorReader {
     /// Opens `path`, reading only its header (if any); the format comes
     /// from the extension.
-    pub fn open(path: impl AsRef<Path>) -> Result<VectorReader> {
+    pub fn open(path: impl AsRef<Path>) -> Result<VectorReader, InputError> {
         Self::open_as(path, None)
     }
 
     /// Opens `path` as `format` (or by its extension when `None`). `-` is
-    /// standard input and needs a format; a directory is read as shards.
-    pub fn open_as(path: impl AsRef<Path>, format: Option<Format>) -> Result<VectorReader> {
+    /// standard input and needs a format; a directory is read as shards;
+    /// `FILE.hdf5:DATASET` names an HDF5 dataset.
+    pub fn open_as(
+        path: impl AsRef<Path>,
+        format: Option<Format>,
+    ) -> Result<VectorReader, InputError> {
+        let (path, dataset) = split_dataset(path.as_ref());
+        Self::open_dataset(path, format, dataset.as_deref())
+    }
+
+    /// As [`open_as`](Self::open_as), reading HDF5 dataset `dataset`
+    /// ([`DEFAULT_HDF5_DATASET`] when `None`).
+    pub fn open_dataset(
+        path: impl AsRef<Path>,
+        format: Option<Format>,
+        dataset: Option<&str>,
+    ) -> Result<VectorReader, InputError> {
         let path = path.as_ref().to_path_buf();
         let mut pending = std::collections::VecDeque::new();
-        let first = if path.is_dir() {
+        let sharded = path.is_dir();
+        let first = if sharded {
             let mut files = shards(&path)?.into_iter();
-            let first = files.next().expect("shards() returns at least one file");
+            let first = files
+                .next()
+                .ok_or_else(|| InputError::file(&path, Problem::NoShards))?;
             // Row counts of the other shards, for the progress bar: exact
-            // for .npy, from the file size for TEXMEX files.
+            // for .npy, from the file size for TEXMEX files. Opening checks
+            // each shard's header (and a mapped .npy's size) up front.
             for p in files {
                 let mut r = VectorReader::open(&p)?;
                 let hint = r.len_hint().or_else(|| r.texmex_hint());
                 pending.push_back((p, hint));
             }
             first
-        } else if path == Path::new(STDIN) {
-            if format.is_none() {
-                bail!("reading vectors from standard input needs a format (--input-format)");
-            }
-            path.clone()
         } else {
+            if path == Path::new(STDIN) && format.is_none() {
+                return Err(InputError::file(&path, Problem::StdinNeedsFormat));
+            }
             path.clone()
         };
         let format = match format {
-            Some(f) if !path.is_dir() => f,
+            Some(f) if !sharded => f,
             _ => Format::from_path(&first)?,
         };
-        let inner = open_inner(&first, format)?;
-        let dim = match &inner {
-            Inner::Npy(r) => Some(r.dim()),
-            _ => None,
-        };
+        let inner = open_inner(&first, format, dataset)?;
+        let dim = inner.declared().map(|(_, d)| d);
         Ok(VectorReader {
             path: first,
             inner: Box::new(inner),
             pending,
+            sharded,
             before: 0,
             rows: 0,
             dim,
@@ -254,13 +328,13 @@ impl VectorReader {
     }
 
     /// The number of rows, if the format lets it be known up front (exact
-    /// for `.npy`, an estimate from the file size and the first row for
-    /// TEXMEX files; `None` for JSON lines).
+    /// for `.npy` and HDF5, an estimate from the file size and the first
+    /// row for TEXMEX files; `None` for JSON lines).
     pub fn len_hint(&mut self) -> Option<u64> {
-        let current = match &mut *self.inner {
+        let current = match &*self.inner {
             Inner::Texmex(r) => r.len_hint(),
-            Inner::Npy(r) => Some(r.rows()),
             Inner::Jsonl(_) => None,
+            other => other.declared().map(|(n, _)| n),
         }?;
         let mut rest = 0;
         for (_, h) in &self.pending {
@@ -271,15 +345,22 @@ impl VectorReader {
 
     /// Reads the next row into `row` (reusing its buffers). Returns `false`
     /// at the end of the input.
-    pub fn next_into(&mut self, row: &mut Row) -> Result<bool> {
+    pub fn next_into(&mut self, row: &mut Row) -> Result<bool, InputError> {
         let index = self.rows;
+        let mut byte;
         loop {
+            byte = match &*self.inner {
+                Inner::Npy(r) => Some(r.byte()),
+                _ => None,
+            };
             let more = match &mut *self.inner {
                 Inner::Texmex(r) => r.next_into(&mut row.vector),
                 Inner::Npy(r) => r.next_into(&mut row.vector),
                 Inner::Jsonl(r) => r.next_into(row),
+                #[cfg(feature = "hdf5")]
+                Inner::Hdf5(r) => r.next_into(&mut row.vector),
             }
-            .with_context(|| self.locate(index))?;
+            .map_err(|problem| self.fail(index, byte, problem))?;
             if more {
                 break;
             }
@@ -287,14 +368,22 @@ impl VectorReader {
                 return Ok(false);
             };
             let format = Format::from_path(&next)?;
-            let inner = open_inner(&next, format)?;
-            if let (Inner::Npy(r), Some(d)) = (&inner, self.dim) {
-                if r.dim() != d {
-                    bail!(
-                        "{}: dimension {} differs from the first shard's {d}",
-                        next.display(),
-                        r.dim()
-                    );
+            let inner = open_inner(&next, format, None)?;
+            if let (Some((_, got)), Some(want)) = (inner.declared(), self.dim) {
+                if got != want {
+                    return Err(InputError {
+                        path: next,
+                        at: Location {
+                            row: Some(index),
+                            shard_row: Some(0),
+                            ..Location::default()
+                        },
+                        problem: Problem::DimensionMismatch {
+                            got,
+                            want,
+                            against: "shard",
+                        },
+                    });
                 }
             }
             self.before = index;
@@ -305,42 +394,57 @@ impl VectorReader {
         match self.dim {
             None => {
                 if dim == 0 {
-                    bail!("{}: empty vector", self.locate(index));
+                    return Err(self.fail(index, byte, Problem::EmptyVector));
                 }
                 self.dim = Some(dim);
             }
-            Some(d) if d != dim => bail!(
-                "{}: dimension {dim} differs from the first row's {d}",
-                self.locate(index)
-            ),
+            Some(want) if want != dim => {
+                let problem = Problem::DimensionMismatch {
+                    got: dim,
+                    want,
+                    against: "row",
+                };
+                return Err(self.fail(index, byte, problem));
+            }
             Some(_) => {}
         }
-        if let Some((j, x)) = row.vector.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-            bail!("{}: component {j} is {x} (not finite)", self.locate(index));
+        if let Some((component, &value)) =
+            row.vector.iter().enumerate().find(|(_, x)| !x.is_finite())
+        {
+            return Err(self.fail(index, byte, Problem::NotFinite { component, value }));
         }
         self.rows += 1;
         Ok(true)
     }
 
-    /// "file: row i" (plus the line number for JSON lines).
-    fn locate(&self, index: u64) -> String {
-        let local = index - self.before;
-        let shard = if self.before > 0 || !self.pending.is_empty() {
-            format!(" of the directory input, row {local} of this shard")
-        } else {
-            String::new()
+    /// The error for `problem` at row `index`; `byte` is the row's offset
+    /// when the caller knows it (`.npy`), else the reader's own.
+    fn fail(&self, index: u64, byte: Option<u64>, problem: Problem) -> InputError {
+        let mut at = Location {
+            row: Some(index),
+            byte,
+            ..Location::default()
         };
+        if self.sharded {
+            at.shard_row = Some(index - self.before);
+        }
         match &*self.inner {
-            Inner::Jsonl(r) => format!("{}: line {} (row {index})", self.path.display(), r.line()),
-            _ => format!("{}: row {index}{shard}", self.path.display()),
+            Inner::Jsonl(r) => at.line = Some(r.line()),
+            Inner::Texmex(r) => at.byte = Some(r.row_start()),
+            _ => {}
+        }
+        InputError {
+            path: self.path.clone(),
+            at,
+            problem,
         }
     }
 }
 
 impl Iterator for VectorReader {
-    type Item = Result<Row>;
+    type Item = Result<Row, InputError>;
 
-    fn next(&mut self) -> Option<Result<Row>> {
+    fn next(&mut self) -> Option<Result<Row, InputError>> {
         let mut row = Row::default();
         match self.next_into(&mut row) {
             Ok(true) => Some(Ok(row)),
@@ -383,7 +487,7 @@ impl Matrix {
 
 /// Reads every vector of `path` into a [`Matrix`] (keys and values of JSON
 /// lines are ignored). Fails on an empty file.
-pub fn read_matrix(path: impl AsRef<Path>) -> Result<Matrix> {
+pub fn read_matrix(path: impl AsRef<Path>) -> Result<Matrix, InputError> {
     let mut reader = VectorReader::open(path.as_ref())?;
     let mut data = Vec::new();
     if let (Some(n), Some(d)) = (reader.len_hint(), reader.dim()) {
@@ -398,36 +502,43 @@ pub fn read_matrix(path: impl AsRef<Path>) -> Result<Matrix> {
         }
         data.extend_from_slice(&row.vector);
     }
-    let Some(dim) = reader.dim() else {
-        bail!("{}: no vectors", path.as_ref().display());
+    let Some(dim) = reader.dim().filter(|_| !data.is_empty()) else {
+        return Err(InputError::file(path.as_ref(), Problem::NoVectors));
     };
     Ok(Matrix { dim, data })
 }
 
 /// Reads a TEXMEX `.ivecs` file of ground-truth ids: one `Vec<i32>` per row
 /// (rows may differ in length). Negative ids are rejected.
-pub fn read_ivecs(path: impl AsRef<Path>) -> Result<Vec<Vec<u32>>> {
+pub fn read_ivecs(path: impl AsRef<Path>) -> Result<Vec<Vec<u32>>, InputError> {
     let path = path.as_ref();
-    let file =
-        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let file = std::fs::File::open(path)
+        .map_err(|e| InputError::file(path, Problem::io("cannot open", e)))?;
     let size = file.metadata().map(|m| m.len()).ok();
     let mut r = texmex::Reader::new(Box::new(file), texmex::Elem::I32, size);
     let mut out = Vec::new();
     let mut buf = Vec::new();
     loop {
-        let i = out.len();
-        let more = r
-            .next_ids_into(&mut buf)
-            .with_context(|| format!("{}: row {i}", path.display()))?;
+        let i = out.len() as u64;
+        let fail = |r: &texmex::Reader, problem| InputError {
+            path: path.to_path_buf(),
+            at: Location {
+                row: Some(i),
+                byte: Some(r.row_start()),
+                ..Location::default()
+            },
+            problem,
+        };
+        let more = r.next_ids_into(&mut buf).map_err(|p| fail(&r, p))?;
         if !more {
             break;
         }
         let mut ids = Vec::with_capacity(buf.len());
-        for (j, &x) in buf.iter().enumerate() {
-            if x < 0 {
-                bail!("{}: row {i}: id {j} is negative ({x})", path.display());
+        for (index, &id) in buf.iter().enumerate() {
+            if id < 0 {
+                return Err(fail(&r, Problem::NegativeId { index, id }));
             }
-            ids.push(x as u32);
+            ids.push(id as u32);
         }
         out.push(ids);
     }

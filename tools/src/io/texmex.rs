@@ -1,6 +1,7 @@
 //! TEXMEX `.fvecs` / `.bvecs` / `.ivecs`: per row a little-endian `i32`
 //! dimension followed by that many components (f32, u8 or i32).
 
+use super::error::Problem;
 use anyhow::{bail, Context, Result};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -28,6 +29,10 @@ pub(crate) struct Reader {
     file_size: Option<u64>,
     first_dim: Option<usize>,
     raw: Vec<u8>,
+    /// Byte offset of the row read last (of the next row before the first).
+    row_start: u64,
+    /// Byte offset of the next row.
+    pos: u64,
 }
 
 /// Reads as many bytes as possible into `buf`; returns how many were read
@@ -53,6 +58,8 @@ impl Reader {
             file_size,
             first_dim: None,
             raw: Vec::new(),
+            row_start: 0,
+            pos: 0,
         }
     }
 
@@ -62,47 +69,67 @@ impl Reader {
         Some(self.file_size? / (4 + d * self.elem.size() as u64))
     }
 
+    /// The byte offset where the row read last (or being read) starts.
+    pub(crate) fn row_start(&self) -> u64 {
+        self.row_start
+    }
+
     /// Reads the next row's raw component bytes into `self.raw`; `false` at
     /// a clean end of file.
-    fn next_raw(&mut self) -> Result<bool> {
+    fn next_raw(&mut self) -> Result<bool, Problem> {
+        self.row_start = self.pos;
         let mut head = [0u8; 4];
-        let got = read_full(&mut self.src, &mut head)?;
+        let got = read_full(&mut self.src, &mut head).map_err(|e| Problem::io("read failed", e))?;
         if got == 0 {
             return Ok(false);
         }
         if got < 4 {
-            bail!("truncated row: the file ends inside the 4-byte dimension header");
+            return Err(Problem::Truncated(
+                "the file ends inside the 4-byte dimension header".into(),
+            ));
         }
         let dim = i32::from_le_bytes(head);
         // Id rows (.ivecs) may be empty and may differ in length (a result
         // list shorter than k); vector rows may not.
         let ids = self.elem == Elem::I32;
-        if dim < i32::from(!ids) || dim as usize > super::MAX_DIM {
-            bail!(
-                "implausible dimension {dim} in the row header (expected {}..={})",
-                i32::from(!ids),
-                super::MAX_DIM
-            );
+        let min = i32::from(!ids);
+        if dim < min || dim as usize > super::MAX_DIM {
+            return Err(Problem::BadDimension {
+                got: dim.into(),
+                min: min.into(),
+                max: super::MAX_DIM as i64,
+            });
         }
         let dim = dim as usize;
         if let Some(first) = self.first_dim {
             if first != dim && !ids {
-                bail!("dimension {dim} differs from the first row's {first}");
+                return Err(Problem::DimensionMismatch {
+                    got: dim,
+                    want: first,
+                    against: "row",
+                });
             }
         } else {
             self.first_dim = Some(dim);
         }
         let want = dim * self.elem.size();
         self.raw.resize(want, 0);
-        let got = read_full(&mut self.src, &mut self.raw)?;
+        let got =
+            read_full(&mut self.src, &mut self.raw).map_err(|e| Problem::io("read failed", e))?;
         if got < want {
-            bail!("truncated row: expected {want} bytes of components, the file ends after {got}");
+            return Err(Problem::Truncated(format!(
+                "expected {want} bytes of components, the file ends after {got}"
+            )));
         }
+        self.pos += 4 + want as u64;
         Ok(true)
     }
 
     /// Next vector (f32 or u8 components as f32).
-    pub(crate) fn next_into(&mut self, out: &mut Vec<f32>) -> Result<bool> {
+    pub(crate) fn next_into(&mut self, out: &mut Vec<f32>) -> Result<bool, Problem> {
+        if self.elem == Elem::I32 {
+            return Err(Problem::NotVectors);
+        }
         if !self.next_raw()? {
             return Ok(false);
         }
@@ -113,14 +140,13 @@ impl Reader {
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
             ),
-            Elem::U8 => out.extend(self.raw.iter().map(|&b| b as f32)),
-            Elem::I32 => bail!("an .ivecs file holds ids, not vectors"),
+            Elem::U8 | Elem::I32 => out.extend(self.raw.iter().map(|&b| b as f32)),
         }
         Ok(true)
     }
 
     /// Next row of i32 ids (`.ivecs`).
-    pub(crate) fn next_ids_into(&mut self, out: &mut Vec<i32>) -> Result<bool> {
+    pub(crate) fn next_ids_into(&mut self, out: &mut Vec<i32>) -> Result<bool, Problem> {
         if !self.next_raw()? {
             return Ok(false);
         }
