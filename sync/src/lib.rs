@@ -51,5 +51,5 @@ pub use protocol::limits::{Limits, PullLimits};
 pub use protocol::messages::AnnounceOutcome;
 pub use server::Access;
 pub use session::PullReport;
-pub use sources::SourceReport;
+pub use session::SourceReport;
 pub use stores::Stores;

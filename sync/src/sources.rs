@@ -22,31 +22,17 @@ use crate::links::Linker;
 use crate::pacing::{busy_pause, source_windows, MAX_BUSY, RATE_WEIGHT};
 use crate::protocol::frames::ReadError;
 use crate::protocol::limits::Limits;
-use crate::session::{planner_mut, received, refused, within_budget, Batch, WantPlanner};
+use crate::session::{
+    planner_mut, received, refused, within_budget, Batch, SourceReport, WantPlanner,
+};
 use futures::io::{BufWriter, WriteHalf};
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::PeerId;
-use serde::Serialize;
 use std::collections::VecDeque;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-/// What one source contributed to a pull, as listed in
-/// [`crate::PullReport::sources`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SourceReport {
-    /// The source's peer id.
-    pub peer: String,
-    /// Blocks it sent that were accepted.
-    pub blocks: u64,
-    /// Payload bytes it sent (whole blocks and patches as sent).
-    pub bytes: u64,
-    /// Why it stopped serving this pull before the end, if it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
 
 /// A finished multi-source fetch.
 pub(crate) struct Fetched<L: Linker> {

@@ -68,7 +68,22 @@ pub struct PullReport {
     /// With several sources: what each contributed, and why any left
     /// early. Empty for a single-source pull.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sources: Vec<crate::sources::SourceReport>,
+    pub sources: Vec<SourceReport>,
+}
+
+/// What one source contributed to a pull, as listed in
+/// [`PullReport::sources`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SourceReport {
+    /// The source's peer id.
+    pub peer: String,
+    /// Blocks it sent that were accepted.
+    pub blocks: u64,
+    /// Payload bytes it sent (whole blocks and patches as sent).
+    pub bytes: u64,
+    /// Why it stopped serving this pull before the end, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One wanted block.
