@@ -2,7 +2,8 @@
 //! the `train` dataset, streamed in slices under a small `--memory-limit`,
 //! publishes the descriptor of the in-memory build of the same vectors
 //! from `.fvecs`; `--dataset` (or `FILE.hdf5:DATASET`) picks another
-//! dataset, and a missing one is named with the datasets present.
+//! dataset, and a missing one is named with the datasets present;
+//! `prox update --input FILE.hdf5:DATASET` appends one.
 #![cfg(feature = "hdf5")]
 
 mod common;
@@ -71,6 +72,25 @@ fn an_ann_benchmarks_file_builds_like_its_fvecs() {
     let want = build(&dir.path().join("a"), s(&base), &["--in-memory"]);
     let got = build(&dir.path().join("b"), s(&h5), &["--memory-limit", "1M"]);
     assert_eq!(got, want);
+    // `prox update` reads a dataset too: the test rows appended to both
+    // maps give one descriptor.
+    let update = |store: &str, input: &str| {
+        let args = [
+            "update",
+            "--store",
+            store,
+            "--name",
+            "m",
+            "--input",
+            input,
+            "--start-key",
+            "1000000",
+        ];
+        ok(&args).lines().last().unwrap_or_default().to_string()
+    };
+    let from_fvecs = update(s(&dir.path().join("a")), s(&queries));
+    let from_h5 = update(s(&dir.path().join("b")), &format!("{}:test", h5.display()));
+    assert_eq!(from_h5, from_fvecs);
 
     let want = build(&dir.path().join("c"), s(&queries), &["--in-memory"]);
     let got = build(&dir.path().join("d"), s(&h5), &["--dataset", "test"]);

@@ -496,3 +496,119 @@ fn sync_pulls_into_a_bucket_and_a_daemon_serves_one() {
     );
     assert_eq!(query(s(&dst)), want, "pulled from the bucket");
 }
+
+/// Two processes update one map in the bucket at the same time, each with
+/// its own keys: every update succeeds (the one that loses the root's
+/// compare-and-swap re-applies its batch to the winner's version) and the
+/// final map is the one a directory store gets from the same updates run
+/// one after the other (maps are history-independent, so the order does
+/// not matter).
+#[test]
+fn two_processes_updating_one_bucket_map_lose_nothing() {
+    const ROUNDS: u64 = 4;
+    let Some((ep, bucket)) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let local = dir.path().join("local");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let url = format!("s3://{bucket}/race-{}-{nanos}", std::process::id());
+    let seed = common::seed(7);
+    ok(
+        &ep,
+        &[
+            "datagen",
+            "--n",
+            "300",
+            "--dim",
+            "8",
+            "--queries",
+            "20",
+            "--k",
+            "5",
+            "--seed",
+            &seed,
+            "--out",
+            s(&data),
+        ],
+    );
+    let base = data.join("base.fvecs");
+    let more = data.join("query.fvecs");
+    for store in [url.as_str(), s(&local)] {
+        ok(
+            &ep,
+            &[
+                "build",
+                "--store",
+                store,
+                "--name",
+                "m",
+                "--hnsw",
+                "--input",
+                s(&base),
+            ],
+        );
+    }
+    // Writer w's round r adds the 20 vectors under keys from its own start.
+    let start = |w: u64, r: u64| (1_000_000 * (w + 1) + 1_000 * r).to_string();
+    // Every JSON line of the update: one per batch, then the summary.
+    let update = |store: &str, w: u64, r: u64| -> Vec<Value> {
+        let out = ok(
+            &ep,
+            &[
+                "update",
+                "--store",
+                store,
+                "--name",
+                "m",
+                "--input",
+                s(&more),
+                "--start-key",
+                &start(w, r),
+                "--json",
+            ],
+        );
+        out.lines().map(json).collect()
+    };
+    let reports: Vec<Vec<Value>> = std::thread::scope(|sc| {
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (update, url) = (&update, &url);
+                sc.spawn(move || (0..ROUNDS).map(|r| update(url, w, r)).collect::<Vec<_>>())
+            })
+            .collect();
+        writers
+            .into_iter()
+            .flat_map(|h| h.join().expect("writer thread"))
+            .collect()
+    });
+    for lines in &reports {
+        assert_eq!(lines.len(), 2, "one batch and the summary: {lines:?}");
+        assert_eq!(lines[0]["hnsw"], "updated", "{lines:?}");
+        assert!(lines[0]["rebased"].as_u64().is_some(), "{lines:?}");
+    }
+    let rebased: u64 = reports
+        .iter()
+        .filter_map(|l| l[0]["rebased"].as_u64())
+        .sum();
+    eprintln!(
+        "{rebased} of {} updates re-applied after a lost race",
+        2 * ROUNDS
+    );
+    for w in 0..2 {
+        for r in 0..ROUNDS {
+            update(s(&local), w, r);
+        }
+    }
+    // `prox verify` checks each map and names its descriptor.
+    let bucket = json(&ok(&ep, &["verify", "--store", &url, "m", "--json"]));
+    let local = json(&ok(&ep, &["verify", "--store", s(&local), "m", "--json"]));
+    assert_eq!(bucket["records"], 300 + 2 * ROUNDS * 20, "{bucket}");
+    assert_eq!(
+        bucket["descriptor"], local["descriptor"],
+        "bucket {bucket}\nlocal {local}"
+    );
+    assert_eq!(bucket["ok"], true, "{bucket}");
+}

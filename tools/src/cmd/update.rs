@@ -55,7 +55,9 @@ pub struct UpdateArgs {
     /// Root name of the map.
     #[arg(long)]
     pub name: String,
-    /// JSON-lines edits, or a vector file (.fvecs, .bvecs, .npy) of upserts.
+    /// JSON-lines edits, or vectors to upsert: .fvecs, .bvecs, .npy, a
+    /// directory of such shards, or FILE.hdf5[:DATASET] (ann-benchmarks
+    /// layout, dataset `train` by default; needs the `hdf5` feature).
     #[arg(long)]
     pub input: PathBuf,
     /// Keys of a vector file's rows: one hex key per line, in row order.
@@ -156,7 +158,8 @@ impl Keys {
 
 impl Source {
     fn open(args: &UpdateArgs) -> Result<Source> {
-        if Format::from_path(&args.input)? == Format::Jsonl {
+        let (file, _) = crate::io::split_dataset(&args.input);
+        if Format::from_path(&file)? == Format::Jsonl {
             if args.keys.is_some() || args.start_key.is_some() {
                 bail!(
                     "{}: --keys and --start-key apply to vector files, not JSON-lines edits",
