@@ -795,7 +795,7 @@ impl Server {
                 write: config.write_token.clone(),
             },
             writer: match (&config.write_token, &config.source) {
-                (Some(_), Some(Source::Store(store))) => Some(Writer::new(store.clone())),
+                (Some(_), Some(Source::Store(store))) => Some(Writer::new(store.clone())?),
                 _ => None,
             },
             allowed_hosts: config.allowed_hosts.clone(),

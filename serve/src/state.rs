@@ -39,19 +39,32 @@ pub(crate) struct Shared {
     pub(crate) openapi: crate::api::openapi::Facts,
 }
 
-/// The write side of a server: the store written to and one lock per map
-/// name (writes to one map are serialized).
+/// The write side of a server: the store written to, one lock per map
+/// name (writes to one map are serialized) and the pool writes compute on.
 pub(crate) struct Writer {
     pub(crate) store: Arc<dyn BlockStore>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Applying a batch is parallel and CPU-bound; its threads run in the
+    /// idle scheduling class, so searches on the previous snapshot keep
+    /// their latency while a write runs and writes take the cores searches
+    /// leave idle.
+    pub(crate) pool: rayon::ThreadPool,
 }
 
 impl Writer {
-    pub(crate) fn new(store: Arc<dyn BlockStore>) -> Writer {
-        Writer {
+    pub(crate) fn new(store: Arc<dyn BlockStore>) -> crate::Result<Writer> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("prox-write-{i}"))
+            .start_handler(|_| lower_priority())
+            .build()
+            .map_err(|e| crate::Error::Pool(e.to_string()))?;
+        Ok(Writer {
             store,
             locks: Mutex::new(HashMap::new()),
-        }
+            pool,
+        })
     }
 
     /// The lock serializing writes to `name`.
@@ -96,4 +109,19 @@ pub(crate) fn query_pairs(
     query
         .map(|Query(p)| p)
         .map_err(|e| ApiError::field("query", e.body_text()))
+}
+
+/// Moves the calling thread to the idle scheduling class (Linux
+/// `SCHED_IDLE`, per thread): it runs on cores no normal thread wants, and
+/// a waking search thread preempts it at once. Best effort; elsewhere a
+/// no-op.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param that outlives the call;
+        // pid 0 is the calling thread. A failure only leaves the policy
+        // as it was.
+        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    }
 }

@@ -213,11 +213,14 @@ async fn apply(
         warm: false,
         ..index::Options::default()
     };
-    let written =
-        tokio::task::spawn_blocking(move || current.write(&n, &batch, &options, &base, rebases))
-            .await
-            .map_err(internal)?
-            .map_err(write_error)?;
+    let pool_st = Arc::clone(&st);
+    let written = tokio::task::spawn_blocking(move || {
+        let pool = &writer(&pool_st)?.pool;
+        pool.install(|| current.write(&n, &batch, &options, &base, rebases))
+            .map_err(write_error)
+    })
+    .await
+    .map_err(internal)??;
     let (applied, cid) = (written.applied, written.descriptor);
     let report: WriteReport = applied.report;
     let generation = st
