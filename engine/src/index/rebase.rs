@@ -52,22 +52,10 @@ impl Index {
         open: &Options,
         rebases: u32,
     ) -> Result<Written> {
-        let applied = self.apply(batch, options)?;
-        let mut attempt = match applied.index.commit(name, Some(self.descriptor())) {
-            Ok(descriptor) => {
-                return Ok(Written {
-                    applied,
-                    descriptor,
-                    rebased: 0,
-                })
-            }
-            Err(e) => e,
-        };
-        for rebased in 1..=rebases {
-            if !matches!(attempt, Error::Conflict { .. }) {
-                return Err(attempt);
-            }
-            let base = Index::open(Arc::clone(self.store()), name, open)?;
+        let mut reopened: Option<Index> = None;
+        let mut rebased = 0;
+        loop {
+            let base = reopened.as_ref().unwrap_or(self);
             let applied = base.apply(batch, options)?;
             match applied.index.commit(name, Some(base.descriptor())) {
                 Ok(descriptor) => {
@@ -77,9 +65,12 @@ impl Index {
                         rebased,
                     })
                 }
-                Err(e) => attempt = e,
+                Err(Error::Conflict { .. }) if rebased < rebases => {
+                    rebased += 1;
+                    reopened = Some(Index::open(Arc::clone(self.store()), name, open)?);
+                }
+                Err(e) => return Err(e),
             }
         }
-        Err(attempt)
     }
 }
