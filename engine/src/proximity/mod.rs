@@ -21,6 +21,7 @@
 
 mod build;
 pub mod format;
+mod incremental;
 mod map;
 pub mod math;
 mod mutate;
