@@ -15,6 +15,8 @@ use crate::proximity::{HnswManifest, HnswNode};
 use crate::store::BlockStore;
 use prox_kernels::Metric;
 use rayon::prelude::*;
+use std::collections::HashMap;
+use xxhash_rust::xxh64::Xxh64Builder;
 
 /// The pinned ordered config of sidecar trees.
 pub(crate) fn sidecar_tree_config() -> prolly::Config {
@@ -171,39 +173,48 @@ pub fn load(
             records.len()
         )));
     }
-    let id_of = |key: &[u8]| {
-        records
-            .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-            .ok()
-            .map(|i| i as u32)
-    };
-    let mut graph = BuildGraph::default();
-    for (i, (key, value)) in entries.iter().enumerate() {
-        if key != &records[i].0 {
-            return Err(corrupt(format!(
-                "graph key {} is not a record key",
-                hex::encode(key)
-            )));
-        }
-        let node = HnswNode::decode(value)?;
-        if node.level > 64 {
-            return Err(corrupt(format!("node {} level above 64", hex::encode(key))));
-        }
-        let mut lists = Vec::with_capacity(node.layers.len());
-        for layer in &node.layers {
-            let mut ids = Vec::with_capacity(layer.len());
-            for nb in layer {
-                ids.push(id_of(nb).ok_or_else(|| {
-                    corrupt(format!(
-                        "node {} names unknown neighbour {}",
-                        hex::encode(key),
-                        hex::encode(nb)
-                    ))
-                })?);
+    // Neighbour keys resolve through a hash index: a binary search per
+    // link dominated opening a large graph.
+    let mut ids: HashMap<&[u8], u32, Xxh64Builder> =
+        HashMap::with_capacity_and_hasher(records.len(), Xxh64Builder::new(0));
+    for (i, (k, _)) in records.iter().enumerate() {
+        ids.insert(k.as_slice(), i as u32);
+    }
+    let id_of = |key: &[u8]| ids.get(key).copied();
+    let nodes = entries
+        .par_iter()
+        .enumerate()
+        .map(|(i, (key, value))| {
+            if key != &records[i].0 {
+                return Err(corrupt(format!(
+                    "graph key {} is not a record key",
+                    hex::encode(key)
+                )));
             }
-            lists.push(ids);
-        }
-        graph.levels.push(node.level);
+            let node = HnswNode::decode(value)?;
+            if node.level > 64 {
+                return Err(corrupt(format!("node {} level above 64", hex::encode(key))));
+            }
+            let mut lists = Vec::with_capacity(node.layers.len());
+            for layer in &node.layers {
+                let mut ids = Vec::with_capacity(layer.len());
+                for nb in layer {
+                    ids.push(id_of(nb).ok_or_else(|| {
+                        corrupt(format!(
+                            "node {} names unknown neighbour {}",
+                            hex::encode(key),
+                            hex::encode(nb)
+                        ))
+                    })?);
+                }
+                lists.push(ids);
+            }
+            Ok((node.level, lists))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut graph = BuildGraph::default();
+    for (level, lists) in nodes {
+        graph.levels.push(level);
         graph.links.push(lists);
     }
     let entry = id_of(&manifest.entry_point)
