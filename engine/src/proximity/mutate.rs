@@ -76,8 +76,8 @@ pub struct ApplyStats {
     pub deleted: u64,
     /// Whether the PRXN hierarchy changed (any insert, move or delete).
     pub hierarchy_rebuilt: bool,
-    /// Whether the hierarchy was recomputed from the whole record set (an
-    /// edit reached the root group, or the map was or became empty)
+    /// Whether the hierarchy was recomputed from the whole record set (the
+    /// root's level changed, or the map was or became empty)
     /// rather than locally.
     pub full_rebuild: bool,
     /// PRXN nodes (every physical kind) decoded to apply the batch.
@@ -85,7 +85,8 @@ pub struct ApplyStats {
     /// PRXN nodes encoded (new or re-encoded to an existing CID).
     pub nodes_encoded: u64,
     /// Records whose group assignment was recomputed (the whole map for a
-    /// full rebuild; the records of rebuilt subtrees otherwise).
+    /// full rebuild; otherwise the records placed into newly built children
+    /// or moved between children).
     pub records_reassigned: u64,
 }
 
