@@ -72,6 +72,37 @@ fn records(set: &Set) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
         .collect()
 }
 
+/// Applies `batch` to `map` and to the model `set`, checks the result
+/// against a fresh build of `set` and a full audit, and returns it.
+fn apply_checked<'s>(
+    cfg: &ProximityConfig,
+    map: &ProximityMap<'s>,
+    set: &mut Set,
+    batch: BTreeMap<Vec<u8>, Mutation>,
+    what: &str,
+) -> (ProximityMap<'s>, prox_engine::proximity::ApplyStats) {
+    for m in batch.values() {
+        match m {
+            Mutation::Put { key, vector, value } => {
+                set.insert(key.clone(), (vector.clone(), value.clone()));
+            }
+            Mutation::Delete { key } => {
+                set.remove(key);
+            }
+        }
+    }
+    let (next, stats) = map.apply_with_stats(batch.into_values().collect()).unwrap();
+    let fresh_store = MemStore::new();
+    let fresh = ProximityMap::build(&fresh_store, cfg, records(set)).unwrap();
+    assert_eq!(
+        next.descriptor_cid(),
+        fresh.descriptor_cid(),
+        "{what}: {stats:?}"
+    );
+    next.verify().unwrap();
+    (next, stats)
+}
+
 fn small_config(metric: Metric, dims: u32, sq8: bool) -> ProximityConfig {
     let mut c = ProximityConfig::new(dims);
     c.metric = metric;
@@ -136,26 +167,8 @@ fn batches_equal_fresh_builds() {
                 };
                 batch.insert(k, m);
             }
-            for m in batch.values() {
-                match m {
-                    Mutation::Put { key, vector, value } => {
-                        set.insert(key.clone(), (vector.clone(), value.clone()));
-                    }
-                    Mutation::Delete { key } => {
-                        set.remove(key);
-                    }
-                }
-            }
-            let next = map.apply(batch.into_values().collect()).unwrap();
-            let fresh_store = MemStore::new();
-            let fresh = ProximityMap::build(&fresh_store, &cfg, records(&set)).unwrap();
-            assert_eq!(
-                next.descriptor_cid(),
-                fresh.descriptor_cid(),
-                "seed {s} metric {metric:?} round {round}"
-            );
-            next.verify().unwrap();
-            map = next;
+            let what = format!("seed {s} metric {metric:?} round {round}");
+            map = apply_checked(&cfg, &map, &mut set, batch, &what).0;
         }
     }
 }
@@ -522,26 +535,9 @@ fn member_changes_at_every_level_equal_fresh_builds() {
                 };
                 batch.insert(k, m);
             }
-            for m in batch.values() {
-                match m {
-                    Mutation::Put { key, vector, value } => {
-                        set.insert(key.clone(), (vector.clone(), value.clone()));
-                    }
-                    Mutation::Delete { key } => {
-                        set.remove(key);
-                    }
-                }
-            }
-            let (next, stats) = map.apply_with_stats(batch.into_values().collect()).unwrap();
+            let what = format!("seed {s} metric {metric:?} round {round}");
+            let (next, stats) = apply_checked(&cfg, &map, &mut set, batch, &what);
             local += u32::from(!stats.full_rebuild);
-            let fresh_store = MemStore::new();
-            let fresh = ProximityMap::build(&fresh_store, &cfg, records(&set)).unwrap();
-            assert_eq!(
-                next.descriptor_cid(),
-                fresh.descriptor_cid(),
-                "seed {s} metric {metric:?} round {round}: {stats:?}"
-            );
-            next.verify().unwrap();
             map = next;
         }
         assert!(
