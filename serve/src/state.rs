@@ -125,3 +125,24 @@ fn lower_priority() {
         let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prox_engine::MemStore;
+
+    /// Writes run in the idle class, and the threads that answer searches
+    /// (here: the test's own) keep theirs.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_write_pool_runs_in_the_idle_class_and_searches_do_not() {
+        // SAFETY: querying the calling thread's policy has no preconditions.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let caller = policy();
+        let w = Writer::new(Arc::new(MemStore::new())).unwrap();
+        let in_pool = w.pool.install(policy);
+        assert_eq!(in_pool, libc::SCHED_IDLE);
+        assert_eq!(policy(), caller);
+        assert_ne!(caller, libc::SCHED_IDLE);
+    }
+}
