@@ -66,6 +66,9 @@ fn counting() -> Counting {
 
 type Set = BTreeMap<Vec<u8>, (Vec<f32>, Vec<u8>)>;
 
+/// Input records: (key, vector, value).
+type Rows = Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>;
+
 fn records(set: &Set) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
     set.iter()
         .map(|(k, (v, val))| (k.clone(), v.clone(), val.clone()))
@@ -414,7 +417,7 @@ fn promoted_record_edits_rebuild_only_their_subtree() {
 }
 
 /// A map whose root holds a single top-level record, and the key set.
-fn one_top(cfg: &ProximityConfig, n: u64) -> (Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>, u8) {
+fn one_top(cfg: &ProximityConfig, n: u64) -> (Rows, u8) {
     let mut rng = Rng::new(seed() ^ 0x70b);
     let mut recs = clustered(&mut rng, n, cfg.dims);
     let top = recs.iter().map(|r| level(cfg, &r.0)).max().unwrap();
@@ -436,7 +439,7 @@ fn only_a_change_of_the_root_level_rebuilds_everything() {
     let store = MemStore::new();
     let map = ProximityMap::build(&store, &cfg, recs.clone()).unwrap();
     assert_eq!(map.node(&map.root_cid()).unwrap().level, top);
-    let check = |next: &ProximityMap<'_>, after: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>| {
+    let check = |next: &ProximityMap<'_>, after: Rows| {
         let fresh_store = MemStore::new();
         let fresh = ProximityMap::build(&fresh_store, &cfg, after).unwrap();
         assert_eq!(next.descriptor_cid(), fresh.descriptor_cid());
