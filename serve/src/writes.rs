@@ -93,9 +93,8 @@ fn sidecar_word(s: SidecarWrite) -> &'static str {
 
 fn parse<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
-    raw: std::result::Result<Bytes, BytesRejection>,
+    raw: &Bytes,
 ) -> std::result::Result<T, ApiError> {
-    let raw = body(raw)?;
     if crate::limits::is_octet_stream(headers) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -105,7 +104,7 @@ fn parse<T: serde::de::DeserializeOwned>(
         )
         .at("content-type"));
     }
-    serde_json::from_slice(&raw)
+    serde_json::from_slice(raw)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_body", e.to_string()).at("body"))
 }
 
@@ -181,6 +180,19 @@ fn answer(status: StatusCode, r: &WriteResponse) -> Response {
 }
 
 /// Applies `batch` to the served map `name` and publishes the result.
+/// Runs CPU-heavy write work (decoding a body, applying a batch) on the
+/// write pool, in the idle scheduling class and off the async runtime, so
+/// searches keep their cores.
+async fn on_write_pool<T: Send + 'static>(
+    st: &Arc<Shared>,
+    f: impl FnOnce() -> std::result::Result<T, ApiError> + Send + 'static,
+) -> std::result::Result<T, ApiError> {
+    let st = Arc::clone(st);
+    tokio::task::spawn_blocking(move || writer(&st)?.pool.install(f))
+        .await
+        .map_err(internal)?
+}
+
 async fn apply(
     st: Arc<Shared>,
     name: String,
@@ -213,14 +225,12 @@ async fn apply(
         warm: false,
         ..index::Options::default()
     };
-    let pool_st = Arc::clone(&st);
-    let written = tokio::task::spawn_blocking(move || {
-        let pool = &writer(&pool_st)?.pool;
-        pool.install(|| current.write(&n, &batch, &options, &base, rebases))
+    let written = on_write_pool(&st, move || {
+        current
+            .write(&n, &batch, &options, &base, rebases)
             .map_err(write_error)
     })
-    .await
-    .map_err(internal)??;
+    .await?;
     let (applied, cid) = (written.applied, written.descriptor);
     let report: WriteReport = applied.report;
     let generation = st
@@ -271,15 +281,32 @@ pub(crate) async fn upsert(
     writer(&st)?;
     let expected = if_match(&headers)?;
     let pairs = query_pairs(query)?;
-    let (points, canonical_hnsw) = if crate::limits::is_octet_stream(&headers) {
-        let raw = body(raw)?;
+    let raw = body(raw)?;
+    let (dec_st, dec_name) = (Arc::clone(&st), name.clone());
+    let (batch, options) = on_write_pool(&st, move || {
+        decode_upsert(&dec_st, &dec_name, &headers, &pairs, &raw)
+    })
+    .await?;
+    apply(st, name, expected, batch, options, t).await
+}
+
+/// The batch and options of an upsert body (JSON, or binary rows keyed by
+/// the query string).
+fn decode_upsert(
+    st: &Shared,
+    name: &str,
+    headers: &HeaderMap,
+    pairs: &[(String, String)],
+    raw: &Bytes,
+) -> std::result::Result<(Batch, WriteOptions), ApiError> {
+    let (points, canonical_hnsw) = if crate::limits::is_octet_stream(headers) {
         let dims = st
             .maps
-            .get(&name)
-            .ok_or_else(|| ApiError::unknown_map(&name))?
+            .get(name)
+            .ok_or_else(|| ApiError::unknown_map(name))?
             .index()
             .dims();
-        let u = api::upsert_binary(&raw, &pairs, dims, st.limits.max_batch)?;
+        let u = api::upsert_binary(raw, pairs, dims, st.limits.max_batch)?;
         let points: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> = u
             .points
             .into_iter()
@@ -293,7 +320,7 @@ pub(crate) async fn upsert(
                 "a JSON upsert takes no query options (they are for binary bodies)",
             ));
         }
-        let b: UpsertBody = parse(&headers, raw)?;
+        let b: UpsertBody = parse(headers, raw)?;
         bounded(b.points.len(), "points", st.limits.max_batch)?;
         let mut points = Vec::with_capacity(b.points.len());
         for (i, p) in b.points.into_iter().enumerate() {
@@ -321,7 +348,7 @@ pub(crate) async fn upsert(
     for (key, (vector, value)) in points {
         batch.upsert(key, vector, value);
     }
-    apply(st, name, expected, batch, options, t).await
+    Ok((batch, options))
 }
 
 /// `POST /v1/maps/{name}/points:delete`.
@@ -334,17 +361,23 @@ pub(crate) async fn delete(
     let t = Instant::now();
     writer(&st)?;
     let expected = if_match(&headers)?;
-    let b: DeleteBody = parse(&headers, raw)?;
-    bounded(b.keys.len(), "keys", st.limits.max_batch)?;
-    // A key given twice is deleted once.
-    let mut keys = std::collections::BTreeSet::new();
-    for (i, k) in b.keys.iter().enumerate() {
-        keys.insert(hex_field(&format!("keys[{i}]"), k)?);
-    }
-    let mut batch = Batch::new();
-    for k in keys {
-        batch.delete(k);
-    }
+    let raw = body(raw)?;
+    let max = st.limits.max_batch;
+    let batch = on_write_pool(&st, move || {
+        let b: DeleteBody = parse(&headers, &raw)?;
+        bounded(b.keys.len(), "keys", max)?;
+        // A key given twice is deleted once.
+        let mut keys = std::collections::BTreeSet::new();
+        for (i, k) in b.keys.iter().enumerate() {
+            keys.insert(hex_field(&format!("keys[{i}]"), k)?);
+        }
+        let mut batch = Batch::new();
+        for k in keys {
+            batch.delete(k);
+        }
+        Ok(batch)
+    })
+    .await?;
     apply(st, name, expected, batch, WriteOptions::default(), t).await
 }
 
@@ -378,7 +411,7 @@ pub(crate) async fn create(
             ),
         ));
     }
-    let b: CreateBody = parse(&headers, raw)?;
+    let b: CreateBody = parse(&headers, &body(raw)?)?;
     if !(1..=openapi::MAX_CREATE_DIMS).contains(&b.dims) {
         return Err(ApiError::field(
             "dims",
