@@ -4,73 +4,12 @@
 //! small constant, not by the number of nodes. Seeded; `PROX_SEED`
 //! replays a failure.
 
-use bytes::Bytes;
 use prox_engine::index::{self, Build, Index, Options, QueryMode, Request, Scratch};
-use prox_engine::store::RetainStats;
-use prox_engine::{BlockStore, Cid, MemStore, Result};
+use prox_engine::BlockStore;
 use prox_testkit::SplitMix64 as Rng;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A [`MemStore`] that counts read calls: every `get`, `get_many` and
-/// `root` is one dependent round trip on a remote store.
-#[derive(Default)]
-struct Counting {
-    inner: MemStore,
-    reads: AtomicU64,
-    blocks: AtomicU64,
-}
-
-impl Counting {
-    fn reads(&self) -> u64 {
-        self.reads.load(Ordering::Relaxed)
-    }
-    fn blocks(&self) -> u64 {
-        self.blocks.load(Ordering::Relaxed)
-    }
-}
-
-impl BlockStore for Counting {
-    fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.blocks.fetch_add(1, Ordering::Relaxed);
-        self.inner.get(cid)
-    }
-    fn get_many(&self, cids: &[Cid]) -> Result<Vec<Option<Bytes>>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.blocks.fetch_add(cids.len() as u64, Ordering::Relaxed);
-        self.inner.get_many(cids)
-    }
-    fn put(&self, data: &[u8]) -> Result<Cid> {
-        self.inner.put(data)
-    }
-    fn has(&self, cid: &Cid) -> Result<bool> {
-        self.inner.has(cid)
-    }
-    fn cids(&self) -> Result<Vec<Cid>> {
-        self.inner.cids()
-    }
-    fn commit(&self) -> Result<()> {
-        self.inner.commit()
-    }
-    fn root(&self, name: &str) -> Result<Option<Bytes>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.root(name)
-    }
-    fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
-        self.inner.set_root(name, value)
-    }
-    fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
-        self.inner.cas_root(name, expected, new)
-    }
-    fn roots(&self) -> Result<Vec<(String, Bytes)>> {
-        self.inner.roots()
-    }
-    fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
-        self.inner.retain(live)
-    }
-}
+use crate::support::Counting;
 
 #[test]
 fn cold_query_reads_are_bounded_by_height_not_nodes() {

@@ -21,4 +21,5 @@ mod search;
 mod store;
 mod store_suite;
 mod stream;
+mod support;
 mod write;

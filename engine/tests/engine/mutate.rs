@@ -1,67 +1,17 @@
 //! Mutation batches equal fresh builds (proximity-format.md 12.13), keep the
 //! PRXN root on value-only edits, and write few new objects.
 
-use bytes::Bytes;
 use prox_engine::proximity::{Mutation, ProximityConfig, ProximityMap};
-use prox_engine::store::{BlockStore, RetainStats};
-use prox_engine::{Cid, Error, MemStore, Result};
+use prox_engine::store::BlockStore;
+use prox_engine::{Error, MemStore};
 use prox_kernels::Metric;
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
 
+use crate::support::Counting;
 use prox_testkit::SplitMix64 as Rng;
 
 fn seed() -> u64 {
     prox_testkit::seed(0xBADC0DE)
-}
-
-/// Counts puts of blocks the store did not hold yet.
-struct Counting {
-    inner: MemStore,
-    new_puts: AtomicU64,
-}
-
-impl BlockStore for Counting {
-    fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
-        self.inner.get(cid)
-    }
-    fn put(&self, data: &[u8]) -> Result<Cid> {
-        if !self.inner.has(&Cid::of(data))? {
-            self.new_puts.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.put(data)
-    }
-    fn has(&self, cid: &Cid) -> Result<bool> {
-        self.inner.has(cid)
-    }
-    fn cids(&self) -> Result<Vec<Cid>> {
-        self.inner.cids()
-    }
-    fn commit(&self) -> Result<()> {
-        self.inner.commit()
-    }
-    fn root(&self, name: &str) -> Result<Option<Bytes>> {
-        self.inner.root(name)
-    }
-    fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
-        self.inner.set_root(name, value)
-    }
-    fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
-        self.inner.cas_root(name, expected, new)
-    }
-    fn roots(&self) -> Result<Vec<(String, Bytes)>> {
-        self.inner.roots()
-    }
-    fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
-        self.inner.retain(live)
-    }
-}
-
-fn counting() -> Counting {
-    Counting {
-        inner: MemStore::new(),
-        new_puts: AtomicU64::new(0),
-    }
 }
 
 type Set = BTreeMap<Vec<u8>, (Vec<f32>, Vec<u8>)>;
@@ -183,7 +133,7 @@ fn value_only_edits_keep_the_hierarchy_and_small_edits_write_little() {
     let dims = 8u32;
     let mut cfg = ProximityConfig::new(dims);
     cfg.log_chunk_size = 3;
-    let store = counting();
+    let store = Counting::default();
     let recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> = (0..3000u64)
         .map(|i| {
             let v = (0..dims).map(|_| rng.unit()).collect();
@@ -193,7 +143,7 @@ fn value_only_edits_keep_the_hierarchy_and_small_edits_write_little() {
     let map = ProximityMap::build(&store, &cfg, recs.clone()).unwrap();
     let total = store.inner.cids().unwrap().len() as u64;
 
-    store.new_puts.store(0, Ordering::Relaxed);
+    store.reset();
     let (edited, stats) = map
         .apply_with_stats(vec![Mutation::Put {
             key: recs[17].0.clone(),
@@ -204,9 +154,9 @@ fn value_only_edits_keep_the_hierarchy_and_small_edits_write_little() {
     assert!(!stats.hierarchy_rebuilt);
     assert_eq!(edited.root_cid(), map.root_cid());
     assert_eq!(edited.get(&recs[17].0).unwrap().unwrap().1, b"new value");
-    let value_puts = store.new_puts.load(Ordering::Relaxed);
+    let value_puts = store.new_puts();
 
-    store.new_puts.store(0, Ordering::Relaxed);
+    store.reset();
     // One moved record and one deleted record.
     let (moved, stats) = edited
         .apply_with_stats(vec![
@@ -222,7 +172,7 @@ fn value_only_edits_keep_the_hierarchy_and_small_edits_write_little() {
         .unwrap();
     assert!(stats.hierarchy_rebuilt);
     assert_eq!((stats.moved, stats.deleted), (1, 1));
-    let structural_puts = store.new_puts.load(Ordering::Relaxed);
+    let structural_puts = store.new_puts();
     moved.verify().unwrap();
     assert!(
         value_puts <= 8 && structural_puts < total / 4,
@@ -318,7 +268,7 @@ fn one_record_update_on_a_20k_map_decodes_and_encodes_one_path() {
     let dims = 16u32;
     let cfg = ProximityConfig::new(dims);
     let recs = clustered(&mut rng, 20_000, dims);
-    let store = counting();
+    let store = Counting::default();
     let map = ProximityMap::build(&store, &cfg, recs.clone()).unwrap();
     let top = map.node(&map.root_cid()).unwrap().level;
     assert!(top >= 1, "seed {s}: 20k records must promote some key");
@@ -326,7 +276,7 @@ fn one_record_update_on_a_20k_map_decodes_and_encodes_one_path() {
         .find(|&i| i >= 777 && level(&cfg, &recs[i].0) == 0)
         .unwrap();
     let target = recs[(i * 7 + 3) % recs.len()].1.clone();
-    store.new_puts.store(0, Ordering::Relaxed);
+    store.reset();
     let stats = move_one(&cfg, &map, &recs, &recs[i].0, target, s);
     assert!(
         stats.hierarchy_rebuilt && !stats.full_rebuild,
@@ -344,7 +294,7 @@ fn one_record_update_on_a_20k_map_decodes_and_encodes_one_path() {
     );
     // New objects: at most the re-encoded nodes, the directory path and
     // the descriptor.
-    let puts = store.new_puts.load(Ordering::Relaxed);
+    let puts = store.new_puts();
     assert!(
         puts <= stats.nodes_encoded + 8,
         "seed {s}: {puts} new objects, {stats:?}"

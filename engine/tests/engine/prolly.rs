@@ -3,14 +3,12 @@
 //! stores. Randomness is seeded: `PROX_SEED` overrides the default seed,
 //! and every failure message names the seed.
 
-use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, RngSeed};
 use prox_engine::prolly::{build, build_sorted, Config, DiffEntry, Mutation, Tree};
-use prox_engine::store::{BlockStore, MemStore, RetainStats};
+use prox_engine::store::{BlockStore, MemStore};
 use prox_engine::{Cid, Error, Result};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn seed() -> u64 {
     prox_testkit::seed(0x5eed_2026)
@@ -25,63 +23,8 @@ fn pt_config(cases: u32) -> PtConfig {
     }
 }
 
+use crate::support::Counting;
 use prox_testkit::SplitMix64 as Rng;
-
-/// Counts reads and writes going through to a MemStore.
-#[derive(Default)]
-struct Counting {
-    inner: MemStore,
-    gets: AtomicUsize,
-    puts: AtomicUsize,
-}
-
-impl Counting {
-    fn reset(&self) {
-        self.gets.store(0, Ordering::SeqCst);
-        self.puts.store(0, Ordering::SeqCst);
-    }
-    fn gets(&self) -> usize {
-        self.gets.load(Ordering::SeqCst)
-    }
-    fn puts(&self) -> usize {
-        self.puts.load(Ordering::SeqCst)
-    }
-}
-
-impl BlockStore for Counting {
-    fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(cid)
-    }
-    fn put(&self, data: &[u8]) -> Result<Cid> {
-        self.puts.fetch_add(1, Ordering::SeqCst);
-        self.inner.put(data)
-    }
-    fn has(&self, cid: &Cid) -> Result<bool> {
-        self.inner.has(cid)
-    }
-    fn cids(&self) -> Result<Vec<Cid>> {
-        self.inner.cids()
-    }
-    fn commit(&self) -> Result<()> {
-        Ok(())
-    }
-    fn root(&self, name: &str) -> Result<Option<Bytes>> {
-        self.inner.root(name)
-    }
-    fn set_root(&self, name: &str, value: Option<&[u8]>) -> Result<()> {
-        self.inner.set_root(name, value)
-    }
-    fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
-        self.inner.cas_root(name, expected, new)
-    }
-    fn roots(&self) -> Result<Vec<(String, Bytes)>> {
-        self.inner.roots()
-    }
-    fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
-        self.inner.retain(live)
-    }
-}
 
 fn key(i: u64) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
@@ -281,16 +224,16 @@ fn edits_are_local() {
                 .put(format!("key{i:08}x").into_bytes(), b"new".to_vec())
                 .unwrap(),
         };
-        let (gets, puts) = (store.gets(), store.puts());
+        let (gets, puts) = (store.blocks(), store.puts());
         // Re-chunking may run into the next node at each level before the
         // boundaries resynchronise; a small constant per level.
         assert!(
-            puts <= 4 * height,
+            puts <= 4 * height as u64,
             "seed {} round {round}: {puts} puts for height {height}",
             seed()
         );
         assert!(
-            gets <= 8 * height,
+            gets <= 8 * height as u64,
             "seed {} round {round}: {gets} gets for height {height}",
             seed()
         );
@@ -344,16 +287,16 @@ fn diff_of_one_change_reads_o_height_nodes() {
             "seed {}",
             seed()
         );
-        let gets = store.gets();
+        let gets = store.blocks();
         assert!(
-            gets <= 6 * height,
+            gets <= 6 * height as u64,
             "seed {}: diff read {gets} nodes for height {height}",
             seed()
         );
     }
     store.reset();
     assert!(t.diff_vec(&t).unwrap().is_empty());
-    assert_eq!(store.gets(), 0);
+    assert_eq!(store.blocks(), 0);
 }
 
 #[test]
