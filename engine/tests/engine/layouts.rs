@@ -147,6 +147,22 @@ fn forge(store: &Arc<dyn BlockStore>, cid: Cid, source: Cid) -> Cid {
         .unwrap()
 }
 
+/// The error of opening `a` with `m` stored as its arena layout.
+fn with_arena(store: &Arc<dyn BlockStore>, a: Cid, m: LayoutManifest) -> Error {
+    let layouts = Layouts {
+        arena: Some(store.put(&m.encode().unwrap()).unwrap()),
+        ..Layouts::default()
+    };
+    Index::load_with_layouts(
+        Arc::clone(store),
+        a,
+        Sidecars::default(),
+        &layouts,
+        &Options::default(),
+    )
+    .unwrap_err()
+}
+
 #[test]
 fn a_foreign_or_mismatched_layout_is_a_typed_error() {
     let s = seed();
@@ -166,51 +182,25 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
     ));
     // B's payload relabelled as A's: every page differs from A's hierarchy.
     let mb = LayoutManifest::decode(&store.get(&lb.arena.unwrap()).unwrap().unwrap()).unwrap();
-    let forged = store
-        .put(
-            &LayoutManifest {
-                source: a,
-                ..mb.clone()
-            }
-            .encode()
-            .unwrap(),
-        )
-        .unwrap();
-    let err = Index::load_with_layouts(
-        Arc::clone(&store),
+    let err = with_arena(
+        &store,
         a,
-        Sidecars::default(),
-        &Layouts {
-            arena: Some(forged),
-            ..Layouts::default()
+        LayoutManifest {
+            source: a,
+            ..mb.clone()
         },
-        &opts,
-    )
-    .unwrap_err();
+    );
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     // Counts that disagree with the payload.
     let ma = LayoutManifest::decode(&store.get(&la.arena.unwrap()).unwrap().unwrap()).unwrap();
-    let wrong = store
-        .put(
-            &LayoutManifest {
-                records: ma.records + 1,
-                ..ma.clone()
-            }
-            .encode()
-            .unwrap(),
-        )
-        .unwrap();
-    let err = Index::load_with_layouts(
-        Arc::clone(&store),
+    let err = with_arena(
+        &store,
         a,
-        Sidecars::default(),
-        &Layouts {
-            arena: Some(wrong),
-            ..Layouts::default()
+        LayoutManifest {
+            records: ma.records + 1,
+            ..ma.clone()
         },
-        &opts,
-    )
-    .unwrap_err();
+    );
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     // The adaptive layout of B on A: its slots name A's arena records,
     // but its lists do not match A's groups.
@@ -227,27 +217,14 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
     .unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     // A missing chunk.
-    let gone = store
-        .put(
-            &LayoutManifest {
-                chunks: vec![Cid([3; 32]); ma.chunks.len()],
-                ..ma
-            }
-            .encode()
-            .unwrap(),
-        )
-        .unwrap();
-    let err = Index::load_with_layouts(
-        Arc::clone(&store),
+    let err = with_arena(
+        &store,
         a,
-        Sidecars::default(),
-        &Layouts {
-            arena: Some(gone),
-            ..Layouts::default()
+        LayoutManifest {
+            chunks: vec![Cid([3; 32]); ma.chunks.len()],
+            ..ma
         },
-        &opts,
-    )
-    .unwrap_err();
+    );
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
     let _ = b;
 }
