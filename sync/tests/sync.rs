@@ -613,6 +613,30 @@ impl Tripwire {
     }
 }
 
+impl Tripwire {
+    /// Shuts `node` down once the wire fires, releasing the held read
+    /// after the first poll of `shutdown`: that poll closes the node's
+    /// store gate and aborts its sessions, so the held batch has nowhere to
+    /// go and no later one can be read; shutdown then waits for the held
+    /// read to end.
+    fn stop_on_trip(
+        node: Node<TestLinker>,
+        fired: std::sync::mpsc::Receiver<()>,
+        release: std::sync::mpsc::Sender<()>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            tokio::task::spawn_blocking(move || fired.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let mut stop = std::pin::pin!(node.shutdown());
+            let _ = futures::poll!(stop.as_mut());
+            let _ = release.send(());
+            stop.await;
+        })
+    }
+}
+
 impl Hook for Tripwire {
     fn read(&self, _cid: &Cid, block: Option<bytes::Bytes>) -> Option<bytes::Bytes> {
         if self.reads.fetch_add(1, Ordering::SeqCst) + 1 == self.trip {
@@ -647,23 +671,7 @@ async fn source_killed_mid_transfer_then_restarted_resumes_with_the_remainder() 
         cfg_b.limits.inflight_batches = 2;
         let b = start(&cfg_b, dst.clone()).await;
         let a_addr = addr(&a);
-        let killer = {
-            let a = a.clone();
-            tokio::spawn(async move {
-                tokio::task::spawn_blocking(move || rx.recv())
-                    .await
-                    .unwrap()
-                    .unwrap();
-                // The first poll of `shutdown` closes the source's store
-                // gate and aborts its sessions, so the held batch has
-                // nowhere to go and no later one can be read; shutdown
-                // then waits for the held read to end, so release it.
-                let mut stop = std::pin::pin!(a.shutdown());
-                let _ = futures::poll!(stop.as_mut());
-                let _ = release.send(());
-                stop.await;
-            })
-        };
+        let killer = Tripwire::stop_on_trip(a.clone(), rx, release);
         let err = b.pull(&a_addr, "ds", "ds").await.unwrap_err();
         assert!(
             matches!(err, Error::Network { .. } | Error::Timeout { .. }),
@@ -1832,19 +1840,7 @@ async fn a_source_killed_mid_pull_hands_its_share_to_the_other() {
         let a = start(&config(), Stores::new(trip, Arc::new(MemStore::new()))).await;
         let other = Stores::new(mem.clone(), Arc::new(MemStore::new()));
         let c = start(&config(), other).await;
-        let killer = {
-            let a = a.clone();
-            tokio::spawn(async move {
-                tokio::task::spawn_blocking(move || rx.recv())
-                    .await
-                    .unwrap()
-                    .unwrap();
-                let mut stop = std::pin::pin!(a.shutdown());
-                let _ = futures::poll!(stop.as_mut());
-                let _ = release.send(());
-                stop.await;
-            })
-        };
+        let killer = Tripwire::stop_on_trip(a.clone(), rx, release);
         let dst = mem_stores();
         let b = start(&multi_config(), dst.clone()).await;
         let r = b
