@@ -79,36 +79,48 @@ fn get(addr: &str, path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A prefix in `bucket` no other run uses.
+fn fresh_url(bucket: &str, tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("s3://{bucket}/{tag}-{}-{nanos}", std::process::id())
+}
+
+/// `prox datagen` into `out`: `n` 8-d records, `queries` queries with
+/// their `k` nearest, from the test seed derived from `seed`.
+fn datagen(ep: &str, out: &std::path::Path, n: u32, queries: u32, k: u32, seed: u64) {
+    let (n, queries, k) = (n.to_string(), queries.to_string(), k.to_string());
+    let seed = common::seed(seed);
+    ok(
+        ep,
+        &[
+            "datagen",
+            "--n",
+            &n,
+            "--dim",
+            "8",
+            "--queries",
+            &queries,
+            "--k",
+            &k,
+            "--seed",
+            &seed,
+            "--out",
+            s(out),
+        ],
+    );
+}
+
 #[test]
 fn every_store_command_works_on_a_bucket() {
     let Some((ep, bucket)) = server() else { return };
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let local = dir.path().join("local");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let url = format!("s3://{bucket}/cli-{}-{nanos}", std::process::id());
-    let seed = common::seed(5);
-    ok(
-        &ep,
-        &[
-            "datagen",
-            "--n",
-            "500",
-            "--dim",
-            "8",
-            "--queries",
-            "6",
-            "--k",
-            "5",
-            "--seed",
-            &seed,
-            "--out",
-            s(&data),
-        ],
-    );
+    let url = fresh_url(&bucket, "cli");
+    datagen(&ep, &data, 500, 6, 5, 5);
     let base = data.join("base.fvecs");
     let queries = data.join("query.fvecs");
     // The same records and config give the same descriptor on both stores.
@@ -380,30 +392,8 @@ fn sync_pulls_into_a_bucket_and_a_daemon_serves_one() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let src = dir.path().join("src");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let url = format!("s3://{bucket}/sync-{}-{nanos}", std::process::id());
-    let seed = common::seed(7);
-    ok(
-        &ep,
-        &[
-            "datagen",
-            "--n",
-            "400",
-            "--dim",
-            "8",
-            "--queries",
-            "4",
-            "--k",
-            "3",
-            "--seed",
-            &seed,
-            "--out",
-            s(&data),
-        ],
-    );
+    let url = fresh_url(&bucket, "sync");
+    datagen(&ep, &data, 400, 4, 3, 7);
     let queries = data.join("query.fvecs");
     ok(
         &ep,
@@ -510,30 +500,8 @@ fn two_processes_updating_one_bucket_map_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let local = dir.path().join("local");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let url = format!("s3://{bucket}/race-{}-{nanos}", std::process::id());
-    let seed = common::seed(7);
-    ok(
-        &ep,
-        &[
-            "datagen",
-            "--n",
-            "300",
-            "--dim",
-            "8",
-            "--queries",
-            "20",
-            "--k",
-            "5",
-            "--seed",
-            &seed,
-            "--out",
-            s(&data),
-        ],
-    );
+    let url = fresh_url(&bucket, "race");
+    datagen(&ep, &data, 300, 20, 5, 7);
     let base = data.join("base.fvecs");
     let more = data.join("query.fvecs");
     for store in [url.as_str(), s(&local)] {
