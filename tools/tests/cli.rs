@@ -1043,7 +1043,8 @@ fn an_http_writer_and_a_cli_update_of_one_map_lose_nothing() {
 }
 
 /// Several clients upsert batches into `prox serve` while it is killed
-/// (SIGKILL) at a seeded moment, 20 times over one store: every
+/// (SIGKILL) at a seeded moment after its first acknowledged write, 20
+/// times over one store: every
 /// acknowledged batch is present after each kill, every unacknowledged one
 /// is all there or not at all, and `prox verify` passes at the end.
 #[test]
@@ -1067,9 +1068,14 @@ fn acknowledged_writes_survive_sigkill_and_batches_stay_whole() {
         type Sent = Vec<(Vec<u64>, bool)>;
         let sent: Arc<Mutex<Sent>> = Arc::default();
         let kill_after = Duration::from_millis(20 + rng.below(200));
+        // The kill lands a seeded time after the first acknowledgement, so
+        // every run kills a server that is writing however slowly a loaded
+        // machine lets its (idle-class) write pool run.
+        let (first_ack, acked_once) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|sc| {
             for c in 0..CLIENTS {
                 let sent = sent.clone();
+                let first_ack = first_ack.clone();
                 let mut rng = prox_testkit::SplitMix64::new(base ^ (run << 32) ^ (c + 1));
                 sc.spawn(move || {
                     let mut client = prox_serve::client::Client::new(addr)
@@ -1090,6 +1096,9 @@ fn acknowledged_writes_survive_sigkill_and_batches_stay_whole() {
                         let body = serde_json::json!({ "points": points }).to_string();
                         let r = client.post("/v1/maps/m/points:upsert", body.as_bytes());
                         let acked = matches!(&r, Ok(r) if r.status == 200);
+                        if acked {
+                            let _ = first_ack.send(());
+                        }
                         if let Ok(r) = &r {
                             assert!(r.status == 200, "run {run}: status {} {:?}", r.status, r.json());
                         }
@@ -1100,6 +1109,7 @@ fn acknowledged_writes_survive_sigkill_and_batches_stay_whole() {
                     }
                 });
             }
+            let _ = acked_once.recv_timeout(Duration::from_secs(20));
             std::thread::sleep(kill_after);
             let _ = child.kill();
             let _ = child.wait();
