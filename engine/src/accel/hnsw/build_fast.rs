@@ -199,6 +199,10 @@ impl Codes {
 /// Candidates between an f32 row's prefetch hint and its exact rescoring.
 const RESCORE_AHEAD: usize = 4;
 
+/// Inserted nodes get SQ8 build codes only when they are at least
+/// 1/`CODES_MIN_SHARE` of the graph.
+const CODES_MIN_SHARE: usize = 16;
+
 /// Largest dimension for which `dot_i8`'s i32 accumulator cannot overflow.
 const SQ8_MAX_DIMS: usize = 130_000;
 
@@ -227,7 +231,10 @@ pub(super) fn insert(
     if i < n {
         vectors.advise_huge_pages();
     }
-    let codes = (vectors.dims() <= SQ8_MAX_DIMS && i < n).then(|| Codes::new(vectors));
+    // SQ8 codes speed up a build's scoring but cost a pass over every
+    // vector: a batch much smaller than the graph scores in f32 instead.
+    let codes = (vectors.dims() <= SQ8_MAX_DIMS && i < n && (n - i) * CODES_MIN_SHARE >= n)
+        .then(|| Codes::new(vectors));
     let codes = codes.as_ref();
     let mut flat = FlatL0::new(g, cap(m, 0));
     let mut reverse: Vec<(u32, u8, u32)> = Vec::new();
