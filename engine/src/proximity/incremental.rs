@@ -360,6 +360,11 @@ impl<'m, 's> Incremental<'m, 's> {
             slots.push((&e.key, &e.vector, Slot::New(e)));
         }
         slots.sort_by(|a, b| a.0.cmp(b.0));
+        if slots.is_empty() {
+            // A representative stays a member of its own group, so only a
+            // damaged node can lose every member.
+            return Err(self.corrupt(cid, "a node lost every member"));
+        }
         let new_cands: Vec<(&[u8], &[f32])> = slots.iter().map(|s| (s.0, s.1)).collect();
         let old_cands: Vec<(&[u8], &[f32])> = old
             .iter()
