@@ -205,32 +205,20 @@ impl<'m, 's> Incremental<'m, 's> {
             .ok_or_else(|| self.corrupt(cid, "route entry without a child"))
     }
 
-    /// Every record (key, prepared vector) below the logical node at `cid`.
-    fn points(&self, cid: Cid, level: u8) -> Result<Vec<Point>> {
+    /// The records (key, prepared vector) below the logical node at `cid`:
+    /// all of them, or with `near = Some((c, xs))` (the node is the child
+    /// of member `c`) those that may prefer one of `xs` to `c`, skipping
+    /// subtrees that provably cannot (see the module docs); the caller
+    /// decides exactly on what is returned.
+    fn points(&self, cid: Cid, level: u8, near: Option<(&[f32], &[&[f32]])>) -> Result<Vec<Point>> {
         let entries = self.logical_entries(cid, level)?;
         if level == 0 {
             return Ok(entries.into_iter().map(|e| (e.key, e.vector)).collect());
         }
         let parts = entries
             .par_iter()
-            .map(|e| self.points(self.child_of(cid, e)?, level - 1))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(parts.into_iter().flatten().collect())
-    }
-
-    /// The records below the logical node at `cid` (the child of member
-    /// `c`) that may prefer one of `xs` to `c`: subtrees that provably
-    /// cannot are skipped (see the module docs); the caller decides
-    /// exactly on what is returned.
-    fn points_near(&self, cid: Cid, level: u8, c: &[f32], xs: &[&[f32]]) -> Result<Vec<Point>> {
-        let entries = self.logical_entries(cid, level)?;
-        if level == 0 {
-            return Ok(entries.into_iter().map(|e| (e.key, e.vector)).collect());
-        }
-        let parts = entries
-            .par_iter()
-            .filter(|g| self.may_prefer(c, &g.vector, g.radius, xs))
-            .map(|g| self.points_near(self.child_of(cid, g)?, level - 1, c, xs))
+            .filter(|g| near.is_none_or(|(c, xs)| self.may_prefer(c, &g.vector, g.radius, xs)))
+            .map(|g| self.points(self.child_of(cid, g)?, level - 1, near))
             .collect::<Result<Vec<_>>>()?;
         Ok(parts.into_iter().flatten().collect())
     }
@@ -403,7 +391,7 @@ impl<'m, 's> Incremental<'m, 's> {
             .par_iter()
             .enumerate()
             .filter(|(i, _)| gone[*i])
-            .map(|(i, y)| Ok((i, self.points(self.child_of(cid, y)?, level - 1)?)))
+            .map(|(i, y)| Ok((i, self.points(self.child_of(cid, y)?, level - 1, None)?)))
             .collect::<Result<Vec<_>>>()?;
         for (i, points) in dissolved {
             for (key, vector) in points {
@@ -438,8 +426,8 @@ impl<'m, 's> Incremental<'m, 's> {
                     if !self.may_prefer(&c.vector, &c.vector, c.radius, &xs) {
                         return Ok(Vec::new());
                     }
-                    let points =
-                        self.points_near(self.child_of(cid, c)?, level - 1, &c.vector, &xs)?;
+                    let near = Some((c.vector.as_slice(), xs.as_slice()));
+                    let points = self.points(self.child_of(cid, c)?, level - 1, near)?;
                     let leaving: HashSet<&[u8]> = bucket[j]
                         .iter()
                         .filter(|e| !e.add)

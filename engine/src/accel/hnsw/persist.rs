@@ -197,9 +197,9 @@ pub fn load(
             }
             let mut lists = Vec::with_capacity(node.layers.len());
             for layer in &node.layers {
-                let mut ids = Vec::with_capacity(layer.len());
+                let mut list = Vec::with_capacity(layer.len());
                 for nb in layer {
-                    ids.push(id_of(nb).ok_or_else(|| {
+                    list.push(id_of(nb).ok_or_else(|| {
                         corrupt(format!(
                             "node {} names unknown neighbour {}",
                             hex::encode(key),
@@ -207,7 +207,7 @@ pub fn load(
                         ))
                     })?);
                 }
-                lists.push(ids);
+                lists.push(list);
             }
             Ok((node.level, lists))
         })
