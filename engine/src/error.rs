@@ -253,6 +253,16 @@ pub enum Error {
         found: Option<Cid>,
     },
 
+    /// Another writer of the root held its write lease for longer than
+    /// this write was willing to wait; nothing was changed.
+    #[error("map {name:?} is being written by another writer; gave up after waiting {} s", waited.as_secs_f64())]
+    Busy {
+        /// The root name.
+        name: String,
+        /// How long the write waited.
+        waited: std::time::Duration,
+    },
+
     // ----- secondary indexes and field filters -----
     /// An index definition or declaration that cannot be used (empty
     /// name, generation 0, a projection against its mode, a bad term range).

@@ -167,6 +167,11 @@ fn write_error(e: EngineError) -> ApiError {
             "conflict",
             format!("{e}; the map moved meanwhile, retry"),
         ),
+        EngineError::Busy { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("{e}; retry"),
+        ),
         _ => internal(e),
     }
 }

@@ -2,7 +2,7 @@
 //! remote store.
 
 use bytes::Bytes;
-use prox_engine::store::{MmapStore, RetainStats, Verified};
+use prox_engine::store::{Lease, MmapStore, RetainStats, Verified};
 use prox_engine::{BlockStore, Cid, Result};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -213,6 +213,11 @@ impl<R: BlockStore> BlockStore for CachedStore<R> {
 
     fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
         self.remote.cas_root(name, expected, new)
+    }
+
+    /// The remote's (roots live there, not in the cache).
+    fn lease(&self, name: &str, wait: std::time::Duration) -> Result<Option<Lease>> {
+        self.remote.lease(name, wait)
     }
 
     fn roots(&self) -> Result<Vec<(String, Bytes)>> {

@@ -51,7 +51,7 @@ mod write;
 
 pub use batch::{Batch, CanonicalHnsw, Upsert, WriteOptions, MAX_KEY_LEN};
 pub use open::{Index, Options, Scratch};
-pub use rebase::{Written, DEFAULT_REBASES};
+pub use rebase::{Written, DEFAULT_REBASES, LEASE_WAIT};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
 pub use write::{Applied, DropReason, SidecarWrite, WriteReport};

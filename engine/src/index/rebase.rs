@@ -11,6 +11,12 @@
 //! bounded number of times. A caller that wants optimistic concurrency
 //! instead (fail when the map is not the version it read, like HTTP
 //! `If-Match`) passes `rebases = 0` and gets [`Error::Conflict`].
+//!
+//! Where the store has an owner process (a directory store, also reached
+//! through its owner socket), a write first takes the root's write lease
+//! ([`BlockStore::lease`](crate::BlockStore::lease)), so writers queue in
+//! arrival order and a slow one is not starved by a fast one that keeps
+//! winning the swap; the swap still guards writers that do not take it.
 
 use super::batch::{Batch, WriteOptions};
 use super::open::{Index, Options};
@@ -18,10 +24,14 @@ use super::write::Applied;
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Re-applications a front end allows by default before it reports the
 /// conflict (each one means another writer published in between).
 pub const DEFAULT_REBASES: u32 = 16;
+
+/// How long a write waits behind other writers of its map for the lease.
+pub const LEASE_WAIT: Duration = Duration::from_secs(120);
 
 /// The result of [`Index::write`].
 #[derive(Debug)]
@@ -37,7 +47,9 @@ pub struct Written {
 impl Index {
     /// Applies `batch` to this snapshot and publishes the result under the
     /// root `name` ([`Index::apply`] then [`Index::commit`] expecting this
-    /// descriptor). When the root names another descriptor by then, opens
+    /// descriptor), holding the root's write lease where the store has
+    /// one ([`Error::Busy`] after [`LEASE_WAIT`] behind other writers).
+    /// When the root names another descriptor by then, opens
     /// that snapshot (with `open`; the base of a write needs no warm
     /// layouts) and applies the batch to it again, at most `rebases` times;
     /// after that, or with `rebases = 0`, the [`Error::Conflict`] of the
@@ -52,8 +64,18 @@ impl Index {
         open: &Options,
         rebases: u32,
     ) -> Result<Written> {
+        let lease = self.store().lease(name, LEASE_WAIT)?;
         let mut reopened: Option<Index> = None;
         let mut rebased = 0;
+        // Waiting for the lease usually means another writer just
+        // published: apply to its version straight away.
+        if lease.is_some() && rebases > 0 {
+            let current = crate::proximity::resolve(&**self.store(), name)?.map(|(d, _)| d);
+            if current.is_some_and(|d| d != self.descriptor()) {
+                rebased += 1;
+                reopened = Some(Index::open(Arc::clone(self.store()), name, open)?);
+            }
+        }
         loop {
             let base = reopened.as_ref().unwrap_or(self);
             let applied = base.apply(batch, options)?;

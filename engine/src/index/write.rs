@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::proximity::{
     self, ApplyStats, HnswManifest, Mutation, PqManifest, ProximityMap, Sidecars,
 };
-use crate::store::{BlockStore, RetainStats, Verified};
+use crate::store::{BlockStore, Lease, RetainStats, Verified};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -547,6 +547,9 @@ impl BlockStore for Counting<'_> {
     }
     fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
         self.inner.cas_root(name, expected, new)
+    }
+    fn lease(&self, name: &str, wait: Duration) -> Result<Option<Lease>> {
+        self.inner.lease(name, wait)
     }
     fn roots(&self) -> Result<Vec<(String, Bytes)>> {
         self.inner.roots()

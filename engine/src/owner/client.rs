@@ -1,18 +1,18 @@
 //! The client side: a [`BlockStore`] whose every call is one request to
 //! the store's owner, bounded by a timeout.
 
-use super::handler::{gc_report, OwnerInfo};
+use super::handler::{gc_report, OwnerInfo, MAX_LEASE_WAIT};
 use super::proto::{self, Frame, Op};
 use crate::cid::Cid;
 use crate::codec::{put_blob, put_uv, Reader};
 use crate::error::{Error, Result};
 use crate::gc::GcReport;
-use crate::store::{BlockStore, RetainStats};
+use crate::store::{BlockStore, Lease, RetainStats};
 use bytes::Bytes;
 use std::collections::HashSet;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long one request waits for its reply by default.
@@ -32,10 +32,16 @@ struct Conn {
     next_id: u64,
 }
 
-/// A connection to a store's owner, usable as a [`BlockStore`].
-pub struct OwnerClient {
+/// The socket connection, shared with the leases taken over it (which
+/// send their release on it when dropped).
+struct Channel {
     socket: PathBuf,
     conn: Mutex<Conn>,
+}
+
+/// A connection to a store's owner, usable as a [`BlockStore`].
+pub struct OwnerClient {
+    chan: Arc<Channel>,
     timeout: Duration,
     info: OwnerInfo,
 }
@@ -43,7 +49,7 @@ pub struct OwnerClient {
 impl std::fmt::Debug for OwnerClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnerClient")
-            .field("socket", &self.socket)
+            .field("socket", &self.chan.socket)
             .field("info", &self.info)
             .finish()
     }
@@ -59,8 +65,10 @@ impl OwnerClient {
             reason: format!("no owner answers: {e}"),
         })?;
         let mut c = OwnerClient {
-            socket: socket.to_path_buf(),
-            conn: Mutex::new(Conn { stream, next_id: 1 }),
+            chan: Arc::new(Channel {
+                socket: socket.to_path_buf(),
+                conn: Mutex::new(Conn { stream, next_id: 1 }),
+            }),
             timeout,
             info: OwnerInfo {
                 version: 0,
@@ -85,7 +93,7 @@ impl OwnerClient {
 
     /// The socket path.
     pub fn socket(&self) -> &Path {
-        &self.socket
+        &self.chan.socket
     }
 
     /// Runs a garbage collection in the owner (which keeps its own pins).
@@ -97,6 +105,37 @@ impl OwnerClient {
         Ok(rep)
     }
 
+    fn err(&self, reason: impl Into<String>) -> Error {
+        self.chan.err(reason)
+    }
+
+    fn request(&self, op: Op, payload: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+        self.chan.request(op, payload, timeout)
+    }
+
+    fn call(&self, op: Op, payload: &[u8]) -> Result<Vec<u8>> {
+        self.request(op, payload, self.timeout)
+    }
+
+    fn put_chunk(&self, blocks: &[&[u8]], out: &mut Vec<Cid>) -> Result<()> {
+        let mut p = Vec::new();
+        put_uv(&mut p, blocks.len() as u64);
+        for b in blocks {
+            put_blob(&mut p, b);
+        }
+        let reply = self.call(Op::PutMany, &p)?;
+        let mut r = Reader::new(&reply, "owner put reply");
+        let cids = proto::cids(&mut r)?;
+        r.finish()?;
+        if cids.len() != blocks.len() {
+            return Err(self.err("put reply count differs from the request"));
+        }
+        out.extend(cids);
+        Ok(())
+    }
+}
+
+impl Channel {
     fn err(&self, reason: impl Into<String>) -> Error {
         Error::Owner {
             socket: self.socket.clone(),
@@ -151,27 +190,6 @@ impl OwnerClient {
             return Err(self.err(format!("reply status {status}")));
         }
         Ok(reply[reply.len() - r.remaining()..].to_vec())
-    }
-
-    fn call(&self, op: Op, payload: &[u8]) -> Result<Vec<u8>> {
-        self.request(op, payload, self.timeout)
-    }
-
-    fn put_chunk(&self, blocks: &[&[u8]], out: &mut Vec<Cid>) -> Result<()> {
-        let mut p = Vec::new();
-        put_uv(&mut p, blocks.len() as u64);
-        for b in blocks {
-            put_blob(&mut p, b);
-        }
-        let reply = self.call(Op::PutMany, &p)?;
-        let mut r = Reader::new(&reply, "owner put reply");
-        let cids = proto::cids(&mut r)?;
-        r.finish()?;
-        if cids.len() != blocks.len() {
-            return Err(self.err("put reply count differs from the request"));
-        }
-        out.extend(cids);
-        Ok(())
     }
 }
 
@@ -274,6 +292,33 @@ impl BlockStore for OwnerClient {
         let mut p = name_payload(name);
         proto::put_opt(&mut p, value);
         self.call(Op::RootSet, &p).map(|_| ())
+    }
+
+    /// Takes the lease in the owner, which holds it for this connection
+    /// until the returned [`Lease`] is dropped (or the connection ends).
+    fn lease(&self, name: &str, wait: Duration) -> Result<Option<Lease>> {
+        let mut p = name_payload(name);
+        put_uv(&mut p, u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let reply = self.request(Op::Lease, &p, wait.min(MAX_LEASE_WAIT) + self.timeout)?;
+        match reply.as_slice() {
+            [1] => {
+                let (chan, timeout, name) =
+                    (Arc::clone(&self.chan), self.timeout, name.to_string());
+                Ok(Some(Lease::new(move || {
+                    // If the release is lost, the owner still drops the
+                    // lease when this connection ends.
+                    if let Err(e) = chan.request(Op::Release, &name_payload(&name), timeout) {
+                        tracing::debug!(%e, name, "owner lease release failed");
+                    }
+                })))
+            }
+            [0] => Ok(None),
+            [2] => Err(Error::Busy {
+                name: name.to_string(),
+                waited: wait,
+            }),
+            _ => Err(self.err("bad lease reply")),
+        }
     }
 
     fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {

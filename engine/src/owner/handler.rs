@@ -6,7 +6,19 @@ use super::proto::{self, Op};
 use crate::codec::{put_blob, put_uv, Reader};
 use crate::error::{Error, Result};
 use crate::gc;
-use crate::store::{BlockStore, Pins};
+use crate::store::{BlockStore, Lease, Pins};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Longest a lease request may wait for the name (its own wait is capped).
+pub(super) const MAX_LEASE_WAIT: Duration = Duration::from_secs(600);
+
+/// Write leases one connection may hold at once.
+const MAX_LEASES: usize = 64;
+
+/// The write leases a connection holds, by root name; dropped (released)
+/// when the connection ends.
+pub(super) type Held = HashMap<String, Lease>;
 
 /// Who owns the store, as `hello` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +41,7 @@ pub(super) struct Context {
 /// Answers one request body with a reply body. Never fails: a malformed
 /// request or a failed operation becomes a failure reply (id 0 when the
 /// header itself could not be read).
-pub(super) fn answer(ctx: &Context, body: &[u8]) -> Vec<u8> {
+pub(super) fn answer(ctx: &Context, held: &mut Held, body: &[u8]) -> Vec<u8> {
     let mut r = Reader::new(body, "owner request");
     let id = match proto::read_header(&mut r) {
         Ok(id) => id,
@@ -37,7 +49,7 @@ pub(super) fn answer(ctx: &Context, body: &[u8]) -> Vec<u8> {
     };
     let mut out = proto::header(id);
     out.push(0);
-    match run(ctx, &mut r, &mut out) {
+    match run(ctx, held, &mut r, &mut out) {
         Ok(()) if out.len() > proto::MAX_FRAME => failure(
             id,
             &Error::InvalidObject {
@@ -50,6 +62,13 @@ pub(super) fn answer(ctx: &Context, body: &[u8]) -> Vec<u8> {
     }
 }
 
+fn lease_error(reason: String) -> Error {
+    Error::InvalidObject {
+        object: "owner lease request",
+        reason,
+    }
+}
+
 fn failure(id: u64, e: &Error) -> Vec<u8> {
     let mut out = proto::header(id);
     out.push(1);
@@ -57,7 +76,7 @@ fn failure(id: u64, e: &Error) -> Vec<u8> {
     out
 }
 
-fn run(ctx: &Context, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<()> {
+fn run(ctx: &Context, held: &mut Held, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<()> {
     let store = &*ctx.store;
     match Op::from_u8(r.u8()?)? {
         Op::Hello => {
@@ -126,6 +145,35 @@ fn run(ctx: &Context, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<()> {
         Op::Cids => {
             r.finish()?;
             proto::put_cids(out, &store.cids()?);
+        }
+        Op::Lease => {
+            let name = proto::string(r)?;
+            let wait = Duration::from_millis(r.uv()?).min(MAX_LEASE_WAIT);
+            r.finish()?;
+            if held.contains_key(&name) {
+                return Err(lease_error(format!(
+                    "this connection already holds {name:?}"
+                )));
+            }
+            if held.len() >= MAX_LEASES {
+                return Err(lease_error(format!("more than {MAX_LEASES} leases held")));
+            }
+            // Reply 1: held; 0: the owner's store has no leases (the
+            // writer relies on the swap alone); 2: still busy after `wait`.
+            out.push(match store.lease(&name, wait) {
+                Ok(Some(lease)) => {
+                    held.insert(name, lease);
+                    1
+                }
+                Ok(None) => 0,
+                Err(Error::Busy { .. }) => 2,
+                Err(e) => return Err(e),
+            });
+        }
+        Op::Release => {
+            let name = proto::string(r)?;
+            r.finish()?;
+            out.push(u8::from(held.remove(&name).is_some()));
         }
         Op::Gc => {
             let dry_run = r.u8()? != 0;

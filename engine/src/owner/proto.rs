@@ -46,6 +46,11 @@ pub enum Op {
     Cids = 9,
     /// A garbage collection run by the owner (with its pins).
     Gc = 10,
+    /// Takes a root's write lease for this connection, waiting at most the
+    /// given milliseconds; held until released or the connection ends.
+    Lease = 11,
+    /// Releases a write lease this connection holds.
+    Release = 12,
 }
 
 impl Op {
@@ -64,6 +69,8 @@ impl Op {
             8 => Roots,
             9 => Cids,
             10 => Gc,
+            11 => Lease,
+            12 => Release,
             _ => {
                 return Err(Error::InvalidObject {
                     object: "owner request",

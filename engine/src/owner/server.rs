@@ -2,7 +2,7 @@
 //! per connection (at most [`MAX_CONNECTIONS`]), requests on a connection
 //! answered in order.
 
-use super::handler::{answer, Context};
+use super::handler::{answer, Context, Held};
 use super::proto::{self, Frame};
 use super::socket_path;
 use crate::error::{Error, Result};
@@ -124,6 +124,9 @@ fn accept_loop(listener: UnixListener, ctx: Arc<Context>, stop: Arc<AtomicBool>)
 fn serve_conn(ctx: &Context, mut conn: UnixStream, stop: &AtomicBool) -> std::io::Result<()> {
     conn.set_read_timeout(Some(IDLE))?;
     conn.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    // Leases live as long as the connection: a client that dies releases
+    // every name it held.
+    let mut held = Held::new();
     while !stop.load(Ordering::SeqCst) {
         let body = match proto::read_frame(&mut conn) {
             Ok(Frame::Body(b)) => b,
@@ -142,7 +145,7 @@ fn serve_conn(ctx: &Context, mut conn: UnixStream, stop: &AtomicBool) -> std::io
                 return Err(e);
             }
         };
-        let reply = answer(ctx, &body);
+        let reply = answer(ctx, &mut held, &body);
         proto::write_frame(&mut conn, &reply)?;
     }
     Ok(())

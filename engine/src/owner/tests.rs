@@ -129,3 +129,42 @@ fn malformed_and_oversized_frames_get_typed_failures() {
     // The owner still serves new connections.
     assert!(OwnerClient::connect(sock.path(), DEFAULT_TIMEOUT).is_ok());
 }
+
+#[test]
+fn a_lease_through_the_socket_excludes_the_owner_until_released_or_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, sock) = owner(dir.path());
+    let short = Duration::from_millis(50);
+    let c = OwnerClient::connect(sock.path(), DEFAULT_TIMEOUT).unwrap();
+    let lease = c.lease("m", short).unwrap().expect("a memory owner leases");
+    // The owner's own writers (and other clients) wait for it.
+    let e = store.lease("m", short).unwrap_err();
+    assert!(matches!(e, Error::Busy { .. }), "{e}");
+    let other = OwnerClient::connect(sock.path(), DEFAULT_TIMEOUT).unwrap();
+    let e = other.lease("m", short).unwrap_err();
+    assert!(
+        matches!(e, Error::Busy { ref name, .. } if name == "m"),
+        "{e}"
+    );
+    // Another name is free; the holder's own requests still run.
+    drop(store.lease("n", short).unwrap());
+    assert!(c.cas_root("m", None, Some(b"v1")).unwrap());
+    drop(lease);
+    drop(store.lease("m", short).unwrap().expect("released"));
+    // A client that goes away without releasing frees the name too.
+    let mut raw = UnixStream::connect(sock.path()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut body = proto::header(1);
+    body.push(proto::Op::Lease as u8);
+    crate::codec::put_blob(&mut body, b"m");
+    crate::codec::put_uv(&mut body, 50);
+    proto::write_frame(&mut raw, &body).unwrap();
+    let Frame::Body(reply) = proto::read_frame(&mut raw).unwrap() else {
+        panic!("closed")
+    };
+    assert_eq!(reply.last(), Some(&1), "the raw client holds the lease");
+    assert!(store.lease("m", short).is_err());
+    drop(raw);
+    let freed = store.lease("m", Duration::from_secs(30));
+    assert!(freed.is_ok(), "the owner keeps a dead connection's lease");
+}

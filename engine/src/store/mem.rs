@@ -1,11 +1,11 @@
 //! In-memory block store.
 
-use super::{validate_root_name, BlockStore, RetainStats, Verified};
+use super::{validate_root_name, BlockStore, Lease, Leases, RetainStats, Verified};
 use crate::cid::Cid;
 use crate::error::Result;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// A block store held entirely in memory. Blocks are verified on `put`
 /// (the CID is computed there), so `get` returns them as stored.
@@ -13,6 +13,7 @@ use std::sync::RwLock;
 pub struct MemStore {
     blocks: RwLock<HashMap<Cid, Bytes>>,
     roots: RwLock<BTreeMap<String, Bytes>>,
+    leases: Arc<Leases>,
 }
 
 impl MemStore {
@@ -42,6 +43,10 @@ impl BlockStore for MemStore {
     fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
         let blocks = self.blocks.read().unwrap_or_else(|e| e.into_inner());
         Ok(blocks.get(cid).cloned())
+    }
+
+    fn lease(&self, name: &str, wait: std::time::Duration) -> Result<Option<Lease>> {
+        self.leases.acquire(name, wait).map(Some)
     }
 
     fn put(&self, data: &[u8]) -> Result<Cid> {

@@ -6,10 +6,12 @@
 //! Named roots are small mutable pointers (RootManifest bytes, see
 //! [`crate::manifest`]) with compare-and-swap semantics.
 
+mod lease;
 mod mem;
 pub mod mmap;
 mod pins;
 
+pub use lease::{Lease, Leases};
 pub use mem::MemStore;
 pub use mmap::{DamagedRange, MmapOptions, MmapStats, MmapStore};
 pub use pins::{PinFreeze, PinSet, Pins};
@@ -146,6 +148,16 @@ pub trait BlockStore: Send + Sync {
     /// (`None` = absent). Returns `true` if the swap happened. Durable on
     /// return.
     fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool>;
+
+    /// Takes the write lease of the root `name`, waiting at most `wait`
+    /// behind earlier writers (see [`Leases`]): while it is held, no other
+    /// writer that asks for it moves the root. `None` from stores without
+    /// an owner process, where writers rely on [`cas_root`](Self::cas_root)
+    /// alone (the default). [`Error::Busy`] when the wait runs out.
+    fn lease(&self, name: &str, wait: std::time::Duration) -> Result<Option<Lease>> {
+        let _ = (name, wait);
+        Ok(None)
+    }
 
     /// All named roots, sorted by name.
     fn roots(&self) -> Result<Vec<(String, Bytes)>>;

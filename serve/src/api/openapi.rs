@@ -195,7 +195,7 @@ fn responses(f: &Facts, kind: Kind, extra: &[(&str, Value)]) -> Value {
     add("421", "`host_not_allowed`: the Host header names neither a loopback name nor an --allow-host name");
     add(
         "503",
-        "`overloaded`: too many requests in flight or the search queue is full; `Retry-After: 1`",
+        "`overloaded`: too many requests in flight or the search queue is full; `busy` (a write): another writer of the map held its write lease for 120 s; `Retry-After: 1`",
     );
     add("500", "`internal`: a store or engine failure");
     match kind {

@@ -81,7 +81,7 @@ use self::io::Io;
 use self::scan::{damaged, list_segments};
 use self::segment::{BlockRef, Segment};
 use self::writer::{Active, Writer};
-use super::{validate_root_name, BlockStore, RetainStats, Verified};
+use super::{validate_root_name, BlockStore, Lease, Leases, RetainStats, Verified};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -236,6 +236,8 @@ pub struct MmapStore {
     /// Set by the first failed write or fsync: the store then refuses every
     /// write until it is reopened (what reached the disk is unknown).
     poison: Mutex<Option<String>>,
+    /// Write leases of the roots (this process is the store's one writer).
+    leases: Arc<Leases>,
 }
 
 /// The named roots in memory and the generation they were stored as.
@@ -333,6 +335,7 @@ impl MmapStore {
             roots_report: roots.report,
             io,
             poison: Mutex::new(None),
+            leases: Arc::default(),
         })
     }
 
@@ -377,6 +380,7 @@ impl MmapStore {
             roots_report: roots.report,
             io: Io::default(),
             poison: Mutex::new(None),
+            leases: Arc::default(),
         })
     }
 
@@ -618,6 +622,11 @@ impl MmapStore {
 impl BlockStore for MmapStore {
     fn get(&self, cid: &Cid) -> Result<Option<Bytes>> {
         self.read_block(cid, false)
+    }
+
+    fn lease(&self, name: &str, wait: std::time::Duration) -> Result<Option<Lease>> {
+        self.check_writable()?;
+        self.leases.acquire(name, wait).map(Some)
     }
 
     /// A loop over [`MmapStore::get`]; a large batch runs on the rayon
