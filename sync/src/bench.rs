@@ -20,7 +20,7 @@ use prox_engine::Cid;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Result of a baseline copy.
@@ -32,7 +32,19 @@ pub struct CopyStats {
     pub bytes: u64,
 }
 
-/// A loopback TCP relay counting bytes in both directions.
+/// How a [`CountingProxy`] shapes the link it relays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// Where the relay listens (port 0: any free port).
+    pub bind: SocketAddr,
+    /// Bytes/s the target may send through the relay (all connections
+    /// together); `None`: unlimited.
+    pub rate: Option<u64>,
+    /// One-way delay added to every chunk, in both directions.
+    pub delay: Duration,
+}
+
+/// A TCP relay counting bytes in both directions.
 #[derive(Debug)]
 pub struct CountingProxy {
     addr: SocketAddr,
@@ -50,8 +62,27 @@ impl CountingProxy {
     /// connections together) paced to at most `rate` bytes/s: a source
     /// behind a link of that capacity.
     pub async fn start_capped(target: SocketAddr, rate: Option<u64>) -> Result<CountingProxy> {
-        let pacer = rate.map(|r| Arc::new(Pacer::new(r)));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self::start_with(
+            target,
+            Link {
+                bind,
+                rate,
+                delay: Duration::ZERO,
+            },
+        )
+        .await
+    }
+
+    /// A relay on `link.bind` to `target` that shapes the link: every
+    /// byte leaving `target` paced to `link.rate`, and every chunk in
+    /// either direction held `link.delay` before it is passed on (the
+    /// round trip grows by twice the delay; throughput is not capped by
+    /// it).
+    pub async fn start_with(target: SocketAddr, link: Link) -> Result<CountingProxy> {
+        let pacer = link.rate.map(|r| Arc::new(Pacer::new(r)));
+        let delay = link.delay;
+        let listener = tokio::net::TcpListener::bind(link.bind).await?;
         let addr = listener.local_addr()?;
         let bytes = Arc::new(AtomicU64::new(0));
         let counter = bytes.clone();
@@ -67,8 +98,8 @@ impl CountingProxy {
                     let _ = outbound.set_nodelay(true);
                     let (ri, wi) = inbound.into_split();
                     let (ro, wo) = outbound.into_split();
-                    let a = tokio::spawn(pump(ri, wo, counter.clone(), None));
-                    let b = tokio::spawn(pump(ro, wi, counter, pacer));
+                    let a = tokio::spawn(pump(ri, wo, counter.clone(), None, delay));
+                    let b = tokio::spawn(pump(ro, wi, counter, pacer, delay));
                     let _ = tokio::join!(a, b);
                 });
             }
@@ -126,13 +157,18 @@ impl Pacer {
 
 async fn pump(
     mut r: tokio::net::tcp::OwnedReadHalf,
-    mut w: tokio::net::tcp::OwnedWriteHalf,
+    w: tokio::net::tcp::OwnedWriteHalf,
     counter: Arc<AtomicU64>,
     pacer: Option<Arc<Pacer>>,
+    delay: Duration,
 ) {
     // Paced: small chunks, so one connection cannot take a whole second's
     // budget in one read.
     let mut buf = vec![0u8; if pacer.is_some() { 16 << 10 } else { 256 << 10 }];
+    // Delayed chunks wait in a bounded queue (its capacity bounds the
+    // bytes held) for a writer that releases each at its time.
+    let (tx, rx) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(64);
+    let writer = tokio::spawn(delayed_writer(rx, w));
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -141,10 +177,28 @@ async fn pump(
                 if let Some(p) = &pacer {
                     tokio::time::sleep_until(p.slot(n).into()).await;
                 }
-                if w.write_all(&buf[..n]).await.is_err() {
+                if tx
+                    .send((Instant::now() + delay, buf[..n].to_vec()))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+async fn delayed_writer(
+    mut rx: tokio::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+) {
+    while let Some((due, chunk)) = rx.recv().await {
+        tokio::time::sleep_until(due.into()).await;
+        if w.write_all(&chunk).await.is_err() {
+            return;
         }
     }
     let _ = w.shutdown().await;
