@@ -460,6 +460,109 @@ fn accel_build_attaches_sidecars_to_the_named_root() {
     assert!(both["pq"].is_string(), "{both}");
 }
 
+/// `prox accel build --layout` persists the native search layouts under the
+/// named root; queries answer exactly as before in every mode; an update
+/// that changes the descriptor reports the layouts dropped, and they can be
+/// persisted again.
+#[test]
+fn accel_build_layout_persists_layouts_that_searches_use_unchanged() {
+    let f = fixture(&[]);
+    let st = s(&f.store);
+    let q = f.data.join("query.fvecs");
+    let answers = |tag: &str| -> Vec<Vec<u8>> {
+        ["exact", "fast", "balanced", "high"]
+            .iter()
+            .map(|mode| {
+                let out = f.data.join(format!("{tag}-{mode}.ivecs"));
+                ok(&[
+                    "query",
+                    "--store",
+                    st,
+                    "--name",
+                    "m",
+                    "--queries",
+                    s(&q),
+                    "--k",
+                    "10",
+                    "--mode",
+                    mode,
+                    "--out",
+                    s(&out),
+                ]);
+                std::fs::read(&out).unwrap()
+            })
+            .collect()
+    };
+    let layouts = || {
+        let manifest = &json_lines(&ok(&["inspect", "--store", st, "--root", "m", "--json"]))[0];
+        let crmf = manifest["root"].as_str().unwrap().to_string();
+        let crmf = &json_lines(&ok(&["inspect", "--store", st, &crmf, "--json"]))[0];
+        let meta = &crmf["metadata"];
+        let get = |k: &str| meta.get(k).and_then(|v| v.as_str()).map(String::from);
+        (get("prox.layout.arena"), get("prox.layout.adaptive"))
+    };
+    let before = answers("before");
+    assert_eq!(layouts(), (None, None));
+    let out = &json_lines(&ok(&[
+        "accel", "build", "--store", st, "--name", "m", "--layout", "--json",
+    ]))[0];
+    let arena = out["layout_arena"]
+        .as_str()
+        .expect("arena manifest CID")
+        .to_string();
+    let adaptive = out["layout_adaptive"]
+        .as_str()
+        .expect("adaptive manifest CID")
+        .to_string();
+    let (a, b) = layouts();
+    assert!(
+        a.as_deref()
+            .is_some_and(|x| x.contains(&arena) || arena.contains(x)),
+        "{a:?} vs {arena}"
+    );
+    assert!(
+        b.as_deref()
+            .is_some_and(|x| x.contains(&adaptive) || adaptive.contains(x)),
+        "{b:?} vs {adaptive}"
+    );
+    assert_eq!(
+        answers("after"),
+        before,
+        "persisted layouts answer as the built ones"
+    );
+    let v = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0];
+    assert_eq!(v["ok"], true, "{v}");
+
+    // A vector edit changes the descriptor: the layouts are dropped, and
+    // the update says so.
+    let edits = f.data.join("edits.jsonl");
+    std::fs::write(
+        &edits,
+        format!(
+            "{{\"op\": \"put\", \"key\": \"{}\", \"vector\": [1,2,3,4,5,6,7,8]}}\n",
+            "ab".repeat(4)
+        ),
+    )
+    .unwrap();
+    let report = &json_lines(&ok(&[
+        "update",
+        "--store",
+        st,
+        "--name",
+        "m",
+        "--input",
+        s(&edits),
+        "--json",
+    ]))[0];
+    assert_eq!(report["layout"], "dropped", "{report}");
+    assert_eq!(layouts(), (None, None));
+    let out = &json_lines(&ok(&[
+        "accel", "build", "--store", st, "--name", "m", "--layout", "--json",
+    ]))[0];
+    assert!(out["layout_arena"].is_string(), "{out}");
+    assert!(layouts().0.is_some());
+}
+
 #[test]
 fn inspect_verify_gc_and_sidecar_paths() {
     let f = fixture(&["--hnsw", "--pq", "subquantizers=4"]);

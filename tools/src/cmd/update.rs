@@ -283,6 +283,11 @@ fn sidecar(w: &SidecarWrite) -> (&'static str, String) {
         SidecarWrite::Rebuilt => ("rebuilt", "rebuilt canonically".into()),
         SidecarWrite::Dropped(DropReason::Requested) => ("dropped", "dropped (as asked)".into()),
         SidecarWrite::Dropped(DropReason::Empty) => ("dropped", "dropped (map empty)".into()),
+        SidecarWrite::Dropped(DropReason::Derived) => (
+            "dropped",
+            "dropped (derived from the old hierarchy; `prox accel build --layout` persists it again)"
+                .into(),
+        ),
         _ => ("other", format!("{w:?}")),
     }
 }
@@ -331,6 +336,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         let apply_seconds = r.elapsed.as_secs_f64();
         let (hnsw, hnsw_text) = sidecar(&r.hnsw);
         let (pq, pq_text) = sidecar(&r.pq);
+        let (layout, layout_text) = sidecar(&r.layout);
         if args.json {
             out.json(&serde_json::json!({
                 "batch": batches,
@@ -344,6 +350,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 "bytes_written": r.bytes_written,
                 "hnsw": hnsw,
                 "pq": pq,
+                "layout": layout,
                 "apply_seconds": apply_seconds,
                 "sidecar_seconds": r.sidecar_time.as_secs_f64(),
                 "map_nodes_encoded": r.map.nodes_encoded,
@@ -360,7 +367,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 n => format!(" (re-applied {n}x: another writer published meanwhile)"),
             };
             progress::note(format_args!(
-                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}; {} records",
+                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}, layout {layout_text}; {} records",
                 args.name,
                 batch.len(),
                 r.inserted,
