@@ -165,10 +165,7 @@ async fn pump(
     // Paced: small chunks, so one connection cannot take a whole second's
     // budget in one read.
     let mut buf = vec![0u8; if pacer.is_some() { 16 << 10 } else { 256 << 10 }];
-    // Delayed chunks wait in a bounded queue (its capacity bounds the
-    // bytes held) for a writer that releases each at its time.
-    let (tx, rx) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(64);
-    let writer = tokio::spawn(delayed_writer(rx, w));
+    let mut sink = Sink::new(w, delay);
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -177,18 +174,60 @@ async fn pump(
                 if let Some(p) = &pacer {
                     tokio::time::sleep_until(p.slot(n).into()).await;
                 }
-                if tx
-                    .send((Instant::now() + delay, buf[..n].to_vec()))
-                    .await
-                    .is_err()
-                {
+                if !sink.put(&buf[..n]).await {
                     break;
                 }
             }
         }
     }
-    drop(tx);
-    let _ = writer.await;
+    sink.close().await;
+}
+
+/// Where a pump's chunks go: straight to the socket, or (with a delay)
+/// through a bounded queue (its capacity bounds the bytes held) to a
+/// writer that releases each chunk at its time.
+enum Sink {
+    Direct(tokio::net::tcp::OwnedWriteHalf),
+    Delayed {
+        tx: tokio::sync::mpsc::Sender<(Instant, Vec<u8>)>,
+        writer: tokio::task::JoinHandle<()>,
+        delay: Duration,
+    },
+}
+
+impl Sink {
+    fn new(w: tokio::net::tcp::OwnedWriteHalf, delay: Duration) -> Sink {
+        if delay.is_zero() {
+            return Sink::Direct(w);
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let writer = tokio::spawn(delayed_writer(rx, w));
+        Sink::Delayed { tx, writer, delay }
+    }
+
+    /// Passes `chunk` on; false once the other side is gone.
+    async fn put(&mut self, chunk: &[u8]) -> bool {
+        match self {
+            Sink::Direct(w) => w.write_all(chunk).await.is_ok(),
+            Sink::Delayed { tx, delay, .. } => tx
+                .send((Instant::now() + *delay, chunk.to_vec()))
+                .await
+                .is_ok(),
+        }
+    }
+
+    /// Flushes what is queued, then shuts the write side down.
+    async fn close(self) {
+        match self {
+            Sink::Direct(mut w) => {
+                let _ = w.shutdown().await;
+            }
+            Sink::Delayed { tx, writer, .. } => {
+                drop(tx);
+                let _ = writer.await;
+            }
+        }
+    }
 }
 
 async fn delayed_writer(
@@ -384,4 +423,61 @@ pub async fn raw_tcp_copy(blocks: &[Bytes]) -> Result<CopyStats> {
         seconds: start.elapsed().as_secs_f64(),
         bytes: total,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on loopback.
+    async fn echo() -> SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// One round trip through `relay`: the bytes come back whole; returns
+    /// its time.
+    async fn round_trip(relay: &CountingProxy, msg: &[u8]) -> Duration {
+        let mut s = tokio::net::TcpStream::connect(relay.addr()).await.unwrap();
+        let start = Instant::now();
+        s.write_all(msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, msg);
+        start.elapsed()
+    }
+
+    #[tokio::test]
+    async fn a_delayed_link_holds_each_direction_and_counts_every_byte() {
+        let target = echo().await;
+        let link = Link {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            rate: None,
+            delay: Duration::from_millis(40),
+        };
+        let relay = CountingProxy::start_with(target, link).await.unwrap();
+        let msg = vec![7u8; 100_000];
+        let rtt = tokio::time::timeout(Duration::from_secs(30), round_trip(&relay, &msg))
+            .await
+            .expect("round trip within 30 s");
+        // Both directions are held at least the delay (a lower bound holds
+        // however loaded the machine is).
+        assert!(rtt >= Duration::from_millis(80), "round trip {rtt:?}");
+        assert_eq!(relay.bytes(), 200_000);
+
+        let plain = CountingProxy::start(target).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), round_trip(&plain, &msg))
+            .await
+            .expect("round trip within 30 s");
+        assert_eq!(plain.bytes(), 200_000);
+    }
 }

@@ -49,12 +49,11 @@ impl Lab {
     /// `.1`.
     fn create(nodes: usize) -> Result<Lab, String> {
         let pid = std::process::id();
-        let lab = Lab {
+        let mut lab = Lab {
             tag: format!("px{:05x}", pid & 0xfffff),
             net: format!("10.201.{}", pid % 250 + 1),
             nodes: 0,
         };
-        let mut lab = lab;
         let br = lab.bridge();
         ip(&["link", "add", &br, "type", "bridge"])?;
         ip(&["addr", "add", &format!("{}/24", lab.gateway()), "dev", &br])?;
