@@ -5,6 +5,7 @@
 use crate::error::Violation;
 use crate::protocol::frames::{ClosureStatus, ReadError, RefusedCode, ServerFrame};
 use crate::protocol::limits::Limits;
+use crate::stall::StallGuard;
 use bytes::Bytes;
 use futures::AsyncRead;
 use prox_engine::Cid;
@@ -26,7 +27,7 @@ pub(crate) enum Group {
 /// Reads frames and groups them into whole `WANT` answers or closure chunks,
 /// refusing answers larger than the budget allows.
 pub(crate) async fn read_groups<R: AsyncRead + Unpin>(
-    mut reader: R,
+    reader: R,
     limits: Limits,
     idle: Duration,
     out: tokio::sync::mpsc::Sender<std::result::Result<Group, ReadError>>,
@@ -37,25 +38,15 @@ pub(crate) async fn read_groups<R: AsyncRead + Unpin>(
     let mut bytes = 0u64;
     let mut chunk = Vec::new();
     let mut chunk_bytes = 0u64;
+    // The idle deadline is on bytes, not frames: a block larger than the
+    // link carries in one idle period still arrives; a stream on which no
+    // byte moves for `idle` fails with `TimedOut`.
+    let mut reader = StallGuard::new(reader, idle);
     loop {
-        let frame = match tokio::time::timeout(
-            idle,
-            ServerFrame::read(&mut reader, limits.max_block),
-        )
-        .await
-        {
-            Ok(Ok(f)) => f,
-            Ok(Err(e)) => {
+        let frame = match ServerFrame::read(&mut reader, limits.max_block).await {
+            Ok(f) => f,
+            Err(e) => {
                 let _ = out.send(Err(e)).await;
-                return;
-            }
-            Err(_) => {
-                let _ = out
-                    .send(Err(ReadError::Io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no progress on block stream",
-                    ))))
-                    .await;
                 return;
             }
         };

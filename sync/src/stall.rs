@@ -1,8 +1,10 @@
-//! A write deadline for block sessions: a writer that fails with
-//! `TimedOut` when the peer accepts no byte for a whole idle period, so a
-//! peer that never reads cannot hold a session (and its slot) forever.
+//! Idle deadlines for block sessions: a writer that fails with `TimedOut`
+//! when the peer accepts no byte for a whole idle period, so a peer that
+//! never reads cannot hold a session (and its slot) forever; and a reader
+//! that fails the same way when no byte arrives for that long, so a slow
+//! link still delivers a block larger than it carries in one idle period.
 
-use futures::AsyncWrite;
+use futures::{AsyncRead, AsyncWrite};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -10,8 +12,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
-/// Wraps a writer; each write, flush or close must make progress within
-/// `idle`.
+/// Wraps a writer (or reader); each write, flush, close or read must make
+/// progress within `idle`.
 pub(crate) struct StallGuard<W> {
     inner: W,
     idle: Duration,
@@ -40,7 +42,7 @@ impl<W> StallGuard<W> {
         match self.timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "peer accepted no data within the idle timeout",
+                "no data moved within the idle timeout",
             ))),
             Poll::Pending => Poll::Pending,
         }
@@ -79,6 +81,19 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for StallGuard<W> {
     }
 }
 
+impl<R: AsyncRead + Unpin> AsyncRead for StallGuard<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Pending => self.pending(cx),
+            r => self.progressed(r),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::StallGuard;
@@ -104,6 +119,70 @@ mod tests {
         fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
             Poll::Pending
         }
+    }
+
+    /// A peer that sends one byte every `gap`, `left` bytes in all.
+    struct Trickle {
+        gap: tokio::time::Interval,
+        left: usize,
+    }
+
+    impl futures::AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<std::io::Result<usize>> {
+            if self.left == 0 {
+                return Poll::Ready(Ok(0));
+            }
+            match self.gap.poll_tick(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(_) => {
+                    self.left -= 1;
+                    buf[0] = 7;
+                    Poll::Ready(Ok(1))
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_times_out_only_when_no_byte_arrives() {
+        use futures::AsyncReadExt;
+        let tick = |ms| {
+            let mut i = tokio::time::interval(Duration::from_millis(ms));
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        };
+        // 20 bytes, one per 10 ms: the whole read takes longer than the
+        // 60 ms idle period, but bytes keep arriving.
+        let mut r = StallGuard::new(
+            Trickle {
+                gap: tick(10),
+                left: 20,
+            },
+            Duration::from_millis(60),
+        );
+        let mut got = [0u8; 20];
+        let read = tokio::time::timeout(Duration::from_secs(10), r.read_exact(&mut got)).await;
+        read.expect("bounded")
+            .expect("a trickle that keeps moving is read");
+        assert_eq!(got, [7; 20]);
+        // A gap longer than the idle period times the read out.
+        let mut r = StallGuard::new(
+            Trickle {
+                gap: tick(300),
+                left: 5,
+            },
+            Duration::from_millis(60),
+        );
+        let mut buf = [0u8; 5];
+        let err = tokio::time::timeout(Duration::from_secs(10), r.read_exact(&mut buf))
+            .await
+            .expect("bounded")
+            .expect_err("a stalled peer fails the read");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
     #[tokio::test]

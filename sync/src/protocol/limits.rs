@@ -62,7 +62,8 @@ pub struct Limits {
     /// `Error::PullDeadline`. What was staged is kept for a resume.
     #[serde(with = "secs")]
     pub pull_deadline: Duration,
-    /// No progress on a session for this long cancels it (resumable).
+    /// No progress on a session for this long (no byte read or written
+    /// on its block stream) cancels it (resumable).
     #[serde(with = "secs")]
     pub idle_timeout: Duration,
     /// Time limit of one control request.
