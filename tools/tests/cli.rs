@@ -465,8 +465,81 @@ fn accel_build_attaches_sidecars_to_the_named_root() {
 /// that changes the descriptor reports the layouts dropped, and they can be
 /// persisted again.
 #[test]
+fn build_persists_layouts_by_default_and_no_layout_skips_them() {
+    let f = fixture(&["--no-layout"]);
+    let base = f.data.join("base.fvecs");
+    let q = f.data.join("query.fvecs");
+    let with = f.data.join("with-layouts");
+    let pq = "subquantizers=4,centroids=16,iterations=4";
+    let built = &json_lines(&ok(&[
+        "build",
+        "--store",
+        s(&with),
+        "--name",
+        "m",
+        "--input",
+        s(&base),
+        "--pq",
+        pq,
+        "--json",
+    ]))[0];
+    for kind in ["arena", "adaptive", "ivf"] {
+        assert!(
+            built["layouts"][kind].as_str().is_some_and(is_cid),
+            "{kind}: {built}"
+        );
+    }
+    // The same records without layouts (and a PQ sidecar of its own).
+    let bare = f.data.join("bare");
+    let plain = &json_lines(&ok(&[
+        "build",
+        "--store",
+        s(&bare),
+        "--name",
+        "m",
+        "--input",
+        s(&base),
+        "--pq",
+        pq,
+        "--no-layout",
+        "--json",
+    ]))[0];
+    assert_eq!(plain["descriptor"], built["descriptor"]);
+    assert_eq!(plain["pq"], built["pq"]);
+    assert!(plain["layouts"]["arena"].is_null() && plain["layouts"]["ivf"].is_null());
+    for args in [
+        &["--mode", "exact"][..],
+        &["--mode", "balanced"],
+        &["--path", "pq"],
+    ] {
+        let answer = |store: &std::path::Path| {
+            let out = f.data.join("a.ivecs");
+            let mut a = vec![
+                "query",
+                "--store",
+                s(store),
+                "--name",
+                "m",
+                "--queries",
+                s(&q),
+                "--k",
+                "10",
+                "--out",
+                s(&out),
+            ];
+            a.extend_from_slice(args);
+            ok(&a);
+            std::fs::read(&out).unwrap()
+        };
+        assert_eq!(answer(&with), answer(&bare), "{args:?}");
+    }
+    let v = &json_lines(&ok(&["verify", "--store", s(&with), "m", "--json"]))[0];
+    assert_eq!(v["ok"], true, "{v}");
+}
+
+#[test]
 fn accel_build_layout_persists_layouts_that_searches_use_unchanged() {
-    let f = fixture(&[]);
+    let f = fixture(&["--no-layout"]);
     let st = s(&f.store);
     let q = f.data.join("query.fvecs");
     let answers = |tag: &str| -> Vec<Vec<u8>> {

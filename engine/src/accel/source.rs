@@ -1,6 +1,6 @@
 //! Reading a proximity map's records for sidecar builds, and building both
 //! sidecars in one call (used by `prox build --hnsw/--pq` and
-//! `prox accel build`), and persisting the native search layouts.
+//! `prox accel build`), and persisting the search layouts.
 
 use super::hnsw::{read_tree, Hnsw, HnswSidecar};
 use super::params::{HnswParams, PqParams};
@@ -64,14 +64,30 @@ pub fn build_sidecars(
 }
 
 /// Builds and persists every search layout of the map `descriptor` that
-/// the native search would otherwise build when the map is opened (today
-/// the scan arena), each bound to the descriptor; returns their manifest
-/// CIDs. The bytes are a function of the descriptor alone.
-pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid) -> Result<Layouts> {
+/// would otherwise be built when the map is opened: the native scan arena
+/// and adaptive sub-lists, and, when `pq` names a 4-bit PQ sidecar of the
+/// map, its fast-scan coarse lists. Each is bound to the descriptor;
+/// returns their manifest CIDs. The bytes are a function of the
+/// descriptor alone.
+pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -> Result<Layouts> {
     let map = crate::proximity::ProximityMap::load(store, descriptor)?;
     let searcher = map.searcher()?;
+    let arena = Some(searcher.persist_arena(store, descriptor)?);
+    let adaptive = Some(searcher.persist_adaptive(store, descriptor)?);
+    drop(searcher);
+    let ivf = match pq {
+        None => None,
+        Some(cid) => {
+            let (desc, records) = map_records(store, descriptor)?;
+            let (metric, dims) = (desc.config.metric, desc.config.dims as usize);
+            let q = super::pq::load(store, cid, Some(descriptor), metric, dims, &records)?;
+            drop(records);
+            q.persist_fast_scan(store, descriptor)?
+        }
+    };
     Ok(Layouts {
-        arena: Some(searcher.persist_arena(store, descriptor)?),
-        adaptive: Some(searcher.persist_adaptive(store, descriptor)?),
+        arena,
+        adaptive,
+        ivf,
     })
 }

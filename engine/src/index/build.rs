@@ -2,12 +2,12 @@
 //! named root that publishes them. The one build path of every front end
 //! (`prox build`, `prox demo`, the Python `Index.build`).
 
-use crate::accel::{build_sidecars, HnswParams, PqParams};
+use crate::accel::{build_layouts, build_sidecars, HnswParams, PqParams};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{
-    self, InputRecord, Phase, Progress, ProximityConfig, ProximityMap, Sidecars, StreamBuild,
-    StreamStats,
+    self, InputRecord, Layouts, Phase, Progress, ProximityConfig, ProximityMap, Sidecars,
+    StreamBuild, StreamStats,
 };
 use crate::secondary::{FieldIndex, FieldIndexes};
 use crate::store::{validate_root_name, BlockStore};
@@ -30,6 +30,10 @@ pub struct Build {
     pub threads: Option<usize>,
     /// Payload field indexes to build with the map (docs/payloads.md).
     pub indexes: Vec<FieldIndex>,
+    /// Also persist the search layouts (scan arena, adaptive lists and a
+    /// 4-bit PQ sidecar's fast-scan lists), so the map opens without
+    /// building them; they need about [`layout_memory`] bytes while built.
+    pub layouts: bool,
 }
 
 impl Build {
@@ -42,6 +46,7 @@ impl Build {
             pq: None,
             threads: None,
             indexes: Vec::new(),
+            layouts: false,
         }
     }
 }
@@ -59,6 +64,10 @@ pub struct Built {
     pub map_seconds: f64,
     /// Seconds spent building the sidecars.
     pub sidecar_seconds: f64,
+    /// The persisted search layouts ([`Build::layouts`]).
+    pub layouts: Layouts,
+    /// Seconds spent persisting the layouts.
+    pub layout_seconds: f64,
 }
 
 /// Builds a map of `records` (and the sidecars `build` asks for) into
@@ -107,7 +116,15 @@ fn run(
     let n = records.len() as u64;
     let t = Instant::now();
     let map = ProximityMap::build(store, &build.config, records)?;
-    complete(store, name, build, &map, n, t.elapsed().as_secs_f64())
+    complete(
+        store,
+        name,
+        build,
+        &map,
+        n,
+        t.elapsed().as_secs_f64(),
+        &crate::proximity::NoProgress,
+    )
 }
 
 /// Finishes a [`StreamBuild`] (the bounded-memory build of the same map
@@ -138,15 +155,7 @@ pub fn build_streamed(
         let n = stream.records();
         let (map, stats) = stream.finish(progress)?;
         let map_seconds = t.elapsed().as_secs_f64();
-        let has_sidecars = build.hnsw.is_some() || build.pq.is_some();
-        if has_sidecars {
-            progress.start(Phase::Sidecars, Some(n));
-        }
-        let built = complete(store, name, build, &map, n, map_seconds)?;
-        if has_sidecars {
-            progress.advance(n);
-            progress.finish(Phase::Sidecars);
-        }
+        let built = complete(store, name, build, &map, n, map_seconds, progress)?;
         Ok((built, stats))
     };
     match build.threads {
@@ -184,7 +193,19 @@ pub fn sidecar_memory(build: &Build, records: u64) -> Option<u64> {
     Some(records.saturating_mul(per))
 }
 
-/// Commits a built map, builds its sidecars and publishes it.
+/// Bytes the search layouts of a map of `records` x `dims` need in memory
+/// while [`Build::layouts`] persists them: the decoded hierarchy (vectors,
+/// keys, node codes), the scan arena and the adaptive lists with their
+/// 4-bit codes. An estimate that errs high.
+pub fn layout_memory(dims: u32, records: u64) -> u64 {
+    let d = u64::from(dims);
+    // Decoded vector (4d) and node codes (d), arena codes and scalars
+    // (d + 12), the lists' copy of the codes and slots (d + 16), 4-bit
+    // codes (d / 2), keys and bookkeeping.
+    records.saturating_mul(7 * d + d / 2 + 160)
+}
+
+/// Commits a built map, builds its sidecars (and layouts) and publishes it.
 fn complete(
     store: &dyn BlockStore,
     name: Option<&str>,
@@ -192,18 +213,34 @@ fn complete(
     map: &ProximityMap<'_>,
     n: u64,
     map_seconds: f64,
+    progress: &dyn Progress,
 ) -> Result<Built> {
     let descriptor = map.descriptor_cid();
     store.commit()?;
     let t = Instant::now();
     let mut sidecars = Sidecars::default();
     if build.hnsw.is_some() || build.pq.is_some() {
+        progress.start(Phase::Sidecars, Some(n));
         let side = build_sidecars(store, descriptor, build.hnsw.as_ref(), build.pq.as_ref())?;
         sidecars.hnsw = side.hnsw.map(|s| s.manifest_cid);
         sidecars.pq = side.pq.map(|s| s.manifest_cid);
         store.commit()?;
+        progress.advance(n);
+        progress.finish(Phase::Sidecars);
     }
     let sidecar_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let layouts = if build.layouts && n > 0 {
+        progress.start(Phase::Layouts, Some(n));
+        let l = build_layouts(store, descriptor, sidecars.pq)?;
+        store.commit()?;
+        progress.advance(n);
+        progress.finish(Phase::Layouts);
+        l
+    } else {
+        Layouts::default()
+    };
+    let layout_seconds = t.elapsed().as_secs_f64();
     let meta = if build.indexes.is_empty() {
         proximity::Metadata::new()
     } else {
@@ -213,14 +250,21 @@ fn complete(
         store.commit()?;
         meta
     };
+    let meta = {
+        let mut meta = meta;
+        meta.extend(layouts.to_metadata());
+        meta
+    };
     if let Some(name) = name {
         proximity::publish_with(store, name, map, &sidecars, &meta)?;
     }
     Ok(Built {
         descriptor,
         sidecars,
+        layouts,
         records: n,
         map_seconds,
         sidecar_seconds,
+        layout_seconds,
     })
 }

@@ -58,7 +58,9 @@ pub use write::{Applied, DropReason, SidecarWrite, WriteReport};
 
 // Building and publishing a map from records.
 mod build;
-pub use build::{build, build_streamed, sidecar_memory, Build, Built, DEFAULT_SQ8_GROUP};
+pub use build::{
+    build, build_streamed, layout_memory, sidecar_memory, Build, Built, DEFAULT_SQ8_GROUP,
+};
 
 #[cfg(test)]
 mod tests;

@@ -147,11 +147,13 @@ impl Index {
     }
 
     /// [`Index::load`] reading the persisted search `layouts` (each must
-    /// have been derived from this descriptor) instead of building them.
-    /// A layout that does not match the map is an error, never silently
-    /// rebuilt: [`Error::InvalidArgument`] for another descriptor's,
-    /// [`Error::Corrupt`] for one that disagrees with the hierarchy,
-    /// [`Error::NotFound`] for a missing block.
+    /// have been derived from this descriptor) instead of building them:
+    /// the fast-scan lists with the PQ sidecar, the native arena and
+    /// adaptive lists when a native search first needs them (at once with
+    /// [`Options::warm`]). A layout that does not match the map is an
+    /// error, never silently rebuilt: [`Error::InvalidArgument`] for
+    /// another descriptor's, [`Error::Corrupt`] for one that disagrees
+    /// with the hierarchy, [`Error::NotFound`] for a missing block.
     pub fn load_with_layouts(
         store: Arc<dyn BlockStore>,
         descriptor: Cid,
@@ -190,14 +192,11 @@ impl Index {
                 ));
             }
             if let Some(p) = sidecars.pq {
-                accel.pq = Some(accel::pq::load(
-                    store,
-                    p,
-                    Some(descriptor),
-                    metric,
-                    dims,
-                    &records,
-                )?);
+                let pq = accel::pq::load(store, p, Some(descriptor), metric, dims, &records)?;
+                if let Some(ivf) = layouts.ivf {
+                    pq.load_fast_scan(store, ivf, descriptor)?;
+                }
+                accel.pq = Some(pq);
             }
         }
         let index = Index {
@@ -209,12 +208,10 @@ impl Index {
             layouts: *layouts,
             cell,
         };
-        if let Some(arena) = layouts.arena {
-            index.searcher().load_arena(arena, descriptor)?;
-        }
-        if let Some(adaptive) = layouts.adaptive {
-            index.searcher().load_adaptive(adaptive, descriptor)?;
-        }
+        // Read on first native use (a sidecar-only caller reads nothing).
+        index
+            .searcher()
+            .use_layouts(layouts.arena, layouts.adaptive, descriptor);
         if options.warm {
             index.warm()?;
         }

@@ -103,9 +103,12 @@ pub struct WriteReport {
     pub hnsw: SidecarWrite,
     /// The PQ sidecar.
     pub pq: SidecarWrite,
-    /// The persisted search layouts (kept only when the descriptor is
-    /// unchanged, else [`DropReason::Derived`]).
+    /// The persisted native search layouts, arena and adaptive (kept only
+    /// when the descriptor is unchanged, else [`DropReason::Derived`]).
     pub layout: SidecarWrite,
+    /// The persisted fast-scan lists of a 4-bit PQ sidecar (carried with
+    /// the sidecar and persisted again; dropped with it).
+    pub ivf: SidecarWrite,
     /// Time carrying the sidecars (within `elapsed`).
     pub sidecar_time: Duration,
     /// Wall time of the whole apply.
@@ -263,6 +266,30 @@ impl Index {
                 }
             }
         };
+        // The fast-scan lists layout follows the PQ sidecar: the write
+        // carried its lists in memory (coarse centroids kept, new records
+        // in their nearest list), so they are persisted again for the new
+        // descriptor (unchanged chunks dedupe).
+        let (ivf_layout, ivf) = match (self.layouts.ivf, &accel.pq) {
+            (None, _) => (None, SidecarWrite::Absent),
+            (Some(c), _) if unchanged => (Some(c), SidecarWrite::Unchanged),
+            (Some(_), Some(p)) if p.fast_scan_built() => (
+                p.persist_fast_scan(&counting, descriptor)?,
+                SidecarWrite::Updated {
+                    inserted: plan.inserted.len(),
+                    removed: plan.removed.len(),
+                    relinked: 0,
+                },
+            ),
+            // Dropped with the sidecar (for its reason), or not carried.
+            (Some(_), _) => (
+                None,
+                SidecarWrite::Dropped(match pq {
+                    SidecarWrite::Dropped(why) => why,
+                    _ => DropReason::Derived,
+                }),
+            ),
+        };
         let sidecar_time = sidecar_start.elapsed();
         let (blocks_written, bytes_written) = counting.totals();
         let fields = match &self.fields {
@@ -283,14 +310,15 @@ impl Index {
         // Layouts are derived from the hierarchy: kept while the
         // descriptor is unchanged, otherwise dropped (rebuilt on demand,
         // `prox accel build --layout` persists them again).
-        let (layouts, layout) = match self.layouts.is_empty() {
-            true => (proximity::Layouts::default(), SidecarWrite::Absent),
-            false if unchanged => (self.layouts, SidecarWrite::Unchanged),
-            false => (
+        let (mut layouts, layout) = match self.layouts.has_native() {
+            false => (proximity::Layouts::default(), SidecarWrite::Absent),
+            true if unchanged => (self.layouts, SidecarWrite::Unchanged),
+            true => (
                 proximity::Layouts::default(),
                 SidecarWrite::Dropped(DropReason::Derived),
             ),
         };
+        layouts.ivf = ivf_layout;
         let mut index = assemble(store, descriptor, sidecars, accel, &layouts, options)?;
         index.fields = fields;
         let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
@@ -308,6 +336,7 @@ impl Index {
                 hnsw,
                 pq,
                 layout,
+                ivf,
                 sidecar_time,
                 elapsed: start.elapsed(),
             },
@@ -452,12 +481,10 @@ fn assemble(
         layouts: *layouts,
         cell,
     };
-    if let Some(arena) = layouts.arena {
-        index.searcher().load_arena(arena, descriptor)?;
-    }
-    if let Some(adaptive) = layouts.adaptive {
-        index.searcher().load_adaptive(adaptive, descriptor)?;
-    }
+    // Read on first native use (a sidecar-only caller reads nothing).
+    index
+        .searcher()
+        .use_layouts(layouts.arena, layouts.adaptive, descriptor);
     if options.warm {
         index.warm()?;
     }

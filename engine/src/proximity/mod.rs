@@ -22,6 +22,7 @@
 mod build;
 pub mod format;
 mod incremental;
+pub(crate) mod layout_io;
 mod map;
 pub mod math;
 mod mutate;

@@ -292,6 +292,9 @@ pub struct Layouts {
     pub arena: Option<Cid>,
     /// The adaptive sub-lists and 4-bit pass (`prox.layout.adaptive`).
     pub adaptive: Option<Cid>,
+    /// The coarse lists of a 4-bit PQ sidecar's fast-scan index
+    /// (`prox.layout.ivf`).
+    pub ivf: Option<Cid>,
 }
 
 impl Layouts {
@@ -311,6 +314,7 @@ impl Layouts {
         Ok(Layouts {
             arena: get(super::format::META_LAYOUT_ARENA)?,
             adaptive: get(super::format::META_LAYOUT_ADAPTIVE)?,
+            ivf: get(super::format::META_LAYOUT_IVF)?,
         })
     }
 
@@ -323,12 +327,20 @@ impl Layouts {
         if let Some(c) = self.adaptive {
             m.insert(super::format::META_LAYOUT_ADAPTIVE.to_vec(), c.0.to_vec());
         }
+        if let Some(c) = self.ivf {
+            m.insert(super::format::META_LAYOUT_IVF.to_vec(), c.0.to_vec());
+        }
         m
     }
 
     /// True when no layout is named.
     pub fn is_empty(&self) -> bool {
-        self.arena.is_none() && self.adaptive.is_none()
+        self.arena.is_none() && self.adaptive.is_none() && self.ivf.is_none()
+    }
+
+    /// True when a native search layout (arena or adaptive) is named.
+    pub fn has_native(&self) -> bool {
+        self.arena.is_some() || self.adaptive.is_some()
     }
 }
 

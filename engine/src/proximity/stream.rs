@@ -60,6 +60,9 @@ pub enum Phase {
     Write,
     /// Building the HNSW/PQ sidecars.
     Sidecars,
+    /// Persisting the search layouts (scan arena, adaptive lists, fast-scan
+    /// lists).
+    Layouts,
 }
 
 impl Phase {
@@ -71,6 +74,7 @@ impl Phase {
             Phase::Cluster => "cluster",
             Phase::Write => "write",
             Phase::Sidecars => "sidecars",
+            Phase::Layouts => "layouts",
         }
     }
 }

@@ -45,7 +45,7 @@ fn publish(
 ) -> (Cid, Layouts) {
     let cfg = ProximityConfig::new(DIMS as u32);
     let map = ProximityMap::build(&**store, &cfg, recs).unwrap();
-    let layouts = accel::build_layouts(&**store, map.descriptor_cid()).unwrap();
+    let layouts = accel::build_layouts(&**store, map.descriptor_cid(), None).unwrap();
     proximity::publish_with(
         &**store,
         name,
@@ -172,6 +172,19 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
     let opts = Options::default();
     // Another descriptor's layout.
     let err = Index::load_with_layouts(Arc::clone(&store), a, Sidecars::default(), &lb, &opts)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    // Unwarmed, the layout is read at the first native search: that
+    // search fails the same way (never a silent rebuild).
+    let cold = Options {
+        warm: false,
+        ..Options::default()
+    };
+    let lazy =
+        Index::load_with_layouts(Arc::clone(&store), a, Sidecars::default(), &lb, &cold).unwrap();
+    let err = lazy
+        .searcher()
+        .search(&[0.0; DIMS], &SearchRequest::new(3).mode(Mode::Exact))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     // Publishing it under this map is refused too.

@@ -12,6 +12,7 @@ mod cold;
 mod corruption;
 mod deadline;
 mod filters;
+mod ivf_layout;
 mod layouts;
 mod mutate;
 mod planner;

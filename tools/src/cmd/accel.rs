@@ -104,8 +104,14 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
     let side = build_sidecars(&store, descriptor, args.hnsw.as_ref(), args.pq.as_ref())
         .with_context(|| format!("building sidecars of {descriptor}"))?;
     let layouts = if args.layout {
-        build_layouts(&store, descriptor)
-            .with_context(|| format!("building the search layouts of {descriptor}"))?
+        build_layouts(
+            &store,
+            descriptor,
+            side.pq.as_ref().map(|s| s.manifest_cid).or(published
+                .filter(|p| p.descriptor == descriptor)
+                .and_then(|p| p.pq)),
+        )
+        .with_context(|| format!("building the search layouts of {descriptor}"))?
     } else {
         Default::default()
     };
@@ -121,6 +127,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                 layouts: prox_engine::proximity::Layouts {
                     arena: layouts.arena.or(p.layouts.arena),
                     adaptive: layouts.adaptive.or(p.layouts.adaptive),
+                    ivf: layouts.ivf.or(p.layouts.ivf),
                 },
             };
             crate::map::publish(&store, name, &attached)?;
@@ -139,6 +146,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
             "pq_mse": side.pq.as_ref().map(|s| s.manifest.mean_squared_error),
             "layout_arena": layouts.arena.map(|c| c.to_string()),
             "layout_adaptive": layouts.adaptive.map(|c| c.to_string()),
+            "layout_ivf": layouts.ivf.map(|c| c.to_string()),
             "seconds": secs,
         });
         out.json(&v)?;
@@ -154,6 +162,9 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         }
         if let Some(a) = layouts.adaptive {
             out.line(format!("layout.adaptive {a}"))?;
+        }
+        if let Some(a) = layouts.ivf {
+            out.line(format!("layout.ivf {a}"))?;
         }
     }
     out.flush()

@@ -122,12 +122,48 @@ pub struct BuildArgs {
     /// (docs/payloads.md).
     #[arg(long = "index", value_name = "FIELD:TYPE")]
     pub indexes: Vec<prox_engine::secondary::FieldIndex>,
+    /// Do not persist the search layouts (scan arena, adaptive lists, a
+    /// 4-bit PQ sidecar's fast-scan lists); the map then builds them each
+    /// time it is opened.
+    #[arg(long)]
+    pub no_layout: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 impl BuildArgs {
+    /// What to build for records of `dim` dimensions: the map, the
+    /// sidecars and field indexes asked for, and the search layouts unless
+    /// `--no-layout`.
+    pub fn spec(&self, dim: usize) -> index::Build {
+        index::Build {
+            config: self.config(dim as u32),
+            hnsw: self.hnsw,
+            pq: self.pq,
+            threads: self.threads,
+            indexes: self.indexes.clone(),
+            layouts: !self.no_layout,
+        }
+    }
+
+    /// [`BuildArgs::spec`] for `n` records under the memory `limit`: the
+    /// layouts are left out (said on stderr) when they would not fit.
+    pub fn spec_within(&self, dim: usize, n: u64, limit: u64) -> index::Build {
+        let mut build = self.spec(dim);
+        let need = index::layout_memory(dim as u32, n);
+        if build.layouts && need > limit {
+            progress::note(format_args!(
+                "not persisting the search layouts: they need about {} in memory, over the \
+                 {} limit (add them later with prox accel build --layout)",
+                sysmem::human(need),
+                sysmem::human(limit)
+            ));
+            build.layouts = false;
+        }
+        build
+    }
+
     /// The map configuration for `dims` dimensions.
     pub fn config(&self, dims: u32) -> ProximityConfig {
         let mut c = ProximityConfig::new(dims);
@@ -215,6 +251,8 @@ pub struct Built {
     pub map_seconds: f64,
     /// Seconds spent building sidecars.
     pub sidecar_seconds: f64,
+    /// Seconds spent persisting the search layouts.
+    pub layout_seconds: f64,
 }
 
 /// Builds a map (and sidecars) from records into `store` and publishes it
@@ -229,18 +267,7 @@ pub fn build_and_publish(
     let sp = progress::spinner(&format!("building map of {} records", records.len()));
     let built = index::build(store, Some(name), build, records);
     sp.finish_and_clear();
-    let built = built?;
-    Ok(Built {
-        published: Published {
-            descriptor: built.descriptor,
-            hnsw: built.sidecars.hnsw,
-            pq: built.sidecars.pq,
-            layouts: Default::default(),
-        },
-        records: built.records,
-        map_seconds: built.map_seconds,
-        sidecar_seconds: built.sidecar_seconds,
-    })
+    Ok(to_built(built?))
 }
 
 /// The memory limit: `--memory-limit`, else half the machine's memory
@@ -280,14 +307,7 @@ fn streamed(
     ));
     let mut reader = open_input(args)?;
     let probe = |dim: usize, n: u64| -> Result<()> {
-        let build = index::Build {
-            config: args.config(dim as u32),
-            hnsw: args.hnsw,
-            pq: args.pq,
-            threads: args.threads,
-            indexes: args.indexes.clone(),
-        };
-        if let Some(need) = index::sidecar_memory(&build, n) {
+        if let Some(need) = index::sidecar_memory(&args.spec(dim), n) {
             if need > limit {
                 bail!(
                     "the sidecars of {n} x {dim} records need about {} in memory, over the \
@@ -366,13 +386,7 @@ fn resumed(
                 .with_context(|| format!("{}: no vectors", args.input.display()))?
         }
     };
-    let build = index::Build {
-        config: args.config(dim as u32),
-        hnsw: args.hnsw,
-        pq: args.pq,
-        threads: args.threads,
-        indexes: args.indexes.clone(),
-    };
+    let build = args.spec(dim);
     build
         .config
         .validate()
@@ -389,6 +403,7 @@ fn resumed(
         "resuming {} from its checkpoint (input read and sorted already)",
         args.name
     ));
+    let build = args.spec_within(dim, stream.records(), limit);
     let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
     Ok(Some((
         to_built(built),
@@ -408,11 +423,12 @@ fn to_built(built: index::Built) -> Built {
             descriptor: built.descriptor,
             hnsw: built.sidecars.hnsw,
             pq: built.sidecars.pq,
-            layouts: Default::default(),
+            layouts: built.layouts,
         },
         records: built.records,
         map_seconds: built.map_seconds,
         sidecar_seconds: built.sidecar_seconds,
+        layout_seconds: built.layout_seconds,
     }
 }
 
@@ -460,13 +476,7 @@ fn stream_into(
         .with_context(|| format!("{}: no vectors", args.input.display()))?;
     probe(dim, i)?;
     let stream = stream.expect("a dimension implies a row");
-    let build = index::Build {
-        config: args.config(dim as u32),
-        hnsw: args.hnsw,
-        pq: args.pq,
-        threads: args.threads,
-        indexes: args.indexes.clone(),
-    };
+    let build = args.spec_within(dim, i, limit);
     let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
     Ok((
         to_built(built),
@@ -493,15 +503,11 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         let t = Instant::now();
         let (records, dim) = read_records(args)?;
         let read_seconds = t.elapsed().as_secs_f64();
-        let config = args.config(dim as u32);
-        config.validate().context("invalid map configuration")?;
-        let build = index::Build {
-            config,
-            hnsw: args.hnsw,
-            pq: args.pq,
-            threads: args.threads,
-            indexes: args.indexes.clone(),
-        };
+        let build = args.spec(dim);
+        build
+            .config
+            .validate()
+            .context("invalid map configuration")?;
         let built = build_and_publish(&*store, &args.name, &build, records)
             .with_context(|| format!("building {} from {}", args.name, args.input.display()))?;
         let report = Report {
@@ -532,6 +538,12 @@ pub fn run(args: &BuildArgs) -> Result<()> {
             "read_seconds": read_seconds,
             "build_seconds": built.map_seconds,
             "sidecar_seconds": built.sidecar_seconds,
+            "layouts": {
+                "arena": p.layouts.arena.map(|c| c.to_hex()),
+                "adaptive": p.layouts.adaptive.map(|c| c.to_hex()),
+                "ivf": p.layouts.ivf.map(|c| c.to_hex()),
+            },
+            "layout_seconds": built.layout_seconds,
             "phases": report.phases,
             "memory_limit_bytes": report.limit,
             "peak_rss_bytes": peak,
@@ -551,6 +563,10 @@ pub fn run(args: &BuildArgs) -> Result<()> {
                 format!(", +{:.1}s sidecars", built.sidecar_seconds)
             } else {
                 String::new()
+            } + &if p.layouts.is_empty() {
+                String::new()
+            } else {
+                format!(", +{:.1}s layouts", built.layout_seconds)
             }
         ));
         if !report.phases.is_empty() {
@@ -572,6 +588,15 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         }
         if let Some(q) = p.pq {
             out.line(format_args!("pq {q}"))?;
+        }
+        for (kind, cid) in [
+            ("arena", p.layouts.arena),
+            ("adaptive", p.layouts.adaptive),
+            ("ivf", p.layouts.ivf),
+        ] {
+            if let Some(c) = cid {
+                out.line(format_args!("layout.{kind} {c}"))?;
+            }
         }
         out.line(p.descriptor)?;
     }

@@ -143,6 +143,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         pq,
         threads: None,
         indexes: Vec::new(),
+        layouts: true,
     };
     let built = super::build::build_and_publish(&store, "demo", &build, records)?;
     progress::note(format_args!(

@@ -337,6 +337,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         let (hnsw, hnsw_text) = sidecar(&r.hnsw);
         let (pq, pq_text) = sidecar(&r.pq);
         let (layout, layout_text) = sidecar(&r.layout);
+        let (ivf, ivf_text) = sidecar(&r.ivf);
         if args.json {
             out.json(&serde_json::json!({
                 "batch": batches,
@@ -351,6 +352,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 "hnsw": hnsw,
                 "pq": pq,
                 "layout": layout,
+                "ivf_layout": ivf,
                 "apply_seconds": apply_seconds,
                 "sidecar_seconds": r.sidecar_time.as_secs_f64(),
                 "map_nodes_encoded": r.map.nodes_encoded,
@@ -367,7 +369,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 n => format!(" (re-applied {n}x: another writer published meanwhile)"),
             };
             progress::note(format_args!(
-                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}, layout {layout_text}; {} records",
+                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}, layout {layout_text}, ivf layout {ivf_text}; {} records",
                 args.name,
                 batch.len(),
                 r.inserted,

@@ -1,9 +1,10 @@
 //! IVF search over 4-bit PQ codes with the fast-scan kernel and exact rerank.
 //!
 //! Applies to a PQ sidecar with at most 16 centroids per subspace (4-bit
-//! codes) and at most 256 subquantizers. Nothing here is persisted: the
-//! index is computed from the sidecar's codes and vectors at load time
-//! (deterministically), so the `PQPQ` format is unchanged.
+//! codes) and at most 256 subquantizers. The index is computed from the
+//! sidecar's codes and vectors at load time (deterministically), so the
+//! `PQPQ` format is unchanged; its coarse lists can also be read from a
+//! persisted layout ([`super::ivf_layout`]) instead of being trained.
 //!
 //! * **Coarse partition**: a seeded k-means over the full vectors (the
 //!   deterministic lane kernel, so the partition is identical on every ISA
@@ -214,12 +215,7 @@ impl FastScan {
         if pq.is_empty() || origin.len() != pq.len() {
             return None;
         }
-        let mut list_of = vec![0u32; self.ids.len()];
-        for l in 0..self.nlist {
-            for &i in &self.ids[self.list_start[l] as usize..self.list_start[l + 1] as usize] {
-                list_of[i as usize] = l as u32;
-            }
-        }
+        let list_of = self.assignment();
         let assign: Vec<u32> = origin
             .par_iter()
             .enumerate()
@@ -231,9 +227,30 @@ impl FastScan {
         Self::assemble(pq, self.centroids.clone(), self.nlist, &assign)
     }
 
+    /// Every record's list (record index order).
+    pub(super) fn assignment(&self) -> Vec<u32> {
+        let mut list_of = vec![0u32; self.ids.len()];
+        for l in 0..self.nlist {
+            for &i in &self.ids[self.list_start[l] as usize..self.list_start[l + 1] as usize] {
+                list_of[i as usize] = l as u32;
+            }
+        }
+        list_of
+    }
+
+    /// The `nlist × dims` coarse centroids.
+    pub(super) fn centroids(&self) -> &[f32] {
+        &self.centroids
+    }
+
     /// Lays out the lists of `pq` given every record's list `assign` and
     /// the `nlist × dims` coarse `centroids`.
-    fn assemble(pq: &Pq, centroids: Vec<f32>, nlist: usize, assign: &[u32]) -> Option<FastScan> {
+    pub(super) fn assemble(
+        pq: &Pq,
+        centroids: Vec<f32>,
+        nlist: usize,
+        assign: &[u32],
+    ) -> Option<FastScan> {
         let (n, dims, m) = (pq.len(), pq.dims(), pq.layout.len());
         let mut list_start = vec![0u32; nlist + 1];
         for &a in assign {

@@ -1,10 +1,12 @@
 //! PQ sidecar: canonical training (spec 12.11), codes, ADC search with exact
 //! rerank, persistence (`PQPQ` manifest + `CRAB` code tree), and for 4-bit
-//! sidecars (`centroids ≤ 16`) the in-memory IVF fast-scan index
-//! ([`FastScan`], built at load time, never persisted).
+//! sidecars (`centroids ≤ 16`) the IVF fast-scan index ([`FastScan`],
+//! built at load time, or read from a persisted layout of its coarse
+//! lists).
 
 mod encode;
 mod ivf;
+mod ivf_layout;
 mod persist;
 mod search;
 mod traversal;

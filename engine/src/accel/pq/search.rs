@@ -11,12 +11,14 @@
 //!   the last bit; the IVF path is bit-identical everywhere.
 
 use super::ivf::{Eligible, FastScan, IvfContext, IvfParams, IvfQuery};
-use super::Pq;
+use super::{ivf_layout, Pq};
 use crate::accel::hnsw::{IdHit, Scored};
 use crate::accel::vectors::check_vector;
+use crate::cid::Cid;
 use crate::deadline::Watch;
 use crate::error::Result;
 use crate::keys::Filter;
+use crate::store::BlockStore;
 use prox_kernels::canonical;
 use prox_kernels::pq::{adc_scan, AdcTable};
 use std::collections::BinaryHeap;
@@ -81,6 +83,32 @@ impl Pq {
     /// The fast-scan index (built with [`IvfParams::default`] on first use).
     pub fn fast_scan(&self) -> Option<&FastScan> {
         self.prepare_fast_scan(&IvfParams::default())
+    }
+
+    /// Writes the fast-scan index's coarse lists (built first if needed) as
+    /// a layout bound to the descriptor `source` (the map this sidecar
+    /// belongs to); returns the manifest CID, or `None` when fast scan
+    /// does not apply (more than 16 centroids per subspace, or no records).
+    pub fn persist_fast_scan(&self, store: &dyn BlockStore, source: Cid) -> Result<Option<Cid>> {
+        match self.fast_scan() {
+            Some(fs) => ivf_layout::persist(fs, self, store, source).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Uses the persisted coarse lists `layout` (bound to `source`) for the
+    /// fast-scan index instead of training them; a no-op when the index
+    /// exists. Errors as [`super::ivf_layout`]'s loader: another
+    /// descriptor's layout or a sidecar without 4-bit codes is
+    /// [`crate::error::Error::InvalidArgument`], a layout that does not fit
+    /// the sidecar [`crate::error::Error::Corrupt`].
+    pub fn load_fast_scan(&self, store: &dyn BlockStore, layout: Cid, source: Cid) -> Result<()> {
+        if self.fast.get().is_some() {
+            return Ok(());
+        }
+        let fs = ivf_layout::load(store, layout, source, self)?;
+        let _ = self.fast.set(Some(std::sync::Arc::new(fs)));
+        Ok(())
     }
 
     /// The `k` best records for the prepared `query` with the manifest's or

@@ -34,6 +34,9 @@ pub enum LayoutKind {
     ScanArena,
     /// 2: the adaptive search's sub-lists and 4-bit first pass.
     Adaptive,
+    /// 3: the coarse lists of a 4-bit PQ sidecar's IVF fast-scan index
+    /// (centroids and every record's list).
+    IvfLists,
 }
 
 impl LayoutKind {
@@ -42,6 +45,7 @@ impl LayoutKind {
         match self {
             LayoutKind::ScanArena => 1,
             LayoutKind::Adaptive => 2,
+            LayoutKind::IvfLists => 3,
         }
     }
 
@@ -50,6 +54,7 @@ impl LayoutKind {
         match id {
             1 => Some(LayoutKind::ScanArena),
             2 => Some(LayoutKind::Adaptive),
+            3 => Some(LayoutKind::IvfLists),
             _ => None,
         }
     }
@@ -59,6 +64,7 @@ impl LayoutKind {
         match self {
             LayoutKind::ScanArena => META_LAYOUT_ARENA,
             LayoutKind::Adaptive => META_LAYOUT_ADAPTIVE,
+            LayoutKind::IvfLists => META_LAYOUT_IVF,
         }
     }
 }
@@ -67,6 +73,8 @@ impl LayoutKind {
 pub const META_LAYOUT_ARENA: &[u8] = b"prox.layout.arena";
 /// `CRMF` metadata key naming the map's adaptive-lists `PRLY` manifest.
 pub const META_LAYOUT_ADAPTIVE: &[u8] = b"prox.layout.adaptive";
+/// `CRMF` metadata key naming the map's IVF-lists `PRLY` manifest.
+pub const META_LAYOUT_IVF: &[u8] = b"prox.layout.ivf";
 /// Prefix of every layout metadata key.
 pub const META_LAYOUT_PREFIX: &[u8] = b"prox.layout.";
 

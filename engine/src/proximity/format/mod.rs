@@ -32,7 +32,8 @@ pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
 pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
 pub use layout::{
     chunk_count, decode_chunk, encode_chunk, LayoutKind, LayoutManifest, LAYOUT_CHUNK,
-    MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ADAPTIVE, META_LAYOUT_ARENA, META_LAYOUT_PREFIX,
+    MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ADAPTIVE, META_LAYOUT_ARENA, META_LAYOUT_IVF,
+    META_LAYOUT_PREFIX,
 };
 pub(crate) use node::{entry_len, header_len};
 pub use node::{NodeEntry, NodeKind, ProxNode, VectorRef};
@@ -98,13 +99,30 @@ pub(crate) fn read_metric(r: &mut Reader<'_>) -> Result<Metric> {
 /// Reads `dims` canonical f32 components. The byte count is checked against
 /// the remaining input before allocating.
 pub(crate) fn read_components(r: &mut Reader<'_>, dims: usize) -> Result<Vec<f32>> {
-    match dims.checked_mul(4) {
-        Some(n) if n <= r.remaining() => {}
+    let bytes = match dims.checked_mul(4) {
+        Some(n) if n <= r.remaining() => r.take(n)?,
         _ => return Err(Error::Truncated { object: r.object() }),
-    }
-    let mut v = Vec::with_capacity(dims);
-    for _ in 0..dims {
-        v.push(r.f32()?);
+    };
+    // One branch-free pass (vectorised) converts and flags a non-canonical
+    // component; the errors are those of `Reader::f32`.
+    let mut bad = false;
+    let v: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| {
+            let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            bad |= (bits & 0x7f80_0000) == 0x7f80_0000 || bits == 0x8000_0000;
+            f32::from_bits(bits)
+        })
+        .collect();
+    if bad {
+        // The first offending component names the error.
+        let first = v
+            .iter()
+            .find(|x| !x.is_finite() || x.to_bits() == 0x8000_0000);
+        return Err(r.invalid(match first {
+            Some(x) if x.is_finite() => "negative zero f32",
+            _ => "non-finite f32",
+        }));
     }
     Ok(v)
 }

@@ -20,7 +20,6 @@
 //! so a damaged layout is [`Error::Corrupt`], never a panic in a search.
 
 use super::arena::ScanArena;
-use super::arena_layout::{manifest, mismatch, payload, persist_payload, Chunks};
 use super::fast4::{rank_subspaces, scan_subspaces, Book, Fast4};
 use super::lists::Lists;
 use crate::cid::Cid;
@@ -28,6 +27,7 @@ use crate::codec::{put_uv, Reader};
 use crate::error::{Error, Result};
 use crate::numeric::kmeans::code_norm;
 use crate::proximity::format::LayoutKind;
+use crate::proximity::layout_io::{manifest, mismatch, payload, persist_payload, Chunks};
 use crate::store::BlockStore;
 use prox_kernels::pq::fastscan::{self, BLOCK, CODES};
 

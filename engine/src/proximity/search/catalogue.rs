@@ -49,11 +49,12 @@ impl Catalogue {
                 continue;
             }
             if node.level == 1 && !node.directory {
+                let quant = node.quant();
                 for i in 0..node.len {
                     cat.parents.push((node.clone(), i as u32));
                     cat.codes
-                        .extend_from_slice(&node.codes[i * dims..(i + 1) * dims]);
-                    cat.stats.push(node.stats[i]);
+                        .extend_from_slice(&quant.codes[i * dims..(i + 1) * dims]);
+                    cat.stats.push(quant.stats[i]);
                 }
                 continue;
             }

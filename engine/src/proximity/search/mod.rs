@@ -304,6 +304,17 @@ pub struct Searcher<'s> {
     /// The local frames (`None`: not used for this map), built on first
     /// exact L2 use.
     frames: OnceLock<Option<Frames>>,
+    /// Persisted layouts to read instead of building the arena and the
+    /// adaptive lists ([`Searcher::use_layouts`]), read on first use.
+    persisted: OnceLock<Persisted>,
+}
+
+/// The persisted layouts a searcher reads on first use.
+#[derive(Debug, Clone, Copy)]
+struct Persisted {
+    arena: Option<Cid>,
+    adaptive: Option<Cid>,
+    source: Cid,
 }
 
 impl std::fmt::Debug for Searcher<'_> {
@@ -360,7 +371,23 @@ impl<'s> Searcher<'s> {
             layout: ExactLayout::default(),
             rotated: OnceLock::new(),
             frames: OnceLock::new(),
+            persisted: OnceLock::new(),
         })
+    }
+
+    /// Reads the scan arena and the adaptive lists from these persisted
+    /// layouts (bound to `source`, this searcher's descriptor CID) when
+    /// they are first needed, instead of building them; a search that
+    /// needs neither (a sidecar path) reads nothing. The first call wins.
+    /// A layout that does not match is the error of that first use, as
+    /// for [`Searcher::load_arena`] and [`Searcher::load_adaptive`]
+    /// ([`Searcher::warm`] surfaces it at once).
+    pub fn use_layouts(&self, arena: Option<Cid>, adaptive: Option<Cid>, source: Cid) {
+        let _ = self.persisted.set(Persisted {
+            arena,
+            adaptive,
+            source,
+        });
     }
 
     /// The same searcher with another exact-L2 layout (default
@@ -432,6 +459,15 @@ impl<'s> Searcher<'s> {
         if let Some(a) = self.arena.get() {
             return Ok(a);
         }
+        if let Some(Persisted {
+            arena: Some(cid),
+            source,
+            ..
+        }) = self.persisted.get()
+        {
+            self.load_arena(*cid, *source)?;
+            return Ok(self.arena.get().expect("load_arena sets it"));
+        }
         let a = ScanArena::build(&self.root, self.catalogue()?, &self.loader, self.dims())?;
         let _ = self.arena.set(a);
         Ok(self.arena.get().expect("OnceLock was just set"))
@@ -491,11 +527,30 @@ impl<'s> Searcher<'s> {
         Ok(())
     }
 
+    /// Reads the persisted adaptive layout named by
+    /// [`Searcher::use_layouts`], if any; true when it did.
+    fn load_persisted_adaptive(&self) -> Result<bool> {
+        match self.persisted.get() {
+            Some(Persisted {
+                adaptive: Some(cid),
+                source,
+                ..
+            }) => {
+                self.load_adaptive(*cid, *source)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// The adaptive sub-lists, built (clustering every logical leaf, in
     /// parallel) on first use. A racing duplicate build is discarded.
     fn lists(&self) -> Result<&Lists> {
         if let Some(l) = self.lists.get() {
             return Ok(l);
+        }
+        if self.load_persisted_adaptive()? {
+            return Ok(self.lists.get().expect("load_adaptive sets it"));
         }
         let l = Lists::build(self.arena()?, self.dims());
         let _ = self.lists.set(l);
@@ -508,6 +563,11 @@ impl<'s> Searcher<'s> {
     fn fast4(&self) -> Result<Option<&Fast4>> {
         if let Some(f) = self.fast4.get() {
             return Ok(f.as_ref());
+        }
+        if self.load_persisted_adaptive()? {
+            if let Some(f) = self.fast4.get() {
+                return Ok(f.as_ref());
+            }
         }
         let f = Fast4::build(self.arena()?, self.lists()?, self.dims());
         let _ = self.fast4.set(f);

@@ -48,10 +48,11 @@ pub(crate) struct Node {
     bounds: Vec<KeyBounds>,
     /// `len·dims` prepared components, entry-major.
     pub(crate) vectors: Vec<f32>,
-    /// `len·dims` codes, entry-major.
-    pub(crate) codes: Vec<i8>,
-    /// Per-entry code scalars.
-    pub(crate) stats: Vec<QuantStats>,
+    /// The entries' 8-bit codes: quantized at decode for route nodes, on
+    /// first use for leaf pages (which the arena-based searches never rank
+    /// by these codes, so opening a map does not quantize every record
+    /// twice).
+    quant: OnceLock<Quant>,
     /// Per-entry covering radius, inflated by the safety slack.
     pub(crate) radius: Vec<f64>,
     /// Records below each entry.
@@ -60,7 +61,37 @@ pub(crate) struct Node {
     children: Vec<OnceLock<Arc<Node>>>,
 }
 
+/// A node's entry codes and their scalars.
+#[derive(Debug)]
+pub(crate) struct Quant {
+    /// `len·dims` codes, entry-major.
+    pub(crate) codes: Vec<i8>,
+    /// Per-entry code scalars.
+    pub(crate) stats: Vec<QuantStats>,
+}
+
+impl Quant {
+    /// The codes of `n` entries of `d` components in `vectors`.
+    fn of(vectors: &[f32], n: usize, d: usize) -> Quant {
+        let mut codes = vec![0; n * d];
+        let stats = (0..n)
+            .map(|i| quantize(&vectors[i * d..(i + 1) * d], &mut codes[i * d..(i + 1) * d]))
+            .collect();
+        Quant { codes, stats }
+    }
+}
+
 impl Node {
+    /// The entries' codes and scalars (quantized now on a leaf page's
+    /// first use; a racing duplicate is discarded).
+    #[inline]
+    pub(crate) fn quant(&self) -> &Quant {
+        self.quant.get_or_init(|| {
+            let d = self.vectors.len().checked_div(self.len).unwrap_or(0);
+            Quant::of(&self.vectors, self.len, d)
+        })
+    }
+
     /// Entry `i`'s key.
     #[inline]
     pub(crate) fn key(&self, i: usize) -> &[u8] {
@@ -246,14 +277,13 @@ impl Loader<'_> {
             key_end: Vec::with_capacity(n),
             bounds: Vec::with_capacity(if leafy { 0 } else { n }),
             vectors: Vec::with_capacity(n * d),
-            codes: vec![0; n * d],
-            stats: Vec::with_capacity(n),
+            quant: OnceLock::new(),
             radius: Vec::with_capacity(n),
             count: Vec::with_capacity(n),
             child_cid: Vec::with_capacity(n),
             children: Vec::new(),
         };
-        for (i, e) in node.entries.into_iter().enumerate() {
+        for e in node.entries {
             out.keys.extend_from_slice(&e.key);
             out.key_end.push(out.keys.len());
             match e.vector {
@@ -276,11 +306,6 @@ impl Loader<'_> {
                     out.vectors.extend_from_slice(&v.vector);
                 }
             }
-            let stats = quantize(
-                &out.vectors[i * d..(i + 1) * d],
-                &mut out.codes[i * d..(i + 1) * d],
-            );
-            out.stats.push(stats);
             out.radius.push(e.radius * slack);
             out.count.push(e.count);
             if !leafy {
@@ -298,6 +323,9 @@ impl Loader<'_> {
             });
         }
         out.children = (0..out.child_cid.len()).map(|_| OnceLock::new()).collect();
+        if !leafy {
+            let _ = out.quant.set(Quant::of(&out.vectors, n, d));
+        }
         Ok(out)
     }
 }

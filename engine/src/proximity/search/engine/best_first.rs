@@ -29,7 +29,8 @@ impl SearchContext {
             stats.nodes_visited += 1;
             stats.distance_evals += node.len as u64;
             self.dots.resize(node.len, 0);
-            prox_kernels::sq8::dot_i8_many(&self.codes, &node.codes, &mut self.dots);
+            let quant = node.quant();
+            prox_kernels::sq8::dot_i8_many(&self.codes, &quant.codes, &mut self.dots);
             if node.leafy {
                 // Points in increasing lower-bound order: the k-th canonical
                 // score tightens as early as possible and the first point
@@ -48,7 +49,7 @@ impl SearchContext {
                 };
                 for i in 0..node.len {
                     if filter.accepts(node.key(i)) {
-                        let lb = q.lower_bound(&node.stats[i], self.dots[i], 0.0);
+                        let lb = q.lower_bound(&quant.stats[i], self.dots[i], 0.0);
                         if lb <= limit {
                             self.order.push((lb, i as u32));
                         }
@@ -74,7 +75,7 @@ impl SearchContext {
                     if !filter.overlaps(min, max) {
                         continue;
                     }
-                    let x = &node.stats[i];
+                    let x = &quant.stats[i];
                     let dot = self.dots[i];
                     let lb = q.lower_bound(x, dot, node.radius[i]);
                     if self.best.len() == k && lb > self.best[k - 1].score {
