@@ -33,6 +33,7 @@ class Index:
         name: Optional[str] = None,
         threads: Optional[int] = None,
         warm: bool = False,
+        layouts: bool = False,
     ) -> "Index": ...
     @staticmethod
     def open(
@@ -84,6 +85,8 @@ class Index:
     def descriptor(self) -> str: ...
     @property
     def sidecars(self) -> Dict[str, Optional[str]]: ...
+    @property
+    def layouts(self) -> Dict[str, Optional[str]]: ...
     @property
     def key_type(self) -> Literal["int", "bytes"]: ...
     @property

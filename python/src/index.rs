@@ -177,8 +177,11 @@ impl PyIndex {
     /// ``None`` for an in-memory store, or a directory (created if absent)
     /// where the map is published under ``name``. ``threads``: build
     /// threads (default all cores). ``warm``: build the native search
-    /// layouts now (else the first native search or ``warm()`` does). The
-    /// GIL is released while building.
+    /// layouts now (else the first native search or ``warm()`` does).
+    /// ``layouts``: also persist the search layouts with the map (scan
+    /// arena, adaptive lists, a 4-bit PQ sidecar's fast-scan lists; what
+    /// ``prox build`` does by default), so a later ``Index.open`` reads
+    /// them instead of building them. The GIL is released while building.
     ///
     /// >>> import numpy as np, prox
     /// >>> x = np.random.default_rng(0).random((1000, 16), dtype=np.float32)
@@ -187,7 +190,7 @@ impl PyIndex {
     /// >>> keys[:, 0].tolist()
     /// [0, 1]
     #[staticmethod]
-    #[pyo3(signature = (vectors, keys=None, values=None, *, metric="l2", sq8=None, hnsw=None, pq=None, store=None, name=None, threads=None, warm=false))]
+    #[pyo3(signature = (vectors, keys=None, values=None, *, metric="l2", sq8=None, hnsw=None, pq=None, store=None, name=None, threads=None, warm=false, layouts=false))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -202,6 +205,7 @@ impl PyIndex {
         name: Option<String>,
         threads: Option<usize>,
         warm: bool,
+        layouts: bool,
     ) -> PyResult<PyIndex> {
         let m = Matrix::extract(vectors, "vectors")?;
         if m.single {
@@ -260,6 +264,7 @@ impl PyIndex {
             build.pq = Some(PqParams::parse(&s).map_err(error::engine)?);
         }
         build.threads = threads;
+        build.layouts = layouts;
         let store_handle: Arc<dyn BlockStore> = match &store {
             None => Arc::new(MemStore::new()),
             Some(dir) => {
@@ -289,7 +294,13 @@ impl PyIndex {
                     warm,
                     ..index::Options::default()
                 };
-                Index::load(store_handle, built.descriptor, built.sidecars, &options)
+                Index::load_with_layouts(
+                    store_handle,
+                    built.descriptor,
+                    built.sidecars,
+                    &built.layouts,
+                    &options,
+                )
             })
             .map_err(error::engine)?;
         Ok(PyIndex {
@@ -647,6 +658,18 @@ impl PyIndex {
         let d = PyDict::new(py);
         d.set_item("hnsw", s.hnsw.map(|c| c.to_hex()))?;
         d.set_item("pq", s.pq.map(|c| c.to_hex()))?;
+        Ok(d)
+    }
+
+    /// The persisted search layouts the map was opened with:
+    /// ``{"arena": cid or None, "adaptive": cid or None, "ivf": cid or None}``.
+    #[getter]
+    fn layouts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let l = self.current().layouts();
+        let d = PyDict::new(py);
+        d.set_item("arena", l.arena.map(|c| c.to_hex()))?;
+        d.set_item("adaptive", l.adaptive.map(|c| c.to_hex()))?;
+        d.set_item("ivf", l.ivf.map(|c| c.to_hex()))?;
         Ok(d)
     }
 

@@ -181,6 +181,20 @@ def test_store_publish_reopen_and_verify(rng, tmp_path):
     assert "vecs" in repr(index)
 
 
+def test_persisted_layouts_are_read_at_open_and_answer_alike(rng, tmp_path):
+    x = data(rng, n=3000)
+    q = rng.standard_normal((8, D)).astype(np.float32)
+    pq = {"subquantizers": 4, "centroids": 16}
+    with_l = prox.Index.build(x, store=tmp_path / "a", name="m", pq=pq, layouts=True)
+    without = prox.Index.build(x, store=tmp_path / "b", name="m", pq=pq)
+    assert all(with_l.layouts[k] is not None for k in ("arena", "adaptive", "ivf"))
+    assert without.layouts == {"arena": None, "adaptive": None, "ivf": None}
+    reopened = prox.Index.open(tmp_path / "a", "m", warm=False)
+    assert reopened.layouts == with_l.layouts
+    for kw in ({"mode": "exact"}, {"mode": "balanced"}, {"path": "pq"}):
+        np.testing.assert_array_equal(reopened.search(q, k=5, **kw)[1], without.search(q, k=5, **kw)[1])
+
+
 def test_budget_and_timeout(rng):
     x = data(rng, n=2000)
     index = prox.Index.build(x)
