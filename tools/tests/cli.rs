@@ -535,6 +535,46 @@ fn build_persists_layouts_by_default_and_no_layout_skips_them() {
     }
     let v = &json_lines(&ok(&["verify", "--store", s(&with), "m", "--json"]))[0];
     assert_eq!(v["ok"], true, "{v}");
+    // An 8-bit sidecar replacing the 4-bit one has no fast scan: the
+    // published lists are no longer named, and the map still opens.
+    ok(&[
+        "accel",
+        "build",
+        "--store",
+        s(&with),
+        "--name",
+        "m",
+        "--pq",
+        "subquantizers=4",
+    ]);
+    let manifest = &json_lines(&ok(&[
+        "inspect",
+        "--store",
+        s(&with),
+        "--root",
+        "m",
+        "--json",
+    ]))[0];
+    let crmf = manifest["root"].as_str().unwrap().to_string();
+    let crmf = &json_lines(&ok(&["inspect", "--store", s(&with), &crmf, "--json"]))[0];
+    assert!(crmf["metadata"].get("prox.layout.ivf").is_none(), "{crmf}");
+    assert!(
+        crmf["metadata"].get("prox.layout.arena").is_some(),
+        "{crmf}"
+    );
+    ok(&[
+        "query",
+        "--store",
+        s(&with),
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--k",
+        "5",
+        "--path",
+        "pq",
+    ]);
 }
 
 #[test]

@@ -127,7 +127,15 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                 layouts: prox_engine::proximity::Layouts {
                     arena: layouts.arena.or(p.layouts.arena),
                     adaptive: layouts.adaptive.or(p.layouts.adaptive),
-                    ivf: layouts.ivf.or(p.layouts.ivf),
+                    // The published lists depend on the vectors alone, so
+                    // they still serve a new sidecar with 4-bit codes; an
+                    // 8-bit one has no fast scan and would refuse them.
+                    ivf: layouts.ivf.or(p.layouts.ivf.filter(|_| {
+                        side.pq.as_ref().is_none_or(|s| {
+                            let c = &s.manifest.config;
+                            c.centroids <= 16 && c.subquantizers <= 256
+                        })
+                    })),
                 },
             };
             crate::map::publish(&store, name, &attached)?;
