@@ -9,6 +9,7 @@ use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{Descriptor, Layouts, Record, Sidecars};
 use crate::store::BlockStore;
+use rayon::prelude::*;
 
 /// A map's records in key order: `(key, prepared vector)`.
 pub type Records = Vec<(Vec<u8>, Vec<f32>)>;
@@ -21,13 +22,13 @@ pub fn map_records(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descripto
         .ok_or(Error::NotFound { cid: descriptor })?;
     let desc = Descriptor::decode(&bytes)?;
     let dims = desc.config.dims;
-    let mut out = Vec::new();
-    if let Some(root) = desc.directory.root {
-        for (key, value) in read_tree(store, root)? {
-            let rec = Record::decode(&value, dims)?;
-            out.push((key, rec.vector));
-        }
-    }
+    let out = match desc.directory.root {
+        None => Vec::new(),
+        Some(root) => read_tree(store, root)?
+            .into_par_iter()
+            .map(|(key, value)| Ok((key, Record::decode(&value, dims)?.vector)))
+            .collect::<Result<Records>>()?,
+    };
     if out.len() as u64 != desc.record_count {
         return Err(Error::Corrupt {
             cid: descriptor,

@@ -23,22 +23,40 @@ pub(crate) fn sidecar_tree_config() -> prolly::Config {
     prolly::Config::new(4, 1_048_576, 128, 0)
 }
 
-/// Every `(key, value)` of a `CRAB` tree, in order (iterative walk; every
-/// block is hash-checked by the store and decoded strictly).
+/// Every `(key, value)` of a `CRAB` tree, in order (every block is
+/// hash-checked by the store and decoded strictly). Walked level by level:
+/// the nodes of each level (the leaves hold nearly every byte) are fetched
+/// and decoded in parallel, in order. A level that mixes leaves and inner
+/// nodes is [`Error::Corrupt`] (a prolly tree's leaves are all at level 0).
 pub(crate) fn read_tree(store: &dyn BlockStore, root: Cid) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let mut stack = vec![root];
-    while let Some(cid) = stack.pop() {
-        let bytes = store.get(&cid)?.ok_or(Error::NotFound { cid })?;
-        let node = Node::decode(&bytes)?;
-        if node.leaf {
-            out.extend(node.keys.into_iter().zip(node.vals));
-        } else {
-            let kids = node.child_cids()?;
-            stack.extend(kids.into_iter().rev());
+    let mut level = vec![root];
+    loop {
+        let nodes = level
+            .par_iter()
+            .map(|cid| {
+                let bytes = store.get(cid)?.ok_or(Error::NotFound { cid: *cid })?;
+                Node::decode(&bytes)
+            })
+            .collect::<Result<Vec<Node>>>()?;
+        let leaves = nodes.iter().filter(|n| n.leaf).count();
+        if leaves == nodes.len() {
+            return Ok(nodes
+                .into_iter()
+                .flat_map(|n| n.keys.into_iter().zip(n.vals))
+                .collect());
         }
+        if leaves > 0 {
+            return Err(Error::Corrupt {
+                cid: root,
+                reason: "tree has leaves at different depths".into(),
+            });
+        }
+        let mut next = Vec::new();
+        for n in &nodes {
+            next.extend(n.child_cids()?);
+        }
+        level = next;
     }
-    Ok(out)
 }
 
 /// A persisted HNSW sidecar.

@@ -287,8 +287,14 @@ impl ProxNode {
                         ));
                     }
                 }
-                for &x in v {
-                    check_f32(OBJ, x)?;
+                // One branch-free pass; the first offender names the error.
+                let odd = v.iter().fold(false, |b, x| {
+                    b | !x.is_finite() | (x.to_bits() == 0x8000_0000)
+                });
+                if odd {
+                    for &x in v {
+                        check_f32(OBJ, x)?;
+                    }
                 }
             }
             if e.count == 0 {
