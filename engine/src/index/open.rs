@@ -1,7 +1,7 @@
 //! Opening an [`Index`]: the map, its sidecars and the native layouts,
 //! loaded once over a shared store handle.
 
-use crate::accel::{self, AccelContext, Accelerators};
+use crate::accel::{self, AccelContext, Accelerators, Path};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::search::{ExactLayout, SearchContext, Searcher};
@@ -42,6 +42,11 @@ pub struct Options {
     /// request for the `hnsw` or `pq` path fails as on a map without one.
     /// For callers whose requests only run native searches.
     pub sidecars: bool,
+    /// With `sidecars`, load only the sidecar of this path
+    /// ([`Path::Hnsw`] or [`Path::Pq`]; [`Path::Native`]: none); `None`
+    /// loads every sidecar the root names. A request for a sidecar left
+    /// out fails as on a map without it. For callers that run one path.
+    pub only: Option<Path>,
 }
 
 impl Default for Options {
@@ -50,6 +55,7 @@ impl Default for Options {
             exact_layout: ExactLayout::Off,
             warm: true,
             sidecars: true,
+            only: None,
         }
     }
 }
@@ -74,8 +80,9 @@ pub struct Scratch {
 pub struct Index {
     pub(super) descriptor: Cid,
     pub(super) sidecars: Sidecars,
-    /// Opened with [`Options::sidecars`] false although sidecars were
-    /// named: a write from it would publish the map without them.
+    /// Opened without some sidecar its root names ([`Options::sidecars`]
+    /// false, or [`Options::only`]): a write from it would publish the map
+    /// without it.
     pub(super) sidecars_skipped: bool,
     pub(super) accel: Accelerators,
     /// The map's payload field indexes (`None`: none declared).
@@ -161,13 +168,17 @@ impl Index {
         layouts: &Layouts,
         options: &Options,
     ) -> Result<Index> {
-        let sidecars_skipped =
-            !options.sidecars && (sidecars.hnsw.is_some() || sidecars.pq.is_some());
-        let sidecars = if options.sidecars {
-            sidecars
-        } else {
-            Sidecars::default()
+        let named = sidecars;
+        let sidecars = match (options.sidecars, options.only) {
+            (false, _) => Sidecars::default(),
+            (true, None) => sidecars,
+            (true, Some(path)) => Sidecars {
+                hnsw: sidecars.hnsw.filter(|_| path == Path::Hnsw),
+                pq: sidecars.pq.filter(|_| path == Path::Pq),
+            },
         };
+        let sidecars_skipped = (sidecars.hnsw.is_none() && named.hnsw.is_some())
+            || (sidecars.pq.is_none() && named.pq.is_some());
         let cell = Cell::try_new(store, |s| -> Result<Loaded<'_>> {
             // The searcher checks the root's subtree count as
             // `ProximityMap::load` would, from the root it loads anyway.

@@ -101,6 +101,38 @@ fn warm_exact_and_sidecars_off_load_only_what_is_asked() {
         bare.search(&mut sc, &q, &exact).unwrap().hits,
         full.search(&mut sc, &q, &exact).unwrap().hits
     );
+
+    // `only` loads one sidecar: its path answers as with both loaded, the
+    // other path fails as on a map without it, and no write is allowed.
+    for (path, choice, other) in [
+        (Path::Pq, PathChoice::Pq, PathChoice::Hnsw),
+        (Path::Hnsw, PathChoice::Hnsw, PathChoice::Pq),
+    ] {
+        let one = index_with(
+            s,
+            &Options {
+                only: Some(path),
+                ..Options::default()
+            },
+        );
+        let a = one.accelerators();
+        assert_eq!(
+            (a.hnsw.is_some(), a.pq.is_some()),
+            (path == Path::Hnsw, path == Path::Pq)
+        );
+        let req = Request::new(10).path(choice);
+        assert_eq!(
+            one.search(&mut sc, &q, &req).unwrap(),
+            full.search(&mut sc, &q, &req).unwrap()
+        );
+        assert!(one
+            .search(&mut sc, &q, &Request::new(10).path(other))
+            .is_err());
+        assert!(matches!(
+            one.apply(&Batch::new(), &WriteOptions::default()),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
 }
 
 #[test]

@@ -154,8 +154,8 @@ impl Index {
         if self.sidecars_skipped {
             return Err(Error::InvalidArgument(
                 "this index was opened without the sidecars its root names \
-                 (Options::sidecars = false); a write from it would publish the map \
-                 without them: reopen it with sidecars to write"
+                 (Options::sidecars = false or Options::only); a write from it would \
+                 publish the map without them: reopen it with every sidecar to write"
                     .into(),
             ));
         }

@@ -410,6 +410,7 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
         exact_layout: args.exact_layout,
         warm: true,
         sidecars: paths.iter().any(|p| *p != PathChoice::Native),
+        only: None,
     };
     let index = crate::map::open_published(store, &published, &options);
     sp.finish_and_clear();

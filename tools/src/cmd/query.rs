@@ -209,6 +209,12 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         exact_layout: args.exact_layout,
         warm: false,
         sidecars: may_use_sidecar(&req),
+        // A forced sidecar path reads only that sidecar.
+        only: match req.path {
+            PathChoice::Hnsw => Some(prox_engine::accel::Path::Hnsw),
+            PathChoice::Pq => Some(prox_engine::accel::Path::Pq),
+            PathChoice::Native | PathChoice::Auto => None,
+        },
     };
     let index = map::open(store, &args.name, &options)?;
     // A payload field filter is evaluated once, to the key set every

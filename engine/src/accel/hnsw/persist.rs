@@ -11,6 +11,7 @@ use crate::accel::vectors::{check_records, Arena};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::prolly::{self, Node};
+use crate::proximity::format::HnswNodeRef;
 use crate::proximity::{HnswManifest, HnswNode};
 use crate::store::BlockStore;
 use prox_kernels::Metric;
@@ -56,6 +57,62 @@ pub(crate) fn read_tree(store: &dyn BlockStore, root: Cid) -> Result<Vec<(Vec<u8
             next.extend(n.child_cids()?);
         }
         level = next;
+    }
+}
+
+/// Record ids by key, for resolving every neighbour key of a graph (tens
+/// of lookups per record): keys that are consecutive 8-byte big-endian
+/// integers (what `prox build` gives vector files) by subtraction, other
+/// 8-byte keys through a hash of the integer, any other keys through a
+/// hash of the bytes.
+enum KeyIds<'a> {
+    Dense { first: u64, len: u64 },
+    Wide(HashMap<u64, u32, Xxh64Builder>),
+    Bytes(HashMap<&'a [u8], u32, Xxh64Builder>),
+}
+
+impl<'a> KeyIds<'a> {
+    fn new(records: &'a [(Vec<u8>, Vec<f32>)]) -> KeyIds<'a> {
+        let wide = |k: &[u8]| -> Option<u64> { Some(u64::from_be_bytes(k.try_into().ok()?)) };
+        let first = records.first().and_then(|(k, _)| wide(k));
+        if let Some(first) = first {
+            let dense = records
+                .iter()
+                .enumerate()
+                .all(|(i, (k, _))| wide(k) == first.checked_add(i as u64));
+            if dense {
+                return KeyIds::Dense {
+                    first,
+                    len: records.len() as u64,
+                };
+            }
+            if records.iter().all(|(k, _)| k.len() == 8) {
+                let mut m = HashMap::with_capacity_and_hasher(records.len(), Xxh64Builder::new(0));
+                for (i, (k, _)) in records.iter().enumerate() {
+                    m.insert(wide(k).expect("8 bytes"), i as u32);
+                }
+                return KeyIds::Wide(m);
+            }
+        }
+        let mut m = HashMap::with_capacity_and_hasher(records.len(), Xxh64Builder::new(0));
+        for (i, (k, _)) in records.iter().enumerate() {
+            m.insert(k.as_slice(), i as u32);
+        }
+        KeyIds::Bytes(m)
+    }
+
+    /// The id of the record `key`, if the map holds it.
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<u32> {
+        match self {
+            KeyIds::Dense { first, len } => {
+                let k = u64::from_be_bytes(key.try_into().ok()?);
+                let i = k.checked_sub(*first)?;
+                (i < *len).then_some(i as u32)
+            }
+            KeyIds::Wide(m) => m.get(&u64::from_be_bytes(key.try_into().ok()?)).copied(),
+            KeyIds::Bytes(m) => m.get(key).copied(),
+        }
     }
 }
 
@@ -191,14 +248,8 @@ pub fn load(
             records.len()
         )));
     }
-    // Neighbour keys resolve through a hash index: a binary search per
-    // link dominated opening a large graph.
-    let mut ids: HashMap<&[u8], u32, Xxh64Builder> =
-        HashMap::with_capacity_and_hasher(records.len(), Xxh64Builder::new(0));
-    for (i, (k, _)) in records.iter().enumerate() {
-        ids.insert(k.as_slice(), i as u32);
-    }
-    let id_of = |key: &[u8]| ids.get(key).copied();
+    let ids = KeyIds::new(records);
+    let id_of = |key: &[u8]| ids.get(key);
     let nodes = entries
         .par_iter()
         .enumerate()
@@ -209,7 +260,7 @@ pub fn load(
                     hex::encode(key)
                 )));
             }
-            let node = HnswNode::decode(value)?;
+            let node = HnswNodeRef::decode(value)?;
             if node.level > 64 {
                 return Err(corrupt(format!("node {} level above 64", hex::encode(key))));
             }
@@ -287,5 +338,54 @@ impl SearchGraph {
     ) -> Result<SearchGraph> {
         let (_, h) = load(store, manifest_cid, source, metric, dims, records)?;
         Ok(h.into_search_graph())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyIds;
+
+    fn records(keys: &[Vec<u8>]) -> Vec<(Vec<u8>, Vec<f32>)> {
+        keys.iter().map(|k| (k.clone(), vec![0.0])).collect()
+    }
+
+    /// Every key maps to its index, absent and odd-length keys to `None`,
+    /// whichever index the keys select.
+    fn check(ids: &KeyIds<'_>, keys: &[Vec<u8>], absent: &[Vec<u8>]) {
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(ids.get(k), Some(i as u32), "{k:?}");
+        }
+        for k in absent {
+            assert_eq!(ids.get(k), None, "{k:?}");
+        }
+    }
+
+    #[test]
+    fn key_ids_resolve_dense_wide_and_byte_keys() {
+        let be = |v: u64| v.to_be_bytes().to_vec();
+        let dense: Vec<Vec<u8>> = (5..105u64).map(be).collect();
+        let r = records(&dense);
+        let ids = KeyIds::new(&r);
+        assert!(matches!(ids, KeyIds::Dense { first: 5, len: 100 }));
+        check(
+            &ids,
+            &dense,
+            &[be(4), be(105), be(u64::MAX), vec![0; 7], vec![]],
+        );
+
+        let wide: Vec<Vec<u8>> = (0..100u64).map(|i| be(i * 3 + 1)).collect();
+        let r = records(&wide);
+        let ids = KeyIds::new(&r);
+        assert!(matches!(ids, KeyIds::Wide(_)));
+        check(&ids, &wide, &[be(0), be(2), be(301), vec![1; 9]]);
+
+        let mixed: Vec<Vec<u8>> = vec![b"a".to_vec(), be(7), b"zz".to_vec()];
+        let r = records(&mixed);
+        let ids = KeyIds::new(&r);
+        assert!(matches!(ids, KeyIds::Bytes(_)));
+        check(&ids, &mixed, &[b"b".to_vec(), be(8)]);
+
+        let r = records(&[]);
+        assert_eq!(KeyIds::new(&r).get(&be(0)), None);
     }
 }

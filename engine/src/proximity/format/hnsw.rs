@@ -2,7 +2,7 @@
 
 use super::{
     check_key, read_header, read_key, read_metric, FORMAT_VERSION, MAGIC_HNSN, MAGIC_HNSW,
-    MAX_ENTRIES,
+    MAX_ENTRIES, MAX_KEY,
 };
 use crate::cid::Cid;
 use crate::codec::{put_blob, put_uv, Reader};
@@ -199,29 +199,90 @@ pub struct HnswNode {
     pub layers: Vec<Vec<Vec<u8>>>,
 }
 
-impl HnswNode {
-    fn validate(&self) -> Result<()> {
-        if self.layers.len() != usize::from(self.level) + 1 {
+/// An `HNSN` value decoded without copying its neighbour keys (they
+/// borrow the value's bytes); [`HnswNode::decode`] is this plus a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HnswNodeRef<'a> {
+    /// The node's level.
+    pub level: u8,
+    /// Neighbour keys of layers `0..=level`.
+    pub layers: Vec<Vec<&'a [u8]>>,
+}
+
+/// The rules every `HNSN` value obeys: one layer per level `0..=level`,
+/// each at most `MAX_ENTRIES` strictly ascending keys.
+fn validate_layers<K: AsRef<[u8]>>(level: u8, layers: &[Vec<K>]) -> Result<()> {
+    if layers.len() != usize::from(level) + 1 {
+        return Err(Error::invalid(
+            OBJ_NODE,
+            format!("{} layers for level {level}", layers.len()),
+        ));
+    }
+    for (l, layer) in layers.iter().enumerate() {
+        if layer.len() as u64 > MAX_ENTRIES {
             return Err(Error::invalid(
                 OBJ_NODE,
-                format!("{} layers for level {}", self.layers.len(), self.level),
+                format!("layer {l}: too many neighbours"),
             ));
         }
-        for (l, layer) in self.layers.iter().enumerate() {
-            if layer.len() as u64 > MAX_ENTRIES {
-                return Err(Error::invalid(
-                    OBJ_NODE,
-                    format!("layer {l}: too many neighbours"),
-                ));
-            }
-            if layer.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(Error::invalid(
-                    OBJ_NODE,
-                    format!("layer {l}: neighbours not strictly ascending"),
-                ));
-            }
+        if layer.windows(2).any(|w| w[0].as_ref() >= w[1].as_ref()) {
+            return Err(Error::invalid(
+                OBJ_NODE,
+                format!("layer {l}: neighbours not strictly ascending"),
+            ));
         }
-        Ok(())
+    }
+    Ok(())
+}
+
+impl<'a> HnswNodeRef<'a> {
+    /// Decodes an `HNSN` value, borrowing its keys.
+    pub fn decode(bytes: &'a [u8]) -> Result<HnswNodeRef<'a>> {
+        let mut r = Reader::new(bytes, OBJ_NODE);
+        read_header(&mut r, MAGIC_HNSN)?;
+        let flags = r.u8()?;
+        if flags != 0 {
+            return Err(r.invalid(format!("unknown flags {flags:#04x}")));
+        }
+        let level = r.u8()?;
+        let n_layers = r.uv()?;
+        if n_layers > 65 {
+            return Err(r.invalid(format!("{n_layers} layers exceed 65")));
+        }
+        let mut layers = Vec::with_capacity(n_layers as usize);
+        for _ in 0..n_layers {
+            let n = r.uv()?;
+            if n > MAX_ENTRIES {
+                return Err(r.invalid(format!("{n} neighbours exceed {MAX_ENTRIES}")));
+            }
+            // Every key takes at least its one-byte length.
+            let mut layer = Vec::with_capacity((n as usize).min(r.remaining()));
+            for _ in 0..n {
+                layer.push(r.blob(MAX_KEY)?);
+            }
+            layers.push(layer);
+        }
+        r.finish()?;
+        validate_layers(level, &layers)?;
+        Ok(HnswNodeRef { level, layers })
+    }
+
+    /// The owned node.
+    pub fn to_owned(&self) -> HnswNode {
+        HnswNode {
+            level: self.level,
+            layers: self
+                .layers
+                .iter()
+                .map(|l| l.iter().map(|k| k.to_vec()).collect())
+                .collect(),
+        }
+    }
+}
+
+impl HnswNode {
+    fn validate(&self) -> Result<()> {
+        validate_layers(self.level, &self.layers)
     }
 
     /// Encodes the value.
@@ -245,33 +306,6 @@ impl HnswNode {
 
     /// Decodes an `HNSN` value.
     pub fn decode(bytes: &[u8]) -> Result<HnswNode> {
-        let mut r = Reader::new(bytes, OBJ_NODE);
-        read_header(&mut r, MAGIC_HNSN)?;
-        let flags = r.u8()?;
-        if flags != 0 {
-            return Err(r.invalid(format!("unknown flags {flags:#04x}")));
-        }
-        let level = r.u8()?;
-        let n_layers = r.uv()?;
-        if n_layers > 65 {
-            return Err(r.invalid(format!("{n_layers} layers exceed 65")));
-        }
-        let mut layers = Vec::with_capacity(n_layers as usize);
-        for _ in 0..n_layers {
-            let n = r.uv()?;
-            if n > MAX_ENTRIES {
-                return Err(r.invalid(format!("{n} neighbours exceed {MAX_ENTRIES}")));
-            }
-            // Every key takes at least its one-byte length.
-            let mut layer = Vec::with_capacity((n as usize).min(r.remaining()));
-            for _ in 0..n {
-                layer.push(read_key(&mut r)?);
-            }
-            layers.push(layer);
-        }
-        r.finish()?;
-        let node = HnswNode { level, layers };
-        node.validate()?;
-        Ok(node)
+        HnswNodeRef::decode(bytes).map(|r| r.to_owned())
     }
 }

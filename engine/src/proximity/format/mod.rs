@@ -29,7 +29,7 @@ pub use content_root::{
     MAX_METADATA, META_HNSW, META_PQ, META_SECONDARY_PREFIX, TYPED_ROOT_ENCODING,
 };
 pub use descriptor::{Descriptor, DirectoryBlock, ProximityConfig};
-pub use hnsw::{HnswConfig, HnswManifest, HnswNode, MAX_LEVEL};
+pub use hnsw::{HnswConfig, HnswManifest, HnswNode, HnswNodeRef, MAX_LEVEL};
 pub use layout::{
     chunk_count, decode_chunk, encode_chunk, LayoutKind, LayoutManifest, LAYOUT_CHUNK,
     MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ADAPTIVE, META_LAYOUT_ARENA, META_LAYOUT_IVF,
