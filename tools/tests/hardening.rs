@@ -125,6 +125,47 @@ fn gc_refuses_after_a_bit_flip_in_the_descriptor_record_header() {
     assert!(log.contains("store damage"), "{log}");
 }
 
+/// A bit flip in the record header of a persisted layout's manifest (the
+/// block is lost): `verify` reads every layout as a search would, so it
+/// fails and names the block, and a native query fails with the same typed
+/// error instead of answering from a rebuilt layout.
+#[test]
+fn verify_reads_the_persisted_layouts_and_reports_a_lost_one() {
+    let (dir, store) = built_map();
+    let st = s(&store);
+    let v = json(&ok(&["verify", "--store", st, "m", "--json"]));
+    assert_eq!(v["layouts"], 2, "{v}");
+    let manifest = json(&ok(&["inspect", "--store", st, "--root", "m", "--json"]));
+    let crmf_cid = manifest["root"].as_str().unwrap().to_string();
+    let crmf = json(&ok(&["inspect", "--store", st, &crmf_cid, "--json"]));
+    let arena = crmf["metadata"]["prox.layout.arena"]
+        .as_str()
+        .expect("prox build persists the arena layout")
+        .to_string();
+    assert!(flip_record_header(&store, &arena), "layout not found");
+    let v = run(&["verify", "--store", st, "m", "--json"]);
+    let err = String::from_utf8_lossy(&v.stderr);
+    assert_eq!(v.status.code(), Some(1), "{err}");
+    assert!(err.contains(&arena) && err.contains("layouts"), "{err}");
+    let q = dir.path().join("data").join("query.fvecs");
+    let o = run(&[
+        "query",
+        "--store",
+        st,
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--k",
+        "3",
+        "--path",
+        "native",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&arena), "{err}");
+}
+
 /// A damaged copy of the named roots no longer makes the store unopenable:
 /// commands use the previous commit, and `prox roots recover` reports the
 /// damage and rewrites both copies.

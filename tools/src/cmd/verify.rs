@@ -94,18 +94,28 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
                 }
             }
         };
-        if p.hnsw.is_some() || p.pq.is_some() {
+        // Sidecars, and the persisted layouts read as a search would read
+        // them (each checked against the map and its own counts).
+        let layouts = [p.layouts.arena, p.layouts.adaptive, p.layouts.ivf]
+            .iter()
+            .flatten()
+            .count();
+        if p.hnsw.is_some() || p.pq.is_some() || layouts > 0 {
             let options = index::Options {
                 warm: false,
                 ..index::Options::default()
             };
-            map::open_published(store.clone(), &p, &options)
+            let ix = map::open_published(store.clone(), &p, &options)
                 .with_context(|| format!("sidecars of map {:?} are broken", args.name))?;
+            if p.layouts.has_native() {
+                ix.warm()
+                    .with_context(|| format!("search layouts of map {:?} are broken", args.name))?;
+            }
         }
-        Ok((report, fields))
+        Ok((report, fields, layouts))
     })();
     sp.finish_and_clear();
-    let (report, fields) = checked?;
+    let (report, fields, layouts) = checked?;
     let secs = t.elapsed().as_secs_f64();
     let mut out = Stdout::new();
     if args.json {
@@ -121,6 +131,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             "external_vectors": report.external_vectors,
             "quantizers": report.quantizers,
             "field_indexes": fields,
+            "layouts": layouts,
             "damaged_ranges": ranges.iter().map(|r| serde_json::json!({
                 "segment": r.segment.display().to_string(),
                 "start": r.start,
@@ -130,7 +141,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         }))?;
     } else {
         out.line(format_args!(
-            "ok: {} ({} records, {} directory nodes, {} PRXN nodes, {} external vectors, {} quantizers{}{}, {} field indexes) in {:.2}s",
+            "ok: {} ({} records, {} directory nodes, {} PRXN nodes, {} external vectors, {} quantizers{}{}, {} field indexes, {} search layouts) in {:.2}s",
             args.name,
             report.records,
             report.directory_nodes,
@@ -140,6 +151,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             if p.hnsw.is_some() { ", HNSW sidecar" } else { "" },
             if p.pq.is_some() { ", PQ sidecar" } else { "" },
             fields,
+            layouts,
             secs
         ))?;
         if !ranges.is_empty() {
