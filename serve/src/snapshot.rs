@@ -1,6 +1,6 @@
 //! [`Snapshot`]: one published version of a named map: the engine's
 //! [`Index`] (an immutable snapshot of one descriptor, with its sidecars
-//! and native layouts loaded) stamped with the name and the registry
+//! and native layouts loaded or read from the store) stamped with the name and the registry
 //! generation it is served under.
 //!
 //! A request that holds an `Arc<Snapshot>` reads one descriptor from start
@@ -33,7 +33,10 @@ impl Snapshot {
     }
 
     /// [`Snapshot::load`] plus the payload field indexes the root `name`
-    /// publishes for this descriptor.
+    /// publishes for this descriptor, reading the search layouts it
+    /// persists instead of building them (a layout of another descriptor,
+    /// as when the root moved meanwhile, fails the load; the registry keeps
+    /// the previous version and loads the new root on its next pass).
     pub fn load_named(
         store: Arc<dyn BlockStore>,
         name: &str,
@@ -41,7 +44,14 @@ impl Snapshot {
         sidecars: Sidecars,
     ) -> Result<Self> {
         let field_meta = proximity::resolve_metadata(&*store, name, META_SECONDARY_PREFIX)?;
-        let mut index = Index::load(store, descriptor, sidecars, &index::Options::default())?;
+        let layouts = proximity::resolve_layouts(&*store, name)?;
+        let mut index = Index::load_with_layouts(
+            store,
+            descriptor,
+            sidecars,
+            &layouts,
+            &index::Options::default(),
+        )?;
         index.load_field_indexes(name)?;
         let mut snap = Snapshot::new(Arc::new(index));
         snap.field_meta = field_meta;
