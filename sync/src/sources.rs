@@ -72,12 +72,15 @@ impl<S> Lane<S> {
 }
 
 /// Fetches the closure the planner wants from every `(peer, stream)` at
-/// once. See the module docs.
+/// once. See the module docs. Also returns the sources whose lane ended
+/// because their connection stalled or failed: the caller closes those
+/// connections, so a later request dials afresh instead of waiting on a
+/// dead one.
 pub(crate) async fn drive_many<L, S>(
     planner: WantPlanner<L>,
     streams: Vec<(PeerId, S)>,
     limits: &Limits,
-) -> Result<Fetched<L>>
+) -> (Result<Fetched<L>>, Vec<PeerId>)
 where
     L: Linker,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -112,6 +115,7 @@ where
         slot: Some(planner),
         batches: std::collections::HashMap::new(),
         failures: Vec::new(),
+        dead: Vec::new(),
         limits,
     };
     let result = run.fetch(&mut lanes).await;
@@ -121,16 +125,19 @@ where
         }
         lane.reader.abort();
     }
-    result?;
-    let planner = run
-        .slot
-        .take()
-        .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))?;
-    Ok(Fetched {
-        planner,
-        sources: lanes.into_iter().map(|l| l.report).collect(),
-        failures: run.failures,
-    })
+    let dead = std::mem::take(&mut run.dead);
+    let fetched = result.and_then(|()| {
+        let planner = run
+            .slot
+            .take()
+            .ok_or_else(|| Error::Io(std::io::Error::other("pull planner lost")))?;
+        Ok(Fetched {
+            planner,
+            sources: lanes.into_iter().map(|l| l.report).collect(),
+            failures: run.failures,
+        })
+    });
+    (fetched, dead)
 }
 
 /// The state of one multi-source fetch besides its lanes.
@@ -141,6 +148,8 @@ struct Run<'a, L: Linker> {
     batches: std::collections::HashMap<u32, Batch<L::Kind>>,
     /// Why each lane that ended ended.
     failures: Vec<Error>,
+    /// Sources whose lane ended on a stalled or failed connection.
+    dead: Vec<PeerId>,
     limits: &'a Limits,
 }
 
@@ -417,6 +426,12 @@ impl<L: Linker> Run<'_, L> {
             if let (Some(batch), Some(p)) = (self.batches.remove(&id), self.slot.as_mut()) {
                 p.requeue(batch);
             }
+        }
+        if matches!(
+            why,
+            Error::Timeout { .. } | Error::Network { .. } | Error::Io(_)
+        ) {
+            self.dead.push(lane.peer);
         }
         lane.report.error = Some(why.to_string());
         self.failures.push(why);

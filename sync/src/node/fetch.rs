@@ -200,6 +200,13 @@ impl<L: Linker> Node<L> {
                 Err(stop) => {
                     let e = stop.into_error();
                     self.ban_if_misbehaving(&e).await;
+                    if matches!(
+                        e,
+                        Error::Timeout { .. } | Error::Network { .. } | Error::Io(_)
+                    ) {
+                        // A stalled connection must not carry the next request.
+                        let _ = self.inner.client.disconnect(peer).await;
+                    }
                     return Err(e);
                 }
             }
@@ -231,7 +238,12 @@ impl<L: Linker> Node<L> {
             let failures = failures.into_iter().map(|(_, e)| e).collect();
             return Err(Error::Sources { failures });
         }
-        match sources::drive_many(planner, streams, limits).await {
+        let (fetched, dead) = sources::drive_many(planner, streams, limits).await;
+        for peer in dead {
+            // A stalled connection must not carry the next request.
+            let _ = self.inner.client.disconnect(peer).await;
+        }
+        match fetched {
             Ok(fetched) => {
                 for e in &fetched.failures {
                     self.ban_if_misbehaving(e).await;
