@@ -547,21 +547,9 @@ fn build_persists_layouts_by_default_and_no_layout_skips_them() {
         "--pq",
         "subquantizers=4",
     ]);
-    let manifest = &json_lines(&ok(&[
-        "inspect",
-        "--store",
-        s(&with),
-        "--root",
-        "m",
-        "--json",
-    ]))[0];
-    let crmf = manifest["root"].as_str().unwrap().to_string();
-    let crmf = &json_lines(&ok(&["inspect", "--store", s(&with), &crmf, "--json"]))[0];
-    assert!(crmf["metadata"].get("prox.layout.ivf").is_none(), "{crmf}");
-    assert!(
-        crmf["metadata"].get("prox.layout.arena").is_some(),
-        "{crmf}"
-    );
+    let meta = common::root_metadata(s(&with), "m");
+    assert!(meta.get("prox.layout.ivf").is_none(), "{meta}");
+    assert!(meta.get("prox.layout.arena").is_some(), "{meta}");
     ok(&[
         "query",
         "--store",
@@ -607,10 +595,7 @@ fn accel_build_layout_persists_layouts_that_searches_use_unchanged() {
             .collect()
     };
     let layouts = || {
-        let manifest = &json_lines(&ok(&["inspect", "--store", st, "--root", "m", "--json"]))[0];
-        let crmf = manifest["root"].as_str().unwrap().to_string();
-        let crmf = &json_lines(&ok(&["inspect", "--store", st, &crmf, "--json"]))[0];
-        let meta = &crmf["metadata"];
+        let meta = common::root_metadata(st, "m");
         let get = |k: &str| meta.get(k).and_then(|v| v.as_str()).map(String::from);
         (get("prox.layout.arena"), get("prox.layout.adaptive"))
     };

@@ -135,10 +135,7 @@ fn verify_reads_the_persisted_layouts_and_reports_a_lost_one() {
     let st = s(&store);
     let v = json(&ok(&["verify", "--store", st, "m", "--json"]));
     assert_eq!(v["layouts"], 2, "{v}");
-    let manifest = json(&ok(&["inspect", "--store", st, "--root", "m", "--json"]));
-    let crmf_cid = manifest["root"].as_str().unwrap().to_string();
-    let crmf = json(&ok(&["inspect", "--store", st, &crmf_cid, "--json"]));
-    let arena = crmf["metadata"]["prox.layout.arena"]
+    let arena = common::root_metadata(st, "m")["prox.layout.arena"]
         .as_str()
         .expect("prox build persists the arena layout")
         .to_string();

@@ -27,17 +27,7 @@ type Rec = (Vec<u8>, Vec<f32>, Vec<u8>);
 
 /// `n` clustered records (keys 8-byte big-endian) from `seed`.
 fn records(seed: u64, n: u64) -> Vec<Rec> {
-    let mut rng = SplitMix64::new(seed);
-    let centres: Vec<Vec<f32>> = (0..12)
-        .map(|_| (0..DIMS).map(|_| rng.gauss() * 5.0).collect())
-        .collect();
-    (0..n)
-        .map(|i| {
-            let c = &centres[rng.below(centres.len() as u64) as usize];
-            let v = c.iter().map(|&x| x + rng.gauss()).collect();
-            (i.to_be_bytes().to_vec(), v, vec![i as u8])
-        })
-        .collect()
+    crate::support::clustered(seed, n, DIMS, 12)
 }
 
 /// Builds `recs` with a PQ sidecar of `centroids` per subspace and the

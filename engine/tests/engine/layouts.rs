@@ -23,17 +23,7 @@ fn seed() -> u64 {
 
 /// `n` clustered records (keys 8-byte big-endian) from `seed`.
 fn records(seed: u64, n: u64) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
-    let mut rng = SplitMix64::new(seed);
-    let centres: Vec<Vec<f32>> = (0..10)
-        .map(|_| (0..DIMS).map(|_| rng.gauss() * 5.0).collect())
-        .collect();
-    (0..n)
-        .map(|i| {
-            let c = &centres[rng.below(centres.len() as u64) as usize];
-            let v = c.iter().map(|&x| x + rng.gauss()).collect();
-            (i.to_be_bytes().to_vec(), v, vec![i as u8])
-        })
-        .collect()
+    crate::support::clustered(seed, n, DIMS, 10)
 }
 
 /// Builds a map of `recs` into `store` with its layouts, publishes it as

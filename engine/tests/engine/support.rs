@@ -1,5 +1,6 @@
 //! A [`MemStore`] that counts what goes through it, for the suites that
-//! bound how many blocks an operation reads or writes.
+//! bound how many blocks an operation reads or writes; seeded clustered
+//! records.
 
 use bytes::Bytes;
 use prox_engine::store::RetainStats;
@@ -83,4 +84,26 @@ impl BlockStore for Counting {
     fn retain(&self, live: &HashSet<Cid>) -> Result<RetainStats> {
         self.inner.retain(live)
     }
+}
+
+/// `n` records of `dims` components around `centres` seeded Gaussian
+/// centres (spread 5, unit noise), keys 8-byte big-endian `0..n`, value
+/// the key's low byte.
+pub(crate) fn clustered(
+    seed: u64,
+    n: u64,
+    dims: usize,
+    centres: usize,
+) -> Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> {
+    let mut rng = prox_testkit::SplitMix64::new(seed);
+    let centres: Vec<Vec<f32>> = (0..centres)
+        .map(|_| (0..dims).map(|_| rng.gauss() * 5.0).collect())
+        .collect();
+    (0..n)
+        .map(|i| {
+            let c = &centres[rng.below(centres.len() as u64) as usize];
+            let v = c.iter().map(|&x| x + rng.gauss()).collect();
+            (i.to_be_bytes().to_vec(), v, vec![i as u8])
+        })
+        .collect()
 }

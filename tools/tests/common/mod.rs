@@ -62,3 +62,15 @@ pub(crate) fn read_fvecs(path: &Path) -> Vec<Vec<f32>> {
     }
     out
 }
+
+/// The `CRMF` metadata of the named root `name` in `store` (through
+/// `prox inspect --json`), e.g. `["prox.layout.arena"]`: a hex CID.
+pub(crate) fn root_metadata(store: &str, name: &str) -> serde_json::Value {
+    let first = |text: String| -> serde_json::Value {
+        let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    let manifest = first(ok(&["inspect", "--store", store, "--root", name, "--json"]));
+    let crmf = manifest["root"].as_str().expect("root CID").to_string();
+    first(ok(&["inspect", "--store", store, &crmf, "--json"]))["metadata"].clone()
+}
