@@ -177,8 +177,11 @@ impl MapRegistry {
                     continue;
                 }
             }
-            match Snapshot::load_named(store.clone(), &name, descriptor, sidecars) {
+            match Snapshot::load_named(store.clone(), &name) {
                 Ok(snap) => {
+                    // The root may have moved since it was resolved above:
+                    // the snapshot is of what it publishes now.
+                    let descriptor = snap.descriptor();
                     let generation = self.publish(&name, snap);
                     tracing::info!(%name, %descriptor, generation, "map published");
                     report.loaded.push(name);

@@ -32,27 +32,13 @@ impl Snapshot {
         Ok(Snapshot::new(Arc::new(index)))
     }
 
-    /// [`Snapshot::load`] plus the payload field indexes the root `name`
-    /// publishes for this descriptor, reading the search layouts it
-    /// persists instead of building them (a layout of another descriptor,
-    /// as when the root moved meanwhile, fails the load; the registry keeps
-    /// the previous version and loads the new root on its next pass).
-    pub fn load_named(
-        store: Arc<dyn BlockStore>,
-        name: &str,
-        descriptor: Cid,
-        sidecars: Sidecars,
-    ) -> Result<Self> {
+    /// The map the root `name` publishes now, read in one resolve with its
+    /// sidecars, its persisted search layouts (read, not built) and its
+    /// payload field indexes (`Index::open`); native layouts the root does
+    /// not persist are built. Expensive; off the request path.
+    pub fn load_named(store: Arc<dyn BlockStore>, name: &str) -> Result<Self> {
         let field_meta = proximity::resolve_metadata(&*store, name, META_SECONDARY_PREFIX)?;
-        let layouts = proximity::resolve_layouts(&*store, name)?;
-        let mut index = Index::load_with_layouts(
-            store,
-            descriptor,
-            sidecars,
-            &layouts,
-            &index::Options::default(),
-        )?;
-        index.load_field_indexes(name)?;
+        let index = Index::open(store, name, &index::Options::default())?;
         let mut snap = Snapshot::new(Arc::new(index));
         snap.field_meta = field_meta;
         Ok(snap)
@@ -101,5 +87,46 @@ impl std::ops::Deref for Snapshot {
     type Target = Index;
     fn deref(&self) -> &Index {
         &self.index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Snapshot;
+    use prox_engine::accel::PqParams;
+    use prox_engine::index::{self, Build};
+    use prox_engine::{BlockStore, MemStore};
+    use std::sync::Arc;
+
+    /// A served snapshot reads the layouts the build persisted (the same
+    /// CIDs, the fast-scan lists already in place) instead of building
+    /// them.
+    #[test]
+    fn a_named_snapshot_uses_the_persisted_layouts() {
+        let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+        let records = (0..2000u64)
+            .map(|i| {
+                let x = i as f32;
+                let v = (0..8)
+                    .map(|j| ((x * 0.37 + j as f32) * 1.3).sin())
+                    .collect();
+                (i.to_be_bytes().to_vec(), v, Vec::new())
+            })
+            .collect();
+        let mut b = Build::new(8);
+        b.pq = Some(PqParams {
+            subquantizers: 4,
+            centroids: 16,
+            iterations: 4,
+            ..PqParams::default()
+        });
+        b.layouts = true;
+        let built = index::build(&*store, Some("m"), &b, records).unwrap();
+        assert!(built.layouts.ivf.is_some() && built.layouts.arena.is_some());
+        let snap = Snapshot::load_named(store, "m").unwrap();
+        assert_eq!(snap.index().layouts(), built.layouts);
+        assert_eq!(snap.descriptor(), built.descriptor);
+        let pq = snap.index().accelerators().pq.as_ref().unwrap();
+        assert!(pq.fast_scan_built());
     }
 }
