@@ -512,26 +512,11 @@ fn build_persists_layouts_by_default_and_no_layout_skips_them() {
         &["--mode", "balanced"],
         &["--path", "pq"],
     ] {
-        let answer = |store: &std::path::Path| {
-            let out = f.data.join("a.ivecs");
-            let mut a = vec![
-                "query",
-                "--store",
-                s(store),
-                "--name",
-                "m",
-                "--queries",
-                s(&q),
-                "--k",
-                "10",
-                "--out",
-                s(&out),
-            ];
-            a.extend_from_slice(args);
-            ok(&a);
-            std::fs::read(&out).unwrap()
-        };
-        assert_eq!(answer(&with), answer(&bare), "{args:?}");
+        assert_eq!(
+            common::query_ids(s(&with), "m", &q, "10", args),
+            common::query_ids(s(&bare), "m", &q, "10", args),
+            "{args:?}"
+        );
     }
     let v = &json_lines(&ok(&["verify", "--store", s(&with), "m", "--json"]))[0];
     assert_eq!(v["ok"], true, "{v}");
@@ -565,33 +550,63 @@ fn build_persists_layouts_by_default_and_no_layout_skips_them() {
     ]);
 }
 
+/// A streamed build whose layouts would not fit `--memory-limit` leaves
+/// them out and says so; with room it persists them.
+#[test]
+fn a_build_leaves_out_layouts_that_do_not_fit_the_memory_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    ok(&[
+        "datagen",
+        "--n",
+        "1000",
+        "--dim",
+        "64",
+        "--queries",
+        "2",
+        "--k",
+        "5",
+        "--seed",
+        &seed(),
+        "--out",
+        s(&data),
+    ]);
+    let base = data.join("base.fvecs");
+    let build = |store: &str, limit: &str| {
+        let o = succeeds(&[
+            "build",
+            "--store",
+            s(&dir.path().join(store)),
+            "--name",
+            "m",
+            "--input",
+            s(&base),
+            "--memory-limit",
+            limit,
+            "--json",
+        ]);
+        let out = json_lines(&String::from_utf8(o.stdout).unwrap())[0].clone();
+        (out, String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    // 1,000 x 64 needs about 1.2 MiB for its layouts.
+    let (tight, err) = build("tight", "1M");
+    assert!(tight["layouts"]["arena"].is_null(), "{tight}");
+    assert!(err.contains("not persisting the search layouts"), "{err}");
+    let (roomy, err) = build("roomy", "2M");
+    assert!(roomy["layouts"]["arena"].is_string(), "{roomy}");
+    assert!(!err.contains("not persisting"), "{err}");
+    assert_eq!(tight["descriptor"], roomy["descriptor"]);
+}
+
 #[test]
 fn accel_build_layout_persists_layouts_that_searches_use_unchanged() {
     let f = fixture(&["--no-layout"]);
     let st = s(&f.store);
     let q = f.data.join("query.fvecs");
-    let answers = |tag: &str| -> Vec<Vec<u8>> {
+    let answers = || -> Vec<Vec<u8>> {
         ["exact", "fast", "balanced", "high"]
             .iter()
-            .map(|mode| {
-                let out = f.data.join(format!("{tag}-{mode}.ivecs"));
-                ok(&[
-                    "query",
-                    "--store",
-                    st,
-                    "--name",
-                    "m",
-                    "--queries",
-                    s(&q),
-                    "--k",
-                    "10",
-                    "--mode",
-                    mode,
-                    "--out",
-                    s(&out),
-                ]);
-                std::fs::read(&out).unwrap()
-            })
+            .map(|mode| common::query_ids(st, "m", &q, "10", &["--mode", mode]))
             .collect()
     };
     let layouts = || {
@@ -599,7 +614,7 @@ fn accel_build_layout_persists_layouts_that_searches_use_unchanged() {
         let get = |k: &str| meta.get(k).and_then(|v| v.as_str()).map(String::from);
         (get("prox.layout.arena"), get("prox.layout.adaptive"))
     };
-    let before = answers("before");
+    let before = answers();
     assert_eq!(layouts(), (None, None));
     let out = &json_lines(&ok(&[
         "accel", "build", "--store", st, "--name", "m", "--layout", "--json",
@@ -624,7 +639,7 @@ fn accel_build_layout_persists_layouts_that_searches_use_unchanged() {
         "{b:?} vs {adaptive}"
     );
     assert_eq!(
-        answers("after"),
+        answers(),
         before,
         "persisted layouts answer as the built ones"
     );

@@ -74,3 +74,33 @@ pub(crate) fn root_metadata(store: &str, name: &str) -> serde_json::Value {
     let crmf = manifest["root"].as_str().expect("root CID").to_string();
     first(ok(&["inspect", "--store", store, &crmf, "--json"]))["metadata"].clone()
 }
+
+/// The result ids (`.ivecs` bytes) of `prox query --k K` on map `name` in
+/// `store` for `queries`, with `extra` options; written beside `queries`.
+pub(crate) fn query_ids(
+    store: &str,
+    name: &str,
+    queries: &Path,
+    k: &str,
+    extra: &[&str],
+) -> Vec<u8> {
+    let out = queries.with_extension(format!("{}.ivecs", std::process::id()));
+    let mut args = vec![
+        "query",
+        "--store",
+        store,
+        "--name",
+        name,
+        "--queries",
+        s(queries),
+        "--k",
+        k,
+        "--out",
+        s(&out),
+    ];
+    args.extend_from_slice(extra);
+    ok(&args);
+    let ids = std::fs::read(&out).expect("query --out file");
+    let _ = std::fs::remove_file(&out);
+    ids
+}
