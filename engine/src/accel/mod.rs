@@ -30,4 +30,4 @@ pub use hnsw::{Filter, Hnsw, IdHit, SearchGraph};
 pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;
-pub use source::{build_layouts, build_sidecars, map_records, Records};
+pub use source::{build_layouts, build_sidecars, build_sidecars_and_lists, map_records, Records};

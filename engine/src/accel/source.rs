@@ -49,10 +49,25 @@ pub fn build_sidecars(
     hnsw: Option<&HnswParams>,
     pq: Option<&PqParams>,
 ) -> Result<Sidecars<HnswSidecar, PqSidecar>> {
+    Ok(build_sidecars_and_lists(store, descriptor, hnsw, pq, false)?.0)
+}
+
+/// [`build_sidecars`]; with `lists`, also persists the fast-scan lists of
+/// the PQ sidecar trained here (when it has 4-bit codes) from the trained
+/// sidecar itself, so the map's records are read once. Returns the lists'
+/// layout CID beside the sidecars.
+pub fn build_sidecars_and_lists(
+    store: &dyn BlockStore,
+    descriptor: Cid,
+    hnsw: Option<&HnswParams>,
+    pq: Option<&PqParams>,
+    lists: bool,
+) -> Result<(Sidecars<HnswSidecar, PqSidecar>, Option<Cid>)> {
     let (desc, records) = map_records(store, descriptor)?;
     let metric = desc.config.metric;
     let dims = desc.config.dims as usize;
     let mut out = Sidecars::default();
+    let mut ivf = None;
     if let Some(p) = hnsw {
         let h = Hnsw::build(metric, dims, &records, p)?;
         out.hnsw = Some(h.persist(store, descriptor)?);
@@ -60,16 +75,20 @@ pub fn build_sidecars(
     if let Some(p) = pq {
         let q = Pq::train(metric, dims, &records, p)?;
         out.pq = Some(q.persist(store, descriptor)?);
+        if lists {
+            ivf = q.persist_fast_scan(store, descriptor)?;
+        }
     }
-    Ok(out)
+    Ok((out, ivf))
 }
 
 /// Builds and persists every search layout of the map `descriptor` that
 /// would otherwise be built when the map is opened: the native scan arena
 /// and adaptive sub-lists, and, when `pq` names a 4-bit PQ sidecar of the
-/// map, its fast-scan coarse lists. Each is bound to the descriptor;
-/// returns their manifest CIDs. The bytes are a function of the
-/// descriptor alone.
+/// map (read from the store: a sidecar trained in the same step gives
+/// them through [`build_sidecars_and_lists`]), its fast-scan coarse lists.
+/// Each is bound to the descriptor; returns their manifest CIDs. The bytes
+/// are a function of the descriptor alone.
 pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -> Result<Layouts> {
     let map = crate::proximity::ProximityMap::load(store, descriptor)?;
     let searcher = map.searcher()?;

@@ -2,7 +2,7 @@
 //! named root that publishes them. The one build path of every front end
 //! (`prox build`, `prox demo`, the Python `Index.build`).
 
-use crate::accel::{build_layouts, build_sidecars, HnswParams, PqParams};
+use crate::accel::{build_layouts, build_sidecars_and_lists, HnswParams, PqParams};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{
@@ -197,7 +197,7 @@ pub fn sidecar_memory(build: &Build, records: u64) -> Option<u64> {
 /// while [`Build::layouts`] persists them: the decoded hierarchy (vectors,
 /// keys, entry buffers), the scan arena, the adaptive lists with their
 /// 4-bit codes, and the pages of the store read through its memory map.
-/// An estimate that errs high (a 1M x 128 build peaks about 1.25 GB above
+/// An estimate that errs high (a 1M x 128 build peaks about 0.8 GB above
 /// the same build without layouts; this says 2.2 GB).
 pub fn layout_memory(dims: u32, records: u64) -> u64 {
     let d = u64::from(dims);
@@ -218,9 +218,19 @@ fn complete(
     store.commit()?;
     let t = Instant::now();
     let mut sidecars = Sidecars::default();
+    let layouts_wanted = build.layouts && n > 0;
+    // The PQ sidecar's fast-scan lists come from the sidecar as trained.
+    let mut ivf = None;
     if build.hnsw.is_some() || build.pq.is_some() {
         progress.start(Phase::Sidecars, Some(n));
-        let side = build_sidecars(store, descriptor, build.hnsw.as_ref(), build.pq.as_ref())?;
+        let (side, lists) = build_sidecars_and_lists(
+            store,
+            descriptor,
+            build.hnsw.as_ref(),
+            build.pq.as_ref(),
+            layouts_wanted,
+        )?;
+        ivf = lists;
         sidecars.hnsw = side.hnsw.map(|s| s.manifest_cid);
         sidecars.pq = side.pq.map(|s| s.manifest_cid);
         store.commit()?;
@@ -229,9 +239,10 @@ fn complete(
     }
     let sidecar_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let layouts = if build.layouts && n > 0 {
+    let layouts = if layouts_wanted {
         progress.start(Phase::Layouts, Some(n));
-        let l = build_layouts(store, descriptor, sidecars.pq)?;
+        let mut l = build_layouts(store, descriptor, None)?;
+        l.ivf = ivf;
         store.commit()?;
         progress.advance(n);
         progress.finish(Phase::Layouts);

@@ -90,6 +90,12 @@ fn persisted_lists_answer_bit_for_bit_like_trained_ones() {
         (m.kind, m.source, m.records),
         (LayoutKind::IvfLists, built.descriptor, 4000)
     );
+    // The lists built from the stored sidecar (`prox accel build
+    // --layout`) are the ones the build took from the trained sidecar.
+    assert_eq!(
+        prox_engine::accel::build_layouts(&*store, built.descriptor, built.sidecars.pq).unwrap(),
+        built.layouts
+    );
     // Deterministic: the same records give the same layouts elsewhere.
     let other: Arc<dyn BlockStore> = Arc::new(MemStore::new());
     assert_eq!(

@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use prox_engine::accel::{build_layouts, build_sidecars, HnswParams, PqParams};
+use prox_engine::accel::{build_layouts, build_sidecars_and_lists, HnswParams, PqParams};
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Cid};
 use std::path::PathBuf;
@@ -101,17 +101,27 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         (None, None) => bail!("pass --name or --descriptor"),
     };
     let t = std::time::Instant::now();
-    let side = build_sidecars(&store, descriptor, args.hnsw.as_ref(), args.pq.as_ref())
-        .with_context(|| format!("building sidecars of {descriptor}"))?;
+    let (side, fresh_lists) = build_sidecars_and_lists(
+        &store,
+        descriptor,
+        args.hnsw.as_ref(),
+        args.pq.as_ref(),
+        args.layout,
+    )
+    .with_context(|| format!("building sidecars of {descriptor}"))?;
     let layouts = if args.layout {
-        build_layouts(
-            &store,
-            descriptor,
-            side.pq.as_ref().map(|s| s.manifest_cid).or(published
+        // A PQ sidecar trained now gave its lists; else those of the
+        // published one are built from the store.
+        let stored_pq = match &side.pq {
+            Some(_) => None,
+            None => published
                 .filter(|p| p.descriptor == descriptor)
-                .and_then(|p| p.pq)),
-        )
-        .with_context(|| format!("building the search layouts of {descriptor}"))?
+                .and_then(|p| p.pq),
+        };
+        let mut l = build_layouts(&store, descriptor, stored_pq)
+            .with_context(|| format!("building the search layouts of {descriptor}"))?;
+        l.ivf = l.ivf.or(fresh_lists);
+        l
     } else {
         Default::default()
     };
