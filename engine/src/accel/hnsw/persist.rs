@@ -343,7 +343,47 @@ impl SearchGraph {
 
 #[cfg(test)]
 mod tests {
-    use super::KeyIds;
+    use super::{read_tree, sidecar_tree_config, KeyIds};
+    use crate::error::Error;
+    use crate::prolly::Node;
+    use crate::store::{BlockStore, MemStore};
+
+    /// A node of the sidecar config at `level` holding `pairs`.
+    fn node(store: &MemStore, level: u8, pairs: &[(&[u8], Vec<u8>)]) -> crate::cid::Cid {
+        let mut n = Node::empty(&sidecar_tree_config(), level);
+        for (k, v) in pairs {
+            n.keys.push(k.to_vec());
+            n.vals.push(v.clone());
+        }
+        store.put(&n.encode()).unwrap()
+    }
+
+    #[test]
+    fn read_tree_keeps_order_across_levels_and_refuses_ragged_depths() {
+        let store = MemStore::new();
+        let a = node(&store, 0, &[(b"a", b"1".to_vec()), (b"b", b"2".to_vec())]);
+        let c = node(&store, 0, &[(b"c", b"3".to_vec())]);
+        let d = node(&store, 0, &[(b"d", b"4".to_vec())]);
+        let left = node(&store, 1, &[(b"a", a.0.to_vec()), (b"c", c.0.to_vec())]);
+        let right = node(&store, 1, &[(b"d", d.0.to_vec())]);
+        let root = node(
+            &store,
+            2,
+            &[(b"a", left.0.to_vec()), (b"d", right.0.to_vec())],
+        );
+        let keys: Vec<Vec<u8>> = read_tree(&store, root)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, [b"a", b"b", b"c", b"d"].map(|k| k.to_vec()));
+        // A root whose children are a leaf and an inner node.
+        let ragged = node(&store, 2, &[(b"a", a.0.to_vec()), (b"d", right.0.to_vec())]);
+        assert!(matches!(
+            read_tree(&store, ragged),
+            Err(Error::Corrupt { .. })
+        ));
+    }
 
     fn records(keys: &[Vec<u8>]) -> Vec<(Vec<u8>, Vec<f32>)> {
         keys.iter().map(|k| (k.clone(), vec![0.0])).collect()
