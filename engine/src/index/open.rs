@@ -240,6 +240,21 @@ impl Index {
         self.searcher().warm()
     }
 
+    /// Reads or builds the load-time layouts as [`Index::warm`] (or, with
+    /// `exact`, [`Index::warm_exact`]) does, but decodes only the leaf
+    /// pages that building them needs: with persisted layouts the pages
+    /// are decoded by the searches that reach them (Searcher::prepare).
+    /// For a one-shot caller whose first answer matters more than its
+    /// later ones.
+    pub fn prepare(&self, exact: bool) -> Result<()> {
+        if !exact {
+            if let Some(pq) = &self.accel.pq {
+                pq.fast_scan();
+            }
+        }
+        self.searcher().prepare(exact)
+    }
+
     /// [`Index::warm`] for a caller whose requests only run exact native
     /// searches: the adaptive layouts those never use are not built.
     pub fn warm_exact(&self) -> Result<usize> {

@@ -33,8 +33,17 @@ fn publish(
     name: &str,
     recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>,
 ) -> (Cid, Layouts) {
-    let cfg = ProximityConfig::new(DIMS as u32);
-    let map = ProximityMap::build(&**store, &cfg, recs).unwrap();
+    publish_with(store, name, &ProximityConfig::new(DIMS as u32), recs)
+}
+
+/// [`publish`] with `cfg`.
+fn publish_with(
+    store: &Arc<dyn BlockStore>,
+    name: &str,
+    cfg: &ProximityConfig,
+    recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>,
+) -> (Cid, Layouts) {
+    let map = ProximityMap::build(&**store, cfg, recs).unwrap();
     let layouts = accel::build_layouts(&**store, map.descriptor_cid(), None).unwrap();
     proximity::publish_with(
         &**store,
@@ -98,6 +107,69 @@ fn persisted_arena_answers_bit_for_bit_like_a_built_one() {
         with.searcher().arena_bytes(),
         without.searcher().arena_bytes()
     );
+}
+
+/// Leaves split into small overflow pages under directories.
+fn paged_config() -> ProximityConfig {
+    let mut c = ProximityConfig::new(DIMS as u32);
+    c.min_page_bytes = 64;
+    c.target_page_bytes = 300;
+    c.max_page_bytes = 2048;
+    c.inline_threshold_bytes = 1024;
+    c
+}
+
+#[test]
+fn a_persisted_arena_decodes_only_the_pages_a_search_reaches() {
+    let s = seed();
+    for cfg in [ProximityConfig::new(DIMS as u32), paged_config()] {
+        let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+        let (_, layouts) = publish_with(&store, "m", &cfg, records(s, 3000));
+        assert!(layouts.arena.is_some(), "PROX_SEED={s}");
+        let cold = Options {
+            warm: false,
+            ..Options::default()
+        };
+        let lazy = Index::open(Arc::clone(&store), "m", &cold).unwrap();
+        assert_eq!(lazy.searcher().arena_pages(), None);
+        lazy.prepare(false).unwrap();
+        // The layouts are read, no leaf page is decoded yet.
+        let (decoded, total) = lazy.searcher().arena_pages().unwrap();
+        assert!(total > 1, "PROX_SEED={s}: {total} pages");
+        assert_eq!(decoded, 0, "PROX_SEED={s}: {total} pages");
+        let warm = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+        assert_eq!(warm.searcher().arena_pages(), Some((total, total)));
+        let mut rng = SplitMix64::new(s ^ 0xA11);
+        let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss() * 5.0).collect();
+        let first = SearchRequest::new(5).mode(Mode::Adaptive(Preset::Fast));
+        assert_eq!(
+            lazy.searcher().search(&q, &first).unwrap(),
+            warm.searcher().search(&q, &first).unwrap(),
+            "PROX_SEED={s}"
+        );
+        let (after_one, _) = lazy.searcher().arena_pages().unwrap();
+        assert!(after_one >= 1, "PROX_SEED={s}");
+        if total >= 200 {
+            assert!(
+                after_one < total / 4,
+                "PROX_SEED={s}: {after_one} of {total}"
+            );
+        }
+        for _ in 0..10 {
+            let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss() * 5.0).collect();
+            for req in requests() {
+                let a = lazy.searcher().search(&q, &req).unwrap();
+                assert_eq!(
+                    a,
+                    warm.searcher().search(&q, &req).unwrap(),
+                    "PROX_SEED={s} {req:?}"
+                );
+            }
+        }
+        // A warm-up decodes (and checks) every page.
+        lazy.warm().unwrap();
+        assert_eq!(lazy.searcher().arena_pages(), Some((total, total)));
+    }
 }
 
 #[test]

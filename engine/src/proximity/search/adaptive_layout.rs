@@ -195,7 +195,7 @@ pub(crate) fn load(
     let mut norms = Vec::with_capacity(n);
     for (&p, &e) in page.iter().zip(&entry) {
         let (p, e) = (p as usize, e as usize);
-        if p >= pages || e >= arena.pages[p].len {
+        if p >= pages || e >= arena.pages.len_of(p) {
             return Err(bad("a slot names no arena record"));
         }
         let rec = arena.page_start[p] + e;

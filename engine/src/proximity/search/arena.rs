@@ -19,7 +19,8 @@
 //!   root alone when the map is a single leaf) hold consecutive leaf pages,
 //!   pages hold consecutive records, so a group is one contiguous range of
 //!   codes. Record `r` of page `p` is entry `r − page_start[p]` of
-//!   `pages[p]`, whose key, vector and value stay in the node.
+//!   page `p`, whose key, vector and value stay in the node (decoded on
+//!   first use, `pages.rs`).
 //!
 //! Everything is a function of the descriptor (maximum, per-record
 //! quantization, hierarchy order), so the arena and every decision made
@@ -27,6 +28,7 @@
 
 use super::catalogue::Catalogue;
 use super::node::{Loader, Node};
+use super::pages::{Pages, PagesBuilder};
 use super::quant::quantize_uniform;
 use crate::error::Result;
 use rayon::prelude::*;
@@ -36,9 +38,9 @@ use std::sync::Arc;
 ///
 /// Invariants: `codes.len() == n·dims`, `norms`, `err` have `n` elements,
 /// `page_start` is non-decreasing with `pages.len() + 1` elements from 0
-/// to `n`, `page_start[p + 1] − page_start[p] == pages[p].len`,
+/// to `n`, `page_start[p + 1] − page_start[p] == pages.len_of(p)`,
 /// `group_page` is non-decreasing with `groups + 1` elements from 0 to
-/// `pages.len()`, and every page is a leafy node.
+/// `pages.len()`.
 #[derive(Debug)]
 pub(crate) struct ScanArena {
     /// The uniform scale `s > 0`.
@@ -51,8 +53,8 @@ pub(crate) struct ScanArena {
     pub(crate) err: Vec<f64>,
     /// The largest `err`.
     pub(crate) err_max: f64,
-    /// Leaf pages in order.
-    pub(crate) pages: Vec<Arc<Node>>,
+    /// Leaf pages in order, decoded on first use.
+    pub(crate) pages: Pages,
     /// First record of each page, then `n`.
     pub(crate) page_start: Vec<usize>,
     /// First page of each group, then `pages.len()`.
@@ -61,16 +63,40 @@ pub(crate) struct ScanArena {
 
 /// `(leaf pages in order, first record of each page then n, first page of
 /// each group then the page count)`.
-pub(crate) type PageLayout = (Vec<Arc<Node>>, Vec<usize>, Vec<usize>);
+pub(crate) type PageLayout = (Pages, Vec<usize>, Vec<usize>);
 
-/// Leaf pages below `node` (itself when leafy), in entry order.
-fn pages_of(node: &Arc<Node>, loader: &Loader<'_>, out: &mut Vec<Arc<Node>>) -> Result<()> {
+/// Adds the leaf pages below entry `i` of `parent` (loaded), in entry
+/// order.
+fn pages_below(
+    parent: &Arc<Node>,
+    i: usize,
+    loader: &Loader<'_>,
+    out: &mut PagesBuilder,
+) -> Result<()> {
+    let node = parent.child(i, loader)?;
     if node.leafy {
-        out.push(node.clone());
+        out.child(parent, i, node.len);
         return Ok(());
     }
-    for i in 0..node.len {
-        pages_of(node.child(i, loader)?, loader, out)?;
+    for j in 0..node.len {
+        pages_below(node, j, loader, out)?;
+    }
+    Ok(())
+}
+
+/// Adds the pages of the group rooted at `root` when the map has no
+/// catalogue (a single logical leaf: a leaf page or a directory of them).
+pub(crate) fn root_pages(
+    root: &Arc<Node>,
+    loader: &Loader<'_>,
+    out: &mut PagesBuilder,
+) -> Result<()> {
+    if root.leafy {
+        out.root(root);
+        return Ok(());
+    }
+    for j in 0..root.len {
+        pages_below(root, j, loader, out)?;
     }
     Ok(())
 }
@@ -87,34 +113,24 @@ impl ScanArena {
     ) -> Result<PageLayout> {
         // Every leaf page, one batched read per level.
         super::levels::expand(std::slice::from_ref(root), loader, |_| true)?;
-        let tops: Vec<Arc<Node>> = if cat.len() == 0 {
-            vec![root.clone()]
+        let mut out = PagesBuilder::new();
+        let mut group_page = Vec::with_capacity(cat.len() + 1);
+        if cat.len() == 0 {
+            group_page.push(0);
+            root_pages(root, loader, &mut out)?;
         } else {
-            cat.parents
-                .par_iter()
-                .map(|(node, i)| node.child(*i as usize, loader).cloned())
-                .collect::<Result<_>>()?
-        };
-        let groups: Vec<Vec<Arc<Node>>> = tops
-            .par_iter()
-            .map(|top| {
-                let mut v = Vec::new();
-                pages_of(top, loader, &mut v)?;
-                Ok(v)
-            })
-            .collect::<Result<_>>()?;
-        let mut group_page = Vec::with_capacity(groups.len() + 1);
-        let mut pages = Vec::new();
-        for g in groups {
-            group_page.push(pages.len());
-            pages.extend(g);
+            for (node, i) in &cat.parents {
+                group_page.push(out.len());
+                pages_below(node, *i as usize, loader, &mut out)?;
+            }
         }
+        let pages = out.finish();
         group_page.push(pages.len());
         let mut page_start = Vec::with_capacity(pages.len() + 1);
         let mut n = 0usize;
-        for p in &pages {
+        for p in 0..pages.len() {
             page_start.push(n);
-            n += p.len;
+            n += pages.len_of(p);
         }
         page_start.push(n);
         Ok((pages, page_start, group_page))
@@ -129,10 +145,11 @@ impl ScanArena {
         dims: usize,
     ) -> Result<ScanArena> {
         let (pages, page_start, group_page) = ScanArena::pages(root, cat, loader)?;
+        let nodes = pages.all(loader)?;
         let n = *page_start.last().unwrap_or(&0);
         // The maximum is order-independent, so the parallel reduction is
         // deterministic.
-        let max = pages
+        let max = nodes
             .par_iter()
             .map(|p| {
                 p.vectors
@@ -150,10 +167,10 @@ impl ScanArena {
         let mut err = vec![0.0f64; n];
         // Split the outputs at page boundaries so each page fills its own
         // slices in parallel.
-        let mut jobs = Vec::with_capacity(pages.len());
+        let mut jobs = Vec::with_capacity(nodes.len());
         {
             let (mut c, mut nm, mut e) = (&mut codes[..], &mut norms[..], &mut err[..]);
-            for p in &pages {
+            for p in &nodes {
                 let (c0, c1) = c.split_at_mut(p.len * dims);
                 let (n0, n1) = nm.split_at_mut(p.len);
                 let (e0, e1) = e.split_at_mut(p.len);
@@ -183,10 +200,11 @@ impl ScanArena {
         })
     }
 
-    /// The f32 vector of record `r` (looked up through `page_start`).
-    pub(crate) fn record(&self, r: usize, d: usize) -> &[f32] {
-        let p = self.page_start.partition_point(|&s| s <= r) - 1;
-        self.pages[p].vector(r - self.page_start[p], d)
+    /// The f32 vector of record `r` in `pages` (every page, in order, as
+    /// [`Pages::all`] returns them).
+    pub(crate) fn record<'a>(&self, pages: &'a [Arc<Node>], r: usize, d: usize) -> &'a [f32] {
+        let (p, e) = self.locate(r);
+        pages[p].vector(e, d)
     }
 
     /// Page and entry of record `r`.

@@ -9,16 +9,17 @@
 //! residual bound per record, then the `n·d` codes (`i8`), record-major.
 //! The manifest's kind header is `f64 scale | uv pages | uv groups`.
 //!
-//! Loading still walks the hierarchy to reach the leaf pages (keys,
-//! vectors and values stay in the nodes); every page CID, page length and
-//! group boundary must equal the stored ones, so a layout can only be used
-//! with the hierarchy it was derived from. The payload bytes are a
+//! Loading matches every stored page CID, page length and group boundary
+//! against the hierarchy's nodes above the pages, so a layout can only be
+//! used with the hierarchy it was derived from; the pages (keys, vectors
+//! and values) are decoded when a search first needs them. The payload bytes are a
 //! function of the arena, itself a function of the descriptor, so the
 //! layout of a map is the same on every machine.
 
 use super::arena::ScanArena;
 use super::catalogue::Catalogue;
 use super::node::{Loader, Node};
+use super::pages::PagesBuilder;
 use crate::cid::Cid;
 use crate::codec::{put_f64, put_uv, Reader};
 use crate::error::{Error, Result};
@@ -28,6 +29,10 @@ use crate::store::BlockStore;
 use std::sync::Arc;
 
 const OBJ: &str = "PRLY";
+
+/// Deepest chain of directories followed to reach a page (a guard against
+/// crafted hierarchies; real maps nest one or two).
+const MAX_NESTING: usize = 64;
 
 /// The arena's kind header and payload bytes.
 pub(crate) fn encode(arena: &ScanArena) -> Result<(Vec<u8>, Vec<u8>)> {
@@ -40,14 +45,14 @@ pub(crate) fn encode(arena: &ScanArena) -> Result<(Vec<u8>, Vec<u8>)> {
     put_uv(&mut params, groups as u64);
     let mut out =
         Vec::with_capacity(8 * pages + 4 * groups + 32 * pages + 12 * n + arena.codes.len());
-    for p in &arena.pages {
-        out.extend_from_slice(&u32_of(p.len)?.to_le_bytes());
+    for p in 0..pages {
+        out.extend_from_slice(&u32_of(arena.pages.len_of(p))?.to_le_bytes());
     }
     for w in arena.group_page.windows(2) {
         out.extend_from_slice(&u32_of(w[1] - w[0])?.to_le_bytes());
     }
-    for p in &arena.pages {
-        out.extend_from_slice(&p.cid.0);
+    for p in 0..pages {
+        out.extend_from_slice(&arena.pages.cid(p)?.0);
     }
     for &v in &arena.norms {
         out.extend_from_slice(&v.to_le_bytes());
@@ -86,8 +91,10 @@ pub(crate) fn persist(
 
 /// Loads the layout `manifest_cid` (bound to `source`) as the arena of the
 /// hierarchy below `root`: fetches the chunks (in parallel, hash-checked
-/// by the store), walks the hierarchy to its leaf pages and checks every
-/// page CID, page length and group boundary against the stored ones.
+/// by the store) and matches every stored page CID, page length and group
+/// boundary against the entries of the loaded nodes above the pages. The
+/// pages themselves are not read: each is decoded on first use and must
+/// then be a leaf page of the stored length (`pages.rs`).
 ///
 /// Errors: [`Error::NotFound`] for a missing block,
 /// [`Error::InvalidArgument`] when the layout was derived from another
@@ -122,32 +129,61 @@ pub(crate) fn load(
             format!("payload of {} bytes for its counts", m.payload_len),
         ));
     }
-    let mut c = payload(store, &m, manifest_cid)?;
-    let (walked, page_start, group_page) = ScanArena::pages(root, cat, loader)?;
-    if walked.len() != pages || group_page.len() != groups + 1 {
+    let expect_groups = cat.len().max(1);
+    if groups != expect_groups {
         return Err(mismatch(
             manifest_cid,
-            format!(
-                "{pages} pages in {groups} groups, hierarchy has {} in {}",
-                walked.len(),
-                group_page.len() - 1
-            ),
+            format!("{groups} groups, hierarchy has {expect_groups}"),
         ));
     }
+    let mut c = payload(store, &m, manifest_cid)?;
     let lens = c.values(pages, u32::from_le_bytes)?;
     let gp = c.values(groups, u32::from_le_bytes)?;
     let cids = c.values(pages, Cid)?;
-    for (p, node) in walked.iter().enumerate() {
-        if cids[p] != node.cid || lens[p] as usize != node.len {
-            return Err(mismatch(manifest_cid, format!("page {p} differs")));
+    let claims = Claims {
+        cids: &cids,
+        lens: &lens,
+        manifest: manifest_cid,
+        loader,
+    };
+    let mut out = PagesBuilder::new();
+    let mut group_page = Vec::with_capacity(groups + 1);
+    if cat.len() == 0 {
+        group_page.push(0);
+        if root.leafy {
+            claims.root(root, &mut out)?;
+        } else {
+            for j in 0..root.len {
+                claims.below(root, j, &mut out, 0)?;
+            }
         }
+    } else {
+        for (node, i) in &cat.parents {
+            group_page.push(out.len());
+            claims.below(node, *i as usize, &mut out, 0)?;
+        }
+    }
+    let walked = out.finish();
+    group_page.push(walked.len());
+    if walked.len() != pages {
+        return Err(mismatch(
+            manifest_cid,
+            format!("{pages} pages, hierarchy has {}", walked.len()),
+        ));
     }
     for (g, w) in group_page.windows(2).enumerate() {
         if gp[g] as usize != w[1] - w[0] {
             return Err(mismatch(manifest_cid, format!("group {g} differs")));
         }
     }
-    if page_start.last() != Some(&n) {
+    let mut page_start = Vec::with_capacity(pages + 1);
+    let mut total = 0usize;
+    for &l in &lens {
+        page_start.push(total);
+        total = total.saturating_add(l as usize);
+    }
+    page_start.push(total);
+    if total != n {
         return Err(mismatch(manifest_cid, "record count differs".into()));
     }
     let norms = c.values(n, i32::from_le_bytes)?;
@@ -177,4 +213,74 @@ pub(crate) fn load(
         page_start,
         group_page,
     })
+}
+
+/// The stored pages, matched in order against the hierarchy.
+struct Claims<'a, 's> {
+    cids: &'a [Cid],
+    lens: &'a [u32],
+    manifest: Cid,
+    loader: &'a Loader<'s>,
+}
+
+impl Claims<'_, '_> {
+    /// The stored page `p` (`None` past the end).
+    fn at(&self, p: usize) -> Option<(Cid, usize)> {
+        Some((*self.cids.get(p)?, *self.lens.get(p)? as usize))
+    }
+
+    /// The root as the only page.
+    fn root(&self, root: &Arc<Node>, out: &mut PagesBuilder) -> Result<()> {
+        match self.at(out.len()) {
+            Some((cid, len)) if cid == root.cid && len == root.len => {
+                out.root(root);
+                Ok(())
+            }
+            _ => Err(mismatch(self.manifest, "page 0 differs".into())),
+        }
+    }
+
+    /// Matches the pages below entry `i` of `parent`. A child the next
+    /// stored page names with the entry's record count is taken as that
+    /// page without reading it; any other child is read and must be a
+    /// directory, whose entries are matched in turn.
+    fn below(
+        &self,
+        parent: &Arc<Node>,
+        i: usize,
+        out: &mut PagesBuilder,
+        depth: usize,
+    ) -> Result<()> {
+        let p = out.len();
+        let differs = || mismatch(self.manifest, format!("page {p} differs"));
+        if depth > MAX_NESTING {
+            return Err(differs());
+        }
+        let cid = *parent.child_cid(i).ok_or_else(differs)?;
+        let claim = self.at(p);
+        if let Some(node) = parent.loaded_child(i) {
+            if node.leafy {
+                return match claim {
+                    Some((c, len)) if c == cid && len == node.len => {
+                        out.child(parent, i, len);
+                        Ok(())
+                    }
+                    _ => Err(differs()),
+                };
+            }
+        } else if let Some((c, len)) = claim {
+            if c == cid && parent.count[i] == len as u64 {
+                out.child(parent, i, len);
+                return Ok(());
+            }
+        }
+        let node = parent.child(i, self.loader)?;
+        if node.leafy {
+            return Err(differs());
+        }
+        for j in 0..node.len {
+            self.below(node, j, out, depth + 1)?;
+        }
+        Ok(())
+    }
 }

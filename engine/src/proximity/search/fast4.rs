@@ -39,11 +39,12 @@
 //! on every machine, ISA and thread count. They can be persisted as a
 //! layout sidecar (`adaptive_layout.rs`).
 
-use super::arena::ScanArena;
 use super::lists::Lists;
+use super::node::Node;
 use crate::numeric::pq::{train_rows, Shape};
 use prox_kernels::pq::fastscan::{self, TableKind, CODES, MAX_SUBSPACES};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Most records the codebooks are trained on (1 024 per centroid).
 pub(crate) const SAMPLE: usize = 16_384;
@@ -126,6 +127,12 @@ pub(crate) fn rank_subspaces(dims: usize) -> Option<usize> {
     (1..=MAX_SUBSPACES).contains(&m).then_some(m)
 }
 
+/// Whether the 4-bit pass applies to a map with these lists and
+/// dimensions (what [`Fast4::build`] checks before reading any vector).
+pub(crate) fn applies(lists: &Lists, dims: usize) -> bool {
+    rank_subspaces(dims).is_some() && lists.norms.len() >= MIN_RECORDS
+}
+
 /// Fewest components for which the records get their own, coarser
 /// quantizer (see the module docs).
 pub(crate) const WIDE_DIMS: usize = 256;
@@ -144,15 +151,15 @@ pub(crate) fn scan_subspaces(dims: usize) -> usize {
 impl Fast4 {
     /// Trains the codebooks and packs every list; `None` when the pass does
     /// not apply to this map (see [`rank_subspaces`] and [`MIN_RECORDS`]).
-    pub(crate) fn build(arena: &ScanArena, lists: &Lists, dims: usize) -> Option<Fast4> {
+    /// `pages` are the arena's pages, all decoded.
+    pub(crate) fn build(pages: &[Arc<Node>], lists: &Lists, dims: usize) -> Option<Fast4> {
         let rank_m = rank_subspaces(dims)?;
         let n = lists.norms.len();
         if n < MIN_RECORDS {
             return None;
         }
-        let vector = |slot: usize| {
-            arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, dims)
-        };
+        let vector =
+            |slot: usize| pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, dims);
         let take = n.min(SAMPLE);
         let sample = || (0..take).map(|i| vector(i * n / take));
         let scan_m = scan_subspaces(dims);

@@ -51,6 +51,7 @@ mod frames;
 mod levels;
 mod lists;
 mod node;
+mod pages;
 mod quant;
 mod rotated;
 
@@ -408,11 +409,21 @@ impl<'s> Searcher<'s> {
         }
         let arena = self.arena()?;
         let f = match self.layout.local(self.dims()) {
-            Some(m) if self.metric() == Metric::L2 => Frames::build(arena, self.dims(), m),
+            Some(m) if self.metric() == Metric::L2 => {
+                Frames::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
+            }
             _ => None,
         };
         let _ = self.frames.set(f);
         Ok(self.frames.get().expect("OnceLock was just set").as_ref())
+    }
+
+    /// `(decoded, total)` leaf pages of the scan arena (`None` before it
+    /// exists): an arena read from a persisted layout decodes a page when
+    /// a search first reaches it.
+    pub fn arena_pages(&self) -> Option<(usize, usize)> {
+        let a = self.arena.get()?;
+        Some((a.pages.loaded(), a.pages.len()))
     }
 
     /// `(frames, width)` of the local frames once built (`None` before, or
@@ -429,7 +440,9 @@ impl<'s> Searcher<'s> {
         }
         let arena = self.arena()?;
         let r = match self.layout.split(self.dims()) {
-            Some(m) if self.metric() == Metric::L2 => Rotated::build(arena, self.dims(), m),
+            Some(m) if self.metric() == Metric::L2 => {
+                Rotated::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
+            }
             _ => None,
         };
         let _ = self.rotated.set(r);
@@ -569,7 +582,12 @@ impl<'s> Searcher<'s> {
                 return Ok(f.as_ref());
             }
         }
-        let f = Fast4::build(self.arena()?, self.lists()?, self.dims());
+        let lists = self.lists()?;
+        let f = if fast4::applies(lists, self.dims()) {
+            Fast4::build(&self.arena()?.pages.all(&self.loader)?, lists, self.dims())
+        } else {
+            None
+        };
         let _ = self.fast4.set(f);
         Ok(self.fast4.get().expect("OnceLock was just set").as_ref())
     }
@@ -645,10 +663,30 @@ impl<'s> Searcher<'s> {
     /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {
         let nodes = self.walk_nodes()?;
+        self.arena()?.pages.all(&self.loader)?;
         self.fast4()?;
         self.rotated()?;
         self.frames()?;
         Ok(nodes)
+    }
+
+    /// Reads or builds every load-time layout native searches use (the
+    /// leaf catalogue, the scan arena, the adaptive sub-lists and 4-bit
+    /// pass, the exact-L2 layout), as [`Searcher::warm`] does, but leaves
+    /// the leaf pages that a persisted arena only names to be decoded by
+    /// the searches that reach them. `exact`: only what exact searches use
+    /// (as [`Searcher::warm_exact`]).
+    pub fn prepare(&self, exact: bool) -> Result<()> {
+        self.catalogue()?;
+        if !exact {
+            self.fast4()?;
+        } else if self.metric() != Metric::L2 {
+            return Ok(());
+        }
+        self.arena()?;
+        self.rotated()?;
+        self.frames()?;
+        Ok(())
     }
 
     /// Loads every node of the hierarchy into the cache, level by level
@@ -664,7 +702,7 @@ impl<'s> Searcher<'s> {
     pub fn warm_exact(&self) -> Result<usize> {
         let nodes = self.walk_nodes()?;
         if self.metric() == Metric::L2 {
-            self.arena()?;
+            self.arena()?.pages.all(&self.loader)?;
             self.rotated()?;
             self.frames()?;
         }

@@ -34,8 +34,10 @@
 //! same on every machine, ISA and thread count, like the plain arena.
 
 use super::arena::{l2_prune_limit, limit_int, ScanArena};
+use super::node::Node;
 use super::quant::{down, quantize_uniform, up, EPS};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Most records whose covariance defines the rotation.
 const SAMPLE: usize = 32_768;
@@ -281,13 +283,19 @@ impl Rotated {
     /// Builds the rotation from a deterministic sample of the arena's
     /// records and codes every record. `None` when the rotation is not
     /// finite (cannot happen for finite f32 data, kept as a guard).
-    pub(crate) fn build(arena: &ScanArena, dims: usize, m: usize) -> Option<Rotated> {
+    /// `pages` are the arena's pages, all decoded.
+    pub(crate) fn build(
+        arena: &ScanArena,
+        pages: &[Arc<Node>],
+        dims: usize,
+        m: usize,
+    ) -> Option<Rotated> {
         let d = dims;
         let m = m.clamp(1, d.max(1));
         let n = *arena.page_start.last().unwrap_or(&0);
         let record = |r: usize| {
             let p = arena.page_start.partition_point(|&s| s <= r) - 1;
-            arena.pages[p].vector(r - arena.page_start[p], d)
+            pages[p].vector(r - arena.page_start[p], d)
         };
         // Sample every (n / SAMPLE)-th record, centered covariance.
         let ns = n.min(SAMPLE);
@@ -357,8 +365,7 @@ impl Rotated {
 
         // Per-segment maxima (a first rotation pass; keeping every rotated
         // record would cost 8·d bytes each), then the scales.
-        let (max_a, max_b) = arena
-            .pages
+        let (max_a, max_b) = pages
             .par_iter()
             .map(|p| {
                 let mut y = vec![0.0f64; d];
@@ -380,12 +387,12 @@ impl Rotated {
         let mut codes_b = vec![0i8; n * mb];
         let (mut norms_a, mut norms_b) = (vec![0i32; n], vec![0i32; n]);
         let (mut err_a, mut err_b) = (vec![0.0f64; n], vec![0.0f64; n]);
-        let mut jobs = Vec::with_capacity(arena.pages.len());
+        let mut jobs = Vec::with_capacity(pages.len());
         {
             let (mut ca, mut cb) = (&mut codes_a[..], &mut codes_b[..]);
             let (mut na, mut nb) = (&mut norms_a[..], &mut norms_b[..]);
             let (mut ea, mut eb) = (&mut err_a[..], &mut err_b[..]);
-            for p in &arena.pages {
+            for p in pages {
                 let l = p.len;
                 let (ca0, ca1) = ca.split_at_mut(l * m);
                 let (cb0, cb1) = cb.split_at_mut(l * mb);

@@ -437,6 +437,7 @@ fn fast4_layout_and_determinism(s: u64, dims: usize) {
 
     let searcher = Searcher::new(&store, desc.clone()).unwrap();
     let arena = searcher.arena().unwrap();
+    let pages = arena.pages.all(&searcher.loader).unwrap();
     let lists = searcher.lists().unwrap();
     let f = searcher.fast4().unwrap().unwrap();
     let m = f.scan.m;
@@ -461,7 +462,7 @@ fn fast4_layout_and_determinism(s: u64, dims: usize) {
         assert_eq!(b1 - b0, rows.div_ceil(32), "seed {s}: list {l}");
         for r in 0..rows {
             let slot = lists.start[l] + r;
-            let v = arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, dims);
+            let v = pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, dims);
             let block = &f.blocks[(b0 + r / 32) * bb..(b0 + r / 32 + 1) * bb];
             for sub in 0..m {
                 let (a, b) = (sub * dims / m, (sub + 1) * dims / m);

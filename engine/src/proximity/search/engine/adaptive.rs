@@ -12,6 +12,7 @@ use crate::proximity::search::arena::ScanArena;
 use crate::proximity::search::catalogue::Catalogue;
 use crate::proximity::search::fast4::{Book, Fast4};
 use crate::proximity::search::lists::Lists;
+use crate::proximity::search::node::Loader;
 use crate::proximity::search::{Completion, Preset};
 use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES};
 use prox_kernels::Metric;
@@ -44,6 +45,7 @@ impl CodeDist {
 #[derive(Clone, Copy)]
 struct Coded<'a> {
     arena: &'a ScanArena,
+    loader: &'a Loader<'a>,
     lists: &'a Lists,
     fast: Option<&'a Fast4>,
     cd: CodeDist,
@@ -61,12 +63,17 @@ struct Scan {
     depth: usize,
 }
 
-/// Orders 8-bit candidates `(distance, page, entry)` by distance, then key.
+/// Orders 8-bit candidates `(distance, page, entry)` by distance, then key
+/// (every candidate's page is decoded before it becomes a candidate).
 fn by_dist(arena: &ScanArena, a: &(i64, u32, u32), b: &(i64, u32, u32)) -> std::cmp::Ordering {
     a.0.cmp(&b.0).then_with(|| {
-        let ka = arena.pages[a.1 as usize].key(a.2 as usize);
-        let kb = arena.pages[b.1 as usize].key(b.2 as usize);
-        ka.cmp(kb)
+        let key = |p: u32, e: u32| {
+            arena
+                .pages
+                .loaded_page(p as usize)
+                .map_or(&[][..], |n| n.key(e as usize))
+        };
+        key(a.1, a.2).cmp(key(b.1, b.2))
     })
 }
 
@@ -145,6 +152,7 @@ impl SearchContext {
         let fast = self.fast_tables(s.fast4()?, q);
         let on = Coded {
             arena,
+            loader: &s.loader,
             lists,
             fast,
             cd,
@@ -171,7 +179,7 @@ impl SearchContext {
         let d = s.dims();
         for &(_, p, i) in &self.cands {
             self.watch.tick(d)?;
-            let node = &arena.pages[p as usize];
+            let node = arena.pages.get(p as usize, &s.loader)?;
             let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i as usize, d));
             self.rescore.push(Cand {
                 score,
@@ -303,6 +311,7 @@ impl SearchContext {
             lists,
             fast,
             cd,
+            ..
         } = *on;
         let d = self.ucodes.len();
         let Scan {
@@ -361,7 +370,7 @@ impl SearchContext {
                     }
                     let slot = a + i;
                     if !unfiltered && {
-                        let page = &arena.pages[lists.page[slot] as usize];
+                        let page = arena.pages.get(lists.page[slot] as usize, on.loader)?;
                         !filter.accepts(page.key(lists.entry[slot] as usize))
                     } {
                         continue;
@@ -381,7 +390,7 @@ impl SearchContext {
                     continue;
                 }
                 let (p, e) = (lists.page[a + i], lists.entry[a + i]);
-                if !filter.accepts(arena.pages[p as usize].key(e as usize)) {
+                if !filter.accepts(arena.pages.get(p as usize, on.loader)?.key(e as usize)) {
                     continue;
                 }
                 self.cands.push((dist, p, e));
@@ -408,7 +417,11 @@ impl SearchContext {
         stats: &mut SearchStats,
     ) -> Result<()> {
         let Coded {
-            arena, lists, cd, ..
+            arena,
+            loader,
+            lists,
+            cd,
+            ..
         } = *on;
         let (k, d) = (plan.k, q.v.len());
         shrink(&mut self.fcands, plan.depth);
@@ -436,23 +449,24 @@ impl SearchContext {
             self.fcands
                 .extend(self.mids[..keep].iter().map(|&(_, slot)| (0, slot)));
         }
-        let vector = |slot: u32| {
+        let vector = |slot: u32| -> Result<&[f32]> {
             let slot = slot as usize;
-            arena.pages[lists.page[slot] as usize].vector(lists.entry[slot] as usize, d)
+            let page = arena.pages.get(lists.page[slot] as usize, loader)?;
+            Ok(page.vector(lists.entry[slot] as usize, d))
         };
         for &(_, slot) in &self.fcands {
-            prox_kernels::prefetch::prefetch_read(vector(slot));
+            prox_kernels::prefetch::prefetch_read(vector(slot)?);
         }
         self.rescored.clear();
         for &(_, slot) in &self.fcands {
             self.watch.tick(d)?;
             self.rescored
-                .push((det_score(q.metric, q.v, vector(slot)), slot));
+                .push((det_score(q.metric, q.v, vector(slot)?), slot));
         }
         let keep = best_with_ties(&mut self.rescored, k);
         for &(_, slot) in &self.rescored[..keep] {
             let slot = slot as usize;
-            let node = &arena.pages[lists.page[slot] as usize];
+            let node = arena.pages.get(lists.page[slot] as usize, loader)?;
             let i = lists.entry[slot];
             let score = prox_kernels::canonical::score(q.metric, q.v, node.vector(i as usize, d));
             self.rescore.push(Cand {

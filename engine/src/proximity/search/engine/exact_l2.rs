@@ -6,6 +6,7 @@ use super::{
 };
 use crate::proximity::search::arena::{l2_prune_limit, limit_int, ScanArena};
 use crate::proximity::search::frames::Frames;
+use crate::proximity::search::node::Loader;
 use crate::proximity::search::rotated::Rotated;
 use crate::proximity::search::Completion;
 
@@ -33,7 +34,7 @@ impl SearchContext {
         if matches!(filter, Compiled::All) {
             if let Some(fr) = s.frames()? {
                 if fr.prepare(q.v, &mut self.fq) {
-                    self.exact_l2_frames(arena, fr, q, k, &mut stats)?;
+                    self.exact_l2_frames(arena, &s.loader, fr, q, k, &mut stats)?;
                     let hits = emit(
                         self.best.iter(),
                         std::mem::take(&mut self.hits),
@@ -54,8 +55,8 @@ impl SearchContext {
         self.rank
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         match s.rotated()? {
-            Some(rot) => self.exact_l2_rotated(arena, rot, q, k, filter, &mut stats)?,
-            None => self.exact_l2_plain(arena, q, k, filter, &mut stats)?,
+            Some(rot) => self.exact_l2_rotated(arena, &s.loader, rot, q, k, filter, &mut stats)?,
+            None => self.exact_l2_plain(arena, &s.loader, q, k, filter, &mut stats)?,
         }
         let hits = emit(
             self.best.iter(),
@@ -77,6 +78,7 @@ impl SearchContext {
     fn exact_l2_plain(
         &mut self,
         arena: &ScanArena,
+        loader: &Loader<'_>,
         q: &Query<'_>,
         k: usize,
         filter: &Compiled<'_>,
@@ -98,8 +100,7 @@ impl SearchContext {
             }
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
-                let page = &arena.pages[p];
-                self.watch.tick(page.len * d)?;
+                self.watch.tick(arena.pages.len_of(p) * d)?;
                 let (a, b) = self.scan_page(arena, p, d, stats);
                 for i in 0..b - a {
                     let dist = arena.l2_code_dist(qn, a + i, self.dots[i]);
@@ -111,6 +112,7 @@ impl SearchContext {
                     {
                         continue;
                     }
+                    let page = arena.pages.get(p, loader)?;
                     if !filter.accepts(page.key(i)) {
                         continue;
                     }
@@ -133,9 +135,11 @@ impl SearchContext {
     /// ([`Rotated::bulk_limit`] with the largest residual), survivors
     /// checked with their own residuals and the remaining components
     /// ([`Rotated::beats`]), then scored canonically into `self.best`.
+    #[allow(clippy::too_many_arguments)]
     fn exact_l2_rotated(
         &mut self,
         arena: &ScanArena,
+        loader: &Loader<'_>,
         rot: &Rotated,
         q: &Query<'_>,
         k: usize,
@@ -153,8 +157,7 @@ impl SearchContext {
             }
             let g = g as usize;
             for p in arena.group_page[g]..arena.group_page[g + 1] {
-                let page = &arena.pages[p];
-                self.watch.tick(page.len * d)?;
+                self.watch.tick(arena.pages.len_of(p) * d)?;
                 let (a, b) = visit_page(arena, p, stats);
                 rot.screen(&self.rq, a, b, bulk, &mut self.pass, &mut self.dots);
                 self.survivors.clear();
@@ -171,10 +174,11 @@ impl SearchContext {
                 for (j, &(i, da)) in self.survivors.iter().enumerate() {
                     let i = i as usize;
                     // `kth` may have tightened since the page's screen.
-                    if da > bulk
-                        || !rot.full(&self.rq, a + i, da, self.rq.dot_b(j), kth, q.rel)
-                        || !filter.accepts(page.key(i))
-                    {
+                    if da > bulk || !rot.full(&self.rq, a + i, da, self.rq.dot_b(j), kth, q.rel) {
+                        continue;
+                    }
+                    let page = arena.pages.get(p, loader)?;
+                    if !filter.accepts(page.key(i)) {
                         continue;
                     }
                     self.watch.tick(d + k)?;
@@ -199,6 +203,7 @@ impl SearchContext {
     fn exact_l2_frames(
         &mut self,
         arena: &ScanArena,
+        loader: &Loader<'_>,
         fr: &Frames,
         q: &Query<'_>,
         k: usize,
@@ -284,7 +289,7 @@ impl SearchContext {
                     continue;
                 }
                 let (p, e) = arena.locate(fr.record(i as usize));
-                let page = &arena.pages[p];
+                let page = arena.pages.get(p, loader)?;
                 self.watch.tick(d + k)?;
                 stats.rescored += 1;
                 let score = prox_kernels::canonical::score(q.metric, q.v, page.vector(e, d));

@@ -7,9 +7,11 @@ use super::layout::{entry, project, to_fixed};
 use super::pca::principal;
 use super::{Block, Frame, Frames, Members, Residual, SecondRow, COV, FRAME, S1, SUB, U};
 use crate::proximity::search::arena::ScanArena;
+use crate::proximity::search::node::Node;
 use crate::proximity::search::quant::{down, quantize_uniform, up};
 use prox_kernels::i8scan::grouped::{self, GROUP};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// One frame's built parts, before concatenation.
 struct Part {
@@ -36,12 +38,18 @@ fn bounding_box<'a>(rows: impl Iterator<Item = &'a [f32]>, m: usize, out: &mut V
 }
 
 /// Builds one frame from its members (arena records, ascending).
-fn build_frame(arena: &ScanArena, d: usize, m: usize, members: &[u32]) -> Option<Part> {
+fn build_frame(
+    arena: &ScanArena,
+    pages: &[Arc<Node>],
+    d: usize,
+    m: usize,
+    members: &[u32],
+) -> Option<Part> {
     let k = members.len();
     // Centre: the f64 mean rounded to f32.
     let mut mean = vec![0.0f64; d];
     for &r in members {
-        for (s, &x) in mean.iter_mut().zip(arena.record(r as usize, d)) {
+        for (s, &x) in mean.iter_mut().zip(arena.record(pages, r as usize, d)) {
             *s += f64::from(x);
         }
     }
@@ -49,7 +57,11 @@ fn build_frame(arena: &ScanArena, d: usize, m: usize, members: &[u32]) -> Option
     // Centred f32 rows v̂ of every member.
     let mut v = vec![0.0f32; k * d];
     for (row, &r) in v.chunks_exact_mut(d).zip(members) {
-        for ((o, &x), &c) in row.iter_mut().zip(arena.record(r as usize, d)).zip(&centre) {
+        for ((o, &x), &c) in row
+            .iter_mut()
+            .zip(arena.record(pages, r as usize, d))
+            .zip(&centre)
+        {
             *o = x - c;
         }
     }
@@ -167,8 +179,13 @@ impl Frames {
     /// Clusters the arena's records into frames and codes every record in
     /// its frame. `None` when a frame cannot be built with usable bounds
     /// (non-finite centred data, a degenerate basis); exact L2 then uses
-    /// the plain arena.
-    pub(crate) fn build(arena: &ScanArena, dims: usize, m: usize) -> Option<Frames> {
+    /// the plain arena. `pages` are the arena's pages, all decoded.
+    pub(crate) fn build(
+        arena: &ScanArena,
+        pages: &[Arc<Node>],
+        dims: usize,
+        m: usize,
+    ) -> Option<Frames> {
         let d = dims;
         let m = m.clamp(1, d.max(1));
         let n = *arena.page_start.last().unwrap_or(&0);
@@ -177,7 +194,7 @@ impl Frames {
         }
         let nf = (n + FRAME / 2) / FRAME;
         let nf = nf.clamp(1, n);
-        let of = cluster(arena, d, n, nf);
+        let of = cluster(arena, pages, d, n, nf);
         let mut members: Vec<Vec<u32>> = vec![Vec::new(); nf];
         for (r, &f) in of.iter().enumerate() {
             members[f as usize].push(r as u32);
@@ -185,7 +202,7 @@ impl Frames {
         members.retain(|x| !x.is_empty());
         let parts: Vec<Option<Part>> = members
             .par_iter()
-            .map(|mem| build_frame(arena, d, m, mem))
+            .map(|mem| build_frame(arena, pages, d, m, mem))
             .collect();
         let mut out = Frames {
             dims: d,

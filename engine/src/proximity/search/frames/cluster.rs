@@ -5,7 +5,9 @@
 use super::{LLOYD, TRAIN};
 use crate::numeric::kmeans::{self, Empty};
 use crate::proximity::search::arena::ScanArena;
+use crate::proximity::search::node::Node;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// The nearest of the centroids `cands` by the deterministic f32 distance
 /// (ties to the first listed, which callers keep ascending).
@@ -86,10 +88,16 @@ impl Coarse {
 /// Frames of the arena's records: `nf` centroids from a strided sample
 /// refined by [`LLOYD`] rounds, then every record's nearest centroid, both
 /// through a [`Coarse`] index rebuilt from the current centroids.
-pub(super) fn cluster(arena: &ScanArena, d: usize, n: usize, nf: usize) -> Vec<u32> {
+pub(super) fn cluster(
+    arena: &ScanArena,
+    pages: &[Arc<Node>],
+    d: usize,
+    n: usize,
+    nf: usize,
+) -> Vec<u32> {
     let ns = n.min(TRAIN * nf).max(nf);
     let rows: Vec<usize> = (0..ns).map(|i| i * n / ns).collect();
-    let row = |r: usize| arena.record(r, d);
+    let row = |r: usize| arena.record(pages, r, d);
     let mut cent: Vec<f32> = (0..nf)
         .flat_map(|j| row(rows[j * ns / nf]).iter().copied())
         .collect();
@@ -106,8 +114,7 @@ pub(super) fn cluster(arena: &ScanArena, d: usize, n: usize, nf: usize) -> Vec<u
         );
     }
     let coarse = Coarse::build(&cent, d);
-    let parts: Vec<Vec<u32>> = arena
-        .pages
+    let parts: Vec<Vec<u32>> = pages
         .par_iter()
         .map(|p| {
             (0..p.len)
