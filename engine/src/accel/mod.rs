@@ -30,4 +30,5 @@ pub use hnsw::{Filter, Hnsw, IdHit, SearchGraph};
 pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;
+pub(crate) use source::map_rows;
 pub use source::{build_layouts, build_sidecars, build_sidecars_and_lists, map_records, Records};

@@ -2,9 +2,10 @@
 //! sidecars in one call (used by `prox build --hnsw/--pq` and
 //! `prox accel build`), and persisting the search layouts.
 
-use super::hnsw::{read_tree, Hnsw, HnswSidecar};
+use super::hnsw::{read_leaves, Hnsw, HnswSidecar};
 use super::params::{HnswParams, PqParams};
 use super::pq::{Pq, PqSidecar};
+use super::vectors::Arena;
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{Descriptor, Layouts, Record, Sidecars};
@@ -24,10 +25,21 @@ pub fn map_records(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descripto
     let dims = desc.config.dims;
     let out = match desc.directory.root {
         None => Vec::new(),
-        Some(root) => read_tree(store, root)?
-            .into_par_iter()
-            .map(|(key, value)| Ok((key, Record::decode(&value, dims)?.vector)))
-            .collect::<Result<Records>>()?,
+        Some(root) => {
+            let leaves = read_leaves(store, root, |bytes| {
+                let mut out = Vec::new();
+                crate::prolly::visit(&bytes, |key, value| {
+                    out.push((key.to_vec(), Record::decode_vector(value, dims)?));
+                    Ok(())
+                })?;
+                Ok(out)
+            })?;
+            let mut out = Vec::with_capacity(leaves.iter().map(Vec::len).sum());
+            for leaf in leaves {
+                out.extend(leaf);
+            }
+            out
+        }
     };
     if out.len() as u64 != desc.record_count {
         return Err(Error::Corrupt {
@@ -40,6 +52,79 @@ pub fn map_records(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descripto
         });
     }
     Ok((desc, out))
+}
+
+/// A map's records in key order as the sidecar loaders keep them: the keys,
+/// and the prepared vectors in one arena (row `i` is record `i`'s).
+#[derive(Debug, Clone)]
+pub(crate) struct Rows {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) vectors: Arena,
+}
+
+/// [`map_records`] decoded straight into [`Rows`]: each directory leaf's
+/// entry count is read from its header, so every leaf decodes its vectors
+/// in parallel into its own range of one buffer. Keys ascend across the
+/// whole directory, else [`Error::Corrupt`].
+pub(crate) fn map_rows(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descriptor, Rows)> {
+    let bytes = store
+        .get(&descriptor)?
+        .ok_or(Error::NotFound { cid: descriptor })?;
+    let desc = Descriptor::decode(&bytes)?;
+    let dims = desc.config.dims as usize;
+    let leaves = match desc.directory.root {
+        None => Vec::new(),
+        Some(root) => read_leaves(store, root, |b| {
+            let n = crate::prolly::entry_count(&b)?;
+            Ok((b, n))
+        })?,
+    };
+    let n: usize = leaves.iter().map(|(_, n)| *n).sum();
+    if n as u64 != desc.record_count {
+        return Err(Error::Corrupt {
+            cid: descriptor,
+            reason: format!(
+                "descriptor counts {} records, directory holds {n}",
+                desc.record_count
+            ),
+        });
+    }
+    let mut flat = vec![0f32; n * dims];
+    let mut jobs = Vec::with_capacity(leaves.len());
+    let mut rest = &mut flat[..];
+    for (b, count) in &leaves {
+        let (mine, tail) = rest.split_at_mut(count * dims);
+        jobs.push((b, *count, mine));
+        rest = tail;
+    }
+    let keys = jobs
+        .into_par_iter()
+        .map(|(b, count, out)| {
+            let mut keys = Vec::with_capacity(count);
+            crate::prolly::visit(b, |key, value| {
+                let i = keys.len();
+                let row = out
+                    .get_mut(i * dims..(i + 1) * dims)
+                    .ok_or(Error::Corrupt {
+                        cid: descriptor,
+                        reason: "a directory leaf holds more entries than its header".into(),
+                    })?;
+                Record::decode_vector_into(value, row)?;
+                keys.push(key.to_vec());
+                Ok(())
+            })?;
+            Ok(keys)
+        })
+        .collect::<Result<Vec<Vec<Vec<u8>>>>>()?;
+    let keys: Vec<Vec<u8>> = keys.into_iter().flatten().collect();
+    if keys.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(Error::Corrupt {
+            cid: descriptor,
+            reason: "directory keys do not ascend across leaves".into(),
+        });
+    }
+    let vectors = Arena::from_flat(dims, flat);
+    Ok((desc, Rows { keys, vectors }))
 }
 
 /// Builds and persists the requested sidecars of the map `descriptor`.
@@ -98,10 +183,8 @@ pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -
     let ivf = match pq {
         None => None,
         Some(cid) => {
-            let (desc, records) = map_records(store, descriptor)?;
-            let (metric, dims) = (desc.config.metric, desc.config.dims as usize);
-            let q = super::pq::load(store, cid, Some(descriptor), metric, dims, &records)?;
-            drop(records);
+            let (desc, rows) = map_rows(store, descriptor)?;
+            let q = super::pq::load_rows(store, cid, Some(descriptor), desc.config.metric, rows)?;
             q.persist_fast_scan(store, descriptor)?
         }
     };
@@ -110,4 +193,47 @@ pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -
         adaptive,
         ivf,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proximity::{ProximityConfig, ProximityMap};
+    use crate::MemStore;
+    use prox_testkit::SplitMix64;
+
+    /// The flat read gives exactly the records the per-record read gives,
+    /// over directories of many leaves, at a width the arena reuses (16)
+    /// and at one it copies (7); an empty map gives no rows.
+    #[test]
+    fn map_rows_equals_map_records() {
+        let seed = prox_testkit::seed(0x20_5e);
+        let mut rng = SplitMix64::new(seed);
+        for (dims, n) in [(16usize, 3000u64), (7, 2500), (5, 0)] {
+            let store = MemStore::new();
+            let recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)> = (0..n)
+                .map(|i| {
+                    let v = (0..dims).map(|_| rng.gauss()).collect();
+                    (i.to_be_bytes().to_vec(), v, vec![i as u8; (i % 3) as usize])
+                })
+                .collect();
+            let cfg = ProximityConfig::new(dims as u32);
+            let map = ProximityMap::build(&store, &cfg, recs).unwrap();
+            let d = map.descriptor_cid();
+            let (_, records) = map_records(&store, d).unwrap();
+            let (desc, rows) = map_rows(&store, d).unwrap();
+            assert_eq!(desc.record_count, n);
+            assert_eq!(rows.keys.len(), records.len(), "PROX_SEED={seed}");
+            assert_eq!(rows.vectors.len(), records.len());
+            assert_eq!(rows.vectors.dims(), dims);
+            for (i, (k, v)) in records.iter().enumerate() {
+                assert_eq!(&rows.keys[i], k, "PROX_SEED={seed} record {i}");
+                assert_eq!(
+                    rows.vectors.row(i),
+                    v.as_slice(),
+                    "PROX_SEED={seed} record {i}"
+                );
+            }
+        }
+    }
 }

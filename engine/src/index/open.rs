@@ -187,23 +187,27 @@ impl Index {
             Ok(Loaded { map, searcher })
         })?;
         let store = &**cell.borrow_owner();
-        let (metric, dims) = {
-            let m = &cell.borrow_dependent().map;
-            (m.metric(), m.dims() as usize)
-        };
+        let metric = cell.borrow_dependent().map.metric();
         let mut accel = Accelerators::default();
         if sidecars.hnsw.is_some() || sidecars.pq.is_some() {
-            let (_, records) = accel::map_records(store, descriptor)?;
-            if let Some(h) = sidecars.hnsw {
+            let (_, rows) = accel::map_rows(store, descriptor)?;
+            // Each sidecar keeps its own rows: the second one loaded gets
+            // the buffers themselves, the first a copy.
+            let (for_hnsw, for_pq) = match (sidecars.hnsw, sidecars.pq) {
+                (Some(_), Some(_)) => (Some(rows.clone()), Some(rows)),
+                (Some(_), None) => (Some(rows), None),
+                _ => (None, Some(rows)),
+            };
+            if let (Some(h), Some(rows)) = (sidecars.hnsw, for_hnsw) {
                 let (manifest, graph) =
-                    accel::hnsw::load(store, h, Some(descriptor), metric, dims, &records)?;
+                    accel::hnsw::load_rows(store, h, Some(descriptor), metric, rows)?;
                 accel.hnsw = Some((
                     graph.into_search_graph(),
                     manifest.config.ef_search as usize,
                 ));
             }
-            if let Some(p) = sidecars.pq {
-                let pq = accel::pq::load(store, p, Some(descriptor), metric, dims, &records)?;
+            if let (Some(p), Some(rows)) = (sidecars.pq, for_pq) {
+                let pq = accel::pq::load_rows(store, p, Some(descriptor), metric, rows)?;
                 if let Some(ivf) = layouts.ivf {
                     pq.load_fast_scan(store, ivf, descriptor)?;
                 }

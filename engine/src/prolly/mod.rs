@@ -32,6 +32,6 @@ pub(crate) use build::{grow, Chunker};
 pub use config::{Config, Encoding};
 pub use diff::{Diff, DiffEntry};
 pub use edit::Mutation;
-pub use node::{Node, MAGIC, VERSION};
+pub use node::{entry_count, level_of, visit, Node, MAGIC, VERSION};
 pub use stats::TreeStats;
 pub use tree::{Cursor, Range, Tree};

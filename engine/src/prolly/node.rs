@@ -261,8 +261,22 @@ fn varint_usize(r: &mut Reader<'_>, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| r.invalid(format!("{what} {v} does not fit usize")))
 }
 
-fn decode_crab(bytes: &[u8]) -> Result<Node> {
-    let mut r = Reader::new(bytes, OBJECT);
+/// Receives each `(key, value)` of a node being parsed.
+type EntrySink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
+/// A `CRAB` node's header fields.
+struct Header {
+    leaf: bool,
+    level: u8,
+    min_chunk_size: usize,
+    max_chunk_size: usize,
+    chunking_factor: u32,
+    hash_seed: u64,
+    encoding: Encoding,
+}
+
+/// Parses a `CRAB` header up to and including the entry count.
+fn parse_header(r: &mut Reader<'_>) -> Result<(Header, usize)> {
     r.expect_magic(MAGIC)?;
     let version = r.uv()?;
     if version != VERSION {
@@ -275,8 +289,11 @@ fn decode_crab(bytes: &[u8]) -> Result<Node> {
     };
     let level = r.uv()?;
     let level = u8::try_from(level).map_err(|_| r.invalid(format!("level {level} exceeds 255")))?;
-    let min_chunk_size = varint_usize(&mut r, "min_chunk_size")?;
-    let max_chunk_size = varint_usize(&mut r, "max_chunk_size")?;
+    if leaf != (level == 0) {
+        return Err(r.invalid(format!("leaf flag {leaf} disagrees with level {level}")));
+    }
+    let min_chunk_size = varint_usize(r, "min_chunk_size")?;
+    let max_chunk_size = varint_usize(r, "max_chunk_size")?;
     let factor = r.uv()?;
     let chunking_factor = u32::try_from(factor)
         .map_err(|_| r.invalid(format!("chunking_factor {factor} exceeds u32")))?;
@@ -286,7 +303,7 @@ fn decode_crab(bytes: &[u8]) -> Result<Node> {
         1 => Encoding::Cbor,
         2 => Encoding::Json,
         3 => {
-            let n = varint_usize(&mut r, "custom name length")?;
+            let n = varint_usize(r, "custom name length")?;
             let name = r.take(n)?;
             let name = std::str::from_utf8(name)
                 .map_err(|_| r.invalid("custom encoding name is not UTF-8"))?;
@@ -294,34 +311,70 @@ fn decode_crab(bytes: &[u8]) -> Result<Node> {
         }
         t => return Err(r.invalid(format!("unknown encoding tag {t}"))),
     };
-    let count = varint_usize(&mut r, "entry count")?;
-    // Every entry takes at least 3 bytes: never reserve more than the input can hold.
-    let cap = count.min(r.remaining() / 3);
-    let mut keys: Vec<Vec<u8>> = Vec::with_capacity(cap);
-    let mut vals: Vec<Vec<u8>> = Vec::with_capacity(cap);
+    let count = varint_usize(r, "entry count")?;
+    Ok((
+        Header {
+            leaf,
+            level,
+            min_chunk_size,
+            max_chunk_size,
+            chunking_factor,
+            hash_seed,
+            encoding,
+        },
+        count,
+    ))
+}
+
+/// Number of entries of the node `bytes`, read from its header alone.
+pub fn entry_count(bytes: &[u8]) -> Result<usize> {
+    if !bytes.starts_with(MAGIC) {
+        return Ok(decode_legacy(bytes)?.len());
+    }
+    parse_header(&mut Reader::new(bytes, OBJECT)).map(|(_, n)| n)
+}
+
+/// Parses `CRAB` v1 bytes strictly, handing each entry to `entry(key,
+/// value)` in order: the key rebuilt in one reused buffer, the value
+/// borrowed from `bytes`. Checks everything [`Node::decode`] checks, the
+/// leaf flag against the level before any entry and each key against the
+/// previous one as it is read.
+fn parse_crab(bytes: &[u8], entry: &mut EntrySink<'_>) -> Result<Header> {
+    let mut r = Reader::new(bytes, OBJECT);
+    let (header, count) = parse_header(&mut r)?;
+    let leaf = header.leaf;
+    let mut key: Vec<u8> = Vec::new();
     for i in 0..count {
         let shared = varint_usize(&mut r, "shared prefix")?;
         let suffix_len = varint_usize(&mut r, "suffix length")?;
         let suffix = r.take(suffix_len)?;
-        let prev: &[u8] = keys.last().map(|k| k.as_slice()).unwrap_or(&[]);
-        if shared > prev.len() {
+        if shared > key.len() {
             return Err(r.invalid(format!(
                 "entry {i}: shared prefix {shared} longer than previous key ({})",
-                prev.len()
+                key.len()
             )));
         }
-        if shared < prev.len() && suffix.first() == Some(&prev[shared]) {
+        if shared < key.len() && suffix.first() == Some(&key[shared]) {
             return Err(r.invalid(format!("entry {i}: shared prefix {shared} is not maximal")));
         }
-        let mut key = Vec::with_capacity(shared + suffix_len);
-        key.extend_from_slice(&prev[..shared]);
+        // With a maximal shared prefix the new key is greater than the
+        // previous one exactly when its first byte after the prefix is
+        // greater, or it extends the previous key.
+        let ascending = match suffix.first() {
+            None => false,
+            Some(&b) => shared == key.len() || b > key[shared],
+        };
+        if i > 0 && !ascending {
+            return Err(r.invalid(format!("key {i} is not greater than key {}", i - 1)));
+        }
+        key.truncate(shared);
         key.extend_from_slice(suffix);
         let val = if leaf {
             let n = varint_usize(&mut r, "value length")?;
-            r.take(n)?.to_vec()
+            r.take(n)?
         } else {
             match r.u8()? {
-                0 => r.take(Cid::LEN)?.to_vec(),
+                0 => r.take(Cid::LEN)?,
                 1 => {
                     let n = varint_usize(&mut r, "value length")?;
                     if n == Cid::LEN {
@@ -329,28 +382,63 @@ fn decode_crab(bytes: &[u8]) -> Result<Node> {
                             "entry {i}: 32-byte internal value written with tag 01"
                         )));
                     }
-                    r.take(n)?.to_vec()
+                    r.take(n)?
                 }
                 t => return Err(r.invalid(format!("entry {i}: unknown internal value tag {t}"))),
             }
         };
-        keys.push(key);
-        vals.push(val);
+        entry(&key, val)?;
     }
     r.finish()?;
+    Ok(header)
+}
+
+fn decode_crab(bytes: &[u8]) -> Result<Node> {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut vals: Vec<Vec<u8>> = Vec::new();
+    let h = parse_crab(bytes, &mut |k, v| {
+        keys.push(k.to_vec());
+        vals.push(v.to_vec());
+        Ok(())
+    })?;
     let node = Node {
-        leaf,
-        level,
-        min_chunk_size,
-        max_chunk_size,
-        chunking_factor,
-        hash_seed,
-        encoding,
+        leaf: h.leaf,
+        level: h.level,
+        min_chunk_size: h.min_chunk_size,
+        max_chunk_size: h.max_chunk_size,
+        chunking_factor: h.chunking_factor,
+        hash_seed: h.hash_seed,
+        encoding: h.encoding,
         keys,
         vals,
     };
     node.check(OBJECT)?;
     Ok(node)
+}
+
+/// The level of the node `bytes` (0 for leaves), read from its header
+/// alone; [`visit`] or [`Node::decode`] checks the rest.
+pub fn level_of(bytes: &[u8]) -> Result<u8> {
+    if !bytes.starts_with(MAGIC) {
+        return Ok(decode_legacy(bytes)?.level);
+    }
+    parse_header(&mut Reader::new(bytes, OBJECT)).map(|(h, _)| h.level)
+}
+
+/// Visits the entries of the node `bytes` in order without building a
+/// [`Node`], with the checks of [`Node::decode`]: `entry(key, value)` gets
+/// each one (for `CRAB`, the value borrowed from `bytes`; legacy CBOR is
+/// decoded first). Returns the node's level (0 for leaves). An error from
+/// `entry` stops the visit and is returned.
+pub fn visit(bytes: &[u8], mut entry: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<u8> {
+    if bytes.starts_with(MAGIC) {
+        return parse_crab(bytes, &mut entry).map(|h| h.level);
+    }
+    let node = decode_legacy(bytes)?;
+    for (k, v) in node.keys.iter().zip(&node.vals) {
+        entry(k, v)?;
+    }
+    Ok(node.level)
 }
 
 const NODE_FIELDS: [&str; 9] = [
@@ -455,5 +543,64 @@ mod tests {
         assert_eq!(h.pop(), Some(0));
         h.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
         assert!(Node::decode(&h).is_err());
+    }
+
+    /// `visit`, `entry_count` and `level_of` agree with `decode` on every
+    /// node and on every single-byte corruption of one: the same entries
+    /// when it accepts, an error exactly when it rejects.
+    #[test]
+    fn visit_agrees_with_decode_on_valid_and_damaged_nodes() {
+        let mut rng = prox_testkit::SplitMix64::new(prox_testkit::seed(0x7155));
+        let mut checked = 0;
+        for round in 0..200 {
+            let n = 1 + (rng.next() % 12) as usize;
+            let mut keys: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    (0..rng.next() % 5)
+                        .map(|_| (rng.next() % 4) as u8)
+                        .collect()
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            let level = if round % 3 == 0 { 1 } else { 0 };
+            let mut node = Node::empty(&Config::new(2, 4, 2, 0), level);
+            for k in keys {
+                let v = if level == 0 {
+                    (0..rng.next() % 4).map(|_| rng.next() as u8).collect()
+                } else {
+                    vec![7; Cid::LEN]
+                };
+                node.keys.push(k);
+                node.vals.push(v);
+            }
+            let good = node.encode();
+            let mut inputs = vec![good.clone()];
+            for _ in 0..8 {
+                let mut bad = good.clone();
+                let at = (rng.next() as usize) % bad.len();
+                bad[at] ^= 1 << (rng.next() % 8);
+                inputs.push(bad);
+            }
+            for bytes in inputs {
+                let mut seen: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+                let visited = visit(&bytes, |k, v| {
+                    seen.push((k.to_vec(), v.to_vec()));
+                    Ok(())
+                });
+                match Node::decode(&bytes) {
+                    Ok(d) => {
+                        assert_eq!(visited.unwrap(), d.level, "round {round}");
+                        let want: Vec<_> = d.keys.iter().cloned().zip(d.vals.clone()).collect();
+                        assert_eq!(seen, want, "round {round}");
+                        assert_eq!(entry_count(&bytes).unwrap(), d.len());
+                        assert_eq!(level_of(&bytes).unwrap(), d.level);
+                    }
+                    Err(_) => assert!(visited.is_err(), "round {round}: visit accepted {bytes:?}"),
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 1800);
     }
 }

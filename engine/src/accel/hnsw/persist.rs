@@ -7,10 +7,11 @@
 
 use super::{BuildGraph, Hnsw, SearchGraph};
 use crate::accel::params::HnswParams;
+use crate::accel::source::Rows;
 use crate::accel::vectors::{check_records, Arena};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
-use crate::prolly::{self, Node};
+use crate::prolly;
 use crate::proximity::format::HnswNodeRef;
 use crate::proximity::{HnswManifest, HnswNode};
 use crate::store::BlockStore;
@@ -25,25 +26,70 @@ pub(crate) fn sidecar_tree_config() -> prolly::Config {
 }
 
 /// Every `(key, value)` of a `CRAB` tree, in order (every block is
-/// hash-checked by the store and decoded strictly). Walked level by level:
-/// the nodes of each level (the leaves hold nearly every byte) are fetched
-/// and decoded in parallel, in order. A level that mixes leaves and inner
-/// nodes is [`Error::Corrupt`] (a prolly tree's leaves are all at level 0).
+/// hash-checked by the store and decoded strictly); see [`read_leaves`].
+#[cfg(test)]
 pub(crate) fn read_tree(store: &dyn BlockStore, root: Cid) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let leaves = read_leaves(store, root, |bytes| {
+        let mut out = Vec::new();
+        prolly::visit(&bytes, |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        })?;
+        Ok(out)
+    })?;
+    Ok(leaves.into_iter().flatten().collect())
+}
+
+/// What one node of a level gave.
+enum Visited<T> {
+    Inner(Vec<Cid>),
+    Leaf(T),
+}
+
+/// `leaf(bytes)` of every leaf of a `CRAB` tree, in key order (the store's
+/// handle: for a mapped store, no copy). Walked level
+/// by level: the nodes of each level (the leaves hold nearly every byte)
+/// are fetched (hash-checked by the store) and visited in parallel, in
+/// order; a leaf's bytes go to `leaf`, which decodes them with
+/// [`prolly::visit`] straight into whatever the caller keeps, so no entry
+/// is copied twice. A level that mixes leaves and inner nodes is
+/// [`Error::Corrupt`] (a prolly tree's leaves are all at level 0).
+pub(crate) fn read_leaves<T: Send>(
+    store: &dyn BlockStore,
+    root: Cid,
+    leaf: impl Fn(bytes::Bytes) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
     let mut level = vec![root];
     loop {
         let nodes = level
             .par_iter()
             .map(|cid| {
                 let bytes = store.get(cid)?.ok_or(Error::NotFound { cid: *cid })?;
-                Node::decode(&bytes)
+                if prolly::level_of(&bytes)? == 0 {
+                    return Ok(Visited::Leaf(leaf(bytes)?));
+                }
+                let mut children = Vec::new();
+                prolly::visit(&bytes, |_, v| {
+                    children.push(Cid::from_slice(v).ok_or_else(|| Error::Corrupt {
+                        cid: *cid,
+                        reason: format!("internal value of {} bytes is not a CID", v.len()),
+                    })?);
+                    Ok(())
+                })?;
+                Ok(Visited::Inner(children))
             })
-            .collect::<Result<Vec<Node>>>()?;
-        let leaves = nodes.iter().filter(|n| n.leaf).count();
+            .collect::<Result<Vec<Visited<T>>>>()?;
+        let leaves = nodes
+            .iter()
+            .filter(|n| matches!(n, Visited::Leaf(_)))
+            .count();
         if leaves == nodes.len() {
             return Ok(nodes
                 .into_iter()
-                .flat_map(|n| n.keys.into_iter().zip(n.vals))
+                .filter_map(|n| match n {
+                    Visited::Leaf(t) => Some(t),
+                    Visited::Inner(_) => None,
+                })
                 .collect());
         }
         if leaves > 0 {
@@ -52,11 +98,13 @@ pub(crate) fn read_tree(store: &dyn BlockStore, root: Cid) -> Result<Vec<(Vec<u8
                 reason: "tree has leaves at different depths".into(),
             });
         }
-        let mut next = Vec::new();
-        for n in &nodes {
-            next.extend(n.child_cids()?);
-        }
-        level = next;
+        level = nodes
+            .into_iter()
+            .flat_map(|n| match n {
+                Visited::Inner(c) => c,
+                Visited::Leaf(_) => Vec::new(),
+            })
+            .collect();
     }
 }
 
@@ -72,30 +120,30 @@ enum KeyIds<'a> {
 }
 
 impl<'a> KeyIds<'a> {
-    fn new(records: &'a [(Vec<u8>, Vec<f32>)]) -> KeyIds<'a> {
+    fn new(keys: &'a [Vec<u8>]) -> KeyIds<'a> {
         let wide = |k: &[u8]| -> Option<u64> { Some(u64::from_be_bytes(k.try_into().ok()?)) };
-        let first = records.first().and_then(|(k, _)| wide(k));
+        let first = keys.first().and_then(|k| wide(k));
         if let Some(first) = first {
-            let dense = records
+            let dense = keys
                 .iter()
                 .enumerate()
-                .all(|(i, (k, _))| wide(k) == first.checked_add(i as u64));
+                .all(|(i, k)| wide(k) == first.checked_add(i as u64));
             if dense {
                 return KeyIds::Dense {
                     first,
-                    len: records.len() as u64,
+                    len: keys.len() as u64,
                 };
             }
-            if records.iter().all(|(k, _)| k.len() == 8) {
-                let mut m = HashMap::with_capacity_and_hasher(records.len(), Xxh64Builder::new(0));
-                for (i, (k, _)) in records.iter().enumerate() {
+            if keys.iter().all(|k| k.len() == 8) {
+                let mut m = HashMap::with_capacity_and_hasher(keys.len(), Xxh64Builder::new(0));
+                for (i, k) in keys.iter().enumerate() {
                     m.insert(wide(k).expect("8 bytes"), i as u32);
                 }
                 return KeyIds::Wide(m);
             }
         }
-        let mut m = HashMap::with_capacity_and_hasher(records.len(), Xxh64Builder::new(0));
-        for (i, (k, _)) in records.iter().enumerate() {
+        let mut m = HashMap::with_capacity_and_hasher(keys.len(), Xxh64Builder::new(0));
+        for (i, k) in keys.iter().enumerate() {
             m.insert(k.as_slice(), i as u32);
         }
         KeyIds::Bytes(m)
@@ -216,6 +264,24 @@ pub fn load(
     dims: usize,
     records: &[(Vec<u8>, Vec<f32>)],
 ) -> Result<(HnswManifest, Hnsw)> {
+    check_records(records, dims)?;
+    let rows = Rows {
+        keys: records.iter().map(|(k, _)| k.clone()).collect(),
+        vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
+    };
+    load_rows(store, manifest_cid, source, metric, rows)
+}
+
+/// [`load`] over the rows [`crate::accel::source::map_rows`] read (keys
+/// ascending, vectors checked), kept by the graph without a copy.
+pub(crate) fn load_rows(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Option<Cid>,
+    metric: Metric,
+    rows: Rows,
+) -> Result<(HnswManifest, Hnsw)> {
+    let dims = rows.vectors.dims();
     let corrupt = |reason: String| Error::Corrupt {
         cid: manifest_cid,
         reason,
@@ -239,27 +305,14 @@ pub fn load(
             manifest.metric, manifest.dims, metric, dims
         )));
     }
-    check_records(records, dims)?;
-    let entries = read_tree(store, manifest.graph_root)?;
-    if entries.len() != records.len() {
-        return Err(corrupt(format!(
-            "graph has {} nodes, map has {} records",
-            entries.len(),
-            records.len()
-        )));
-    }
-    let ids = KeyIds::new(records);
+    let ids = KeyIds::new(&rows.keys);
     let id_of = |key: &[u8]| ids.get(key);
-    let nodes = entries
-        .par_iter()
-        .enumerate()
-        .map(|(i, (key, value))| {
-            if key != &records[i].0 {
-                return Err(corrupt(format!(
-                    "graph key {} is not a record key",
-                    hex::encode(key)
-                )));
-            }
+    // Each leaf's nodes, decoded and resolved as they are read, with the
+    // record id of each node's own key; then every key against the record
+    // of its rank.
+    let leaves = read_leaves(store, manifest.graph_root, |bytes| {
+        let mut out = Vec::new();
+        crate::prolly::visit(&bytes, |key, value| {
             let node = HnswNodeRef::decode(value)?;
             if node.level > 64 {
                 return Err(corrupt(format!("node {} level above 64", hex::encode(key))));
@@ -278,11 +331,28 @@ pub fn load(
                 }
                 lists.push(list);
             }
-            Ok((node.level, lists))
-        })
-        .collect::<Result<Vec<_>>>()?;
+            out.push((id_of(key), key.len(), node.level, lists));
+            Ok(())
+        })?;
+        Ok(out)
+    })?;
+    let nodes: usize = leaves.iter().map(Vec::len).sum();
+    if nodes != rows.keys.len() {
+        return Err(corrupt(format!(
+            "graph has {nodes} nodes, map has {} records",
+            rows.keys.len()
+        )));
+    }
     let mut graph = BuildGraph::default();
-    for (level, lists) in nodes {
+    for (rank, (id, key_len, level, lists)) in leaves.into_iter().flatten().enumerate() {
+        // Keys are unique and ascending in both trees, so the node of rank
+        // `rank` must resolve to record `rank`.
+        if id != Some(rank as u32) || key_len != rows.keys[rank].len() {
+            return Err(corrupt(format!(
+                "graph key of node {rank} is not the record key {}",
+                hex::encode(&rows.keys[rank])
+            )));
+        }
         graph.levels.push(level);
         graph.links.push(lists);
     }
@@ -303,19 +373,19 @@ pub fn load(
             {
                 return Err(corrupt(format!(
                     "node {} links a node below layer {layer}",
-                    hex::encode(&records[i].0)
+                    hex::encode(&rows.keys[i])
                 )));
             }
         }
     }
     graph.entry = Some(entry);
     graph.max_level = manifest.max_level;
-    let n = records.len();
+    let n = rows.keys.len();
     let hnsw = Hnsw {
         metric,
         params: HnswParams::from_config(&manifest.config, manifest.canonical),
-        keys: records.iter().map(|(k, _)| k.clone()).collect(),
-        vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
+        keys: rows.keys,
+        vectors: rows.vectors,
         graph,
         deleted: vec![false; n],
         deleted_count: 0,
@@ -385,10 +455,6 @@ mod tests {
         ));
     }
 
-    fn records(keys: &[Vec<u8>]) -> Vec<(Vec<u8>, Vec<f32>)> {
-        keys.iter().map(|k| (k.clone(), vec![0.0])).collect()
-    }
-
     /// Every key maps to its index, absent and odd-length keys to `None`,
     /// whichever index the keys select.
     fn check(ids: &KeyIds<'_>, keys: &[Vec<u8>], absent: &[Vec<u8>]) {
@@ -404,8 +470,7 @@ mod tests {
     fn key_ids_resolve_dense_wide_and_byte_keys() {
         let be = |v: u64| v.to_be_bytes().to_vec();
         let dense: Vec<Vec<u8>> = (5..105u64).map(be).collect();
-        let r = records(&dense);
-        let ids = KeyIds::new(&r);
+        let ids = KeyIds::new(&dense);
         assert!(matches!(ids, KeyIds::Dense { first: 5, len: 100 }));
         check(
             &ids,
@@ -414,18 +479,15 @@ mod tests {
         );
 
         let wide: Vec<Vec<u8>> = (0..100u64).map(|i| be(i * 3 + 1)).collect();
-        let r = records(&wide);
-        let ids = KeyIds::new(&r);
+        let ids = KeyIds::new(&wide);
         assert!(matches!(ids, KeyIds::Wide(_)));
         check(&ids, &wide, &[be(0), be(2), be(301), vec![1; 9]]);
 
         let mixed: Vec<Vec<u8>> = vec![b"a".to_vec(), be(7), b"zz".to_vec()];
-        let r = records(&mixed);
-        let ids = KeyIds::new(&r);
+        let ids = KeyIds::new(&mixed);
         assert!(matches!(ids, KeyIds::Bytes(_)));
         check(&ids, &mixed, &[b"b".to_vec(), be(8)]);
 
-        let r = records(&[]);
-        assert_eq!(KeyIds::new(&r).get(&be(0)), None);
+        assert_eq!(KeyIds::new(&[]).get(&be(0)), None);
     }
 }

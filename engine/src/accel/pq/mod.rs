@@ -13,6 +13,7 @@ mod traversal;
 mod update;
 
 pub use ivf::{FastScan, IvfParams};
+pub(crate) use persist::load_rows;
 pub use persist::{load, PqSidecar};
 pub use search::{PqOptions, PqSearchContext};
 

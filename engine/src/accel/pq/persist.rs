@@ -2,8 +2,9 @@
 //! sidecar tree config) then the `PQPQ` manifest (12.11 step 6).
 
 use super::Pq;
-use crate::accel::hnsw::{read_tree, sidecar_tree_config};
+use crate::accel::hnsw::{read_leaves, sidecar_tree_config};
 use crate::accel::params::PqParams;
+use crate::accel::source::Rows;
 use crate::accel::vectors::{check_records, Arena};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -88,6 +89,24 @@ pub fn load(
     dims: usize,
     records: &[(Vec<u8>, Vec<f32>)],
 ) -> Result<Pq> {
+    check_records(records, dims)?;
+    let rows = Rows {
+        keys: records.iter().map(|(k, _)| k.clone()).collect(),
+        vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
+    };
+    load_rows(store, manifest_cid, source, metric, rows)
+}
+
+/// [`load`] over the rows [`crate::accel::source::map_rows`] read (keys
+/// ascending, vectors checked), kept by the sidecar without a copy.
+pub(crate) fn load_rows(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Option<Cid>,
+    metric: Metric,
+    rows: Rows,
+) -> Result<Pq> {
+    let dims = rows.vectors.dims();
     let corrupt = |reason: String| Error::Corrupt {
         cid: manifest_cid,
         reason,
@@ -111,7 +130,6 @@ pub fn load(
             man.metric, man.dims, metric, dims
         )));
     }
-    check_records(records, dims)?;
     let m = man.config.subquantizers as usize;
     let k = usize::from(man.config.centroids);
     let lay = layout(dims, m);
@@ -124,26 +142,44 @@ pub fn load(
             )));
         }
     }
-    let entries = read_tree(store, man.code_root)?;
-    if entries.len() != records.len() {
+    // Each leaf's keys (concatenated, with their ends) and codes, checked
+    // as they are read; then every key against the record of its rank.
+    let leaves = read_leaves(store, man.code_root, |bytes| {
+        let (mut keys, mut ends, mut codes) = (Vec::new(), Vec::new(), Vec::new());
+        crate::prolly::visit(&bytes, |key, code| {
+            if code.len() != m || code.iter().any(|&c| usize::from(c) >= k) {
+                return Err(corrupt(format!("bad code for key {}", hex::encode(key))));
+            }
+            keys.extend_from_slice(key);
+            ends.push(keys.len());
+            codes.extend_from_slice(code);
+            Ok(())
+        })?;
+        Ok((keys, ends, codes))
+    })?;
+    let entries: usize = leaves.iter().map(|(_, ends, _)| ends.len()).sum();
+    if entries != rows.keys.len() {
         return Err(corrupt(format!(
-            "code tree has {} entries, map has {} records",
-            entries.len(),
-            records.len()
+            "code tree has {entries} entries, map has {} records",
+            rows.keys.len()
         )));
     }
-    let mut codes = Vec::with_capacity(records.len() * m);
-    for ((key, code), (rk, _)) in entries.iter().zip(records) {
-        if key != rk {
-            return Err(corrupt(format!(
-                "code key {} is not a record key",
-                hex::encode(key)
-            )));
+    let mut codes = Vec::with_capacity(entries * m);
+    let mut rank = 0;
+    for (keys, ends, leaf_codes) in &leaves {
+        let mut start = 0;
+        for &end in ends {
+            let key = &keys[start..end];
+            if key != rows.keys[rank].as_slice() {
+                return Err(corrupt(format!(
+                    "code key {} is not a record key",
+                    hex::encode(key)
+                )));
+            }
+            start = end;
+            rank += 1;
         }
-        if code.len() != m || code.iter().any(|&c| usize::from(c) >= k) {
-            return Err(corrupt(format!("bad code for key {}", hex::encode(key))));
-        }
-        codes.extend_from_slice(code);
+        codes.extend_from_slice(leaf_codes);
     }
     let books: Vec<Vec<f32>> = man.codebooks.into_iter().map(|b| b.centroids).collect();
     let codebooks = super::kernel_codebooks(dims, m, k, &books)?;
@@ -159,8 +195,8 @@ pub fn load(
         layout: lay,
         books,
         codes,
-        keys: records.iter().map(|(k, _)| k.clone()).collect(),
-        vectors: Arena::from_rows(dims, records.iter().map(|(_, v)| v.as_slice())),
+        keys: rows.keys,
+        vectors: rows.vectors,
         mse: man.mean_squared_error,
         max_se: man.max_squared_error,
         codebooks,

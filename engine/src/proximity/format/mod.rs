@@ -99,10 +99,7 @@ pub(crate) fn read_metric(r: &mut Reader<'_>) -> Result<Metric> {
 /// Reads `dims` canonical f32 components. The byte count is checked against
 /// the remaining input before allocating.
 pub(crate) fn read_components(r: &mut Reader<'_>, dims: usize) -> Result<Vec<f32>> {
-    let bytes = match dims.checked_mul(4) {
-        Some(n) if n <= r.remaining() => r.take(n)?,
-        _ => return Err(Error::Truncated { object: r.object() }),
-    };
+    let bytes = component_bytes(r, dims)?;
     // One branch-free pass (vectorised) converts and flags a non-canonical
     // component; the errors are those of `Reader::f32`.
     let mut bad = false;
@@ -125,6 +122,37 @@ pub(crate) fn read_components(r: &mut Reader<'_>, dims: usize) -> Result<Vec<f32
         }));
     }
     Ok(v)
+}
+
+/// The `4·dims` bytes of `dims` components, checked against the remaining
+/// input.
+fn component_bytes<'a>(r: &mut Reader<'a>, dims: usize) -> Result<&'a [u8]> {
+    match dims.checked_mul(4) {
+        Some(n) if n <= r.remaining() => r.take(n),
+        _ => Err(Error::Truncated { object: r.object() }),
+    }
+}
+
+/// [`read_components`] into `out` (`out.len()` components), with the same
+/// checks and errors.
+pub(crate) fn read_components_into(r: &mut Reader<'_>, out: &mut [f32]) -> Result<()> {
+    let bytes = component_bytes(r, out.len())?;
+    let mut bad = false;
+    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        bad |= (bits & 0x7f80_0000) == 0x7f80_0000 || bits == 0x8000_0000;
+        *o = f32::from_bits(bits);
+    }
+    if bad {
+        let first = out
+            .iter()
+            .find(|x| !x.is_finite() || x.to_bits() == 0x8000_0000);
+        return Err(r.invalid(match first {
+            Some(x) if x.is_finite() => "negative zero f32",
+            _ => "non-finite f32",
+        }));
+    }
+    Ok(())
 }
 
 /// Appends canonical f32 components; refuses NaN/inf and `-0.0` (which must

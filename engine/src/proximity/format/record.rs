@@ -2,7 +2,8 @@
 //! directory (section 2).
 
 use super::{
-    put_components, read_components, read_header, FORMAT_VERSION, MAGIC_RECORD, VECTOR_F32_LE,
+    put_components, read_components, read_components_into, read_header, FORMAT_VERSION,
+    MAGIC_RECORD, VECTOR_F32_LE,
 };
 use crate::codec::{put_blob, put_uv, Reader};
 use crate::error::{Error, Result};
@@ -41,8 +42,31 @@ impl Record {
 
     /// Decodes a record of a map with `dims` dimensions.
     pub fn decode(bytes: &[u8], dims: u32) -> Result<Record> {
+        let (vector, value) = Record::parse(bytes, dims)?;
+        Ok(Record {
+            vector,
+            value: value.to_vec(),
+        })
+    }
+
+    /// The vector of a record of a map with `dims` dimensions, with the
+    /// checks of [`Record::decode`] (the value is not copied).
+    pub fn decode_vector(bytes: &[u8], dims: u32) -> Result<Vec<f32>> {
+        Record::parse(bytes, dims).map(|(v, _)| v)
+    }
+
+    /// [`Record::decode_vector`] into `out` (`dims` components).
+    pub fn decode_vector_into(bytes: &[u8], out: &mut [f32]) -> Result<()> {
         let mut r = Reader::new(bytes, OBJ);
-        read_header(&mut r, MAGIC_RECORD)?;
+        Record::header(&mut r, out.len() as u32)?;
+        read_components_into(&mut r, out)?;
+        r.blob(r.remaining())?;
+        r.finish()
+    }
+
+    /// Checks the header of a record of `dims` dimensions.
+    fn header(r: &mut Reader<'_>, dims: u32) -> Result<()> {
+        read_header(r, MAGIC_RECORD)?;
         let enc = r.u8()?;
         if enc != VECTOR_F32_LE {
             return Err(r.invalid(format!("unknown vector encoding {enc}")));
@@ -55,9 +79,16 @@ impl Record {
                 key: None,
             });
         }
+        Ok(())
+    }
+
+    /// The vector and the borrowed value.
+    fn parse(bytes: &[u8], dims: u32) -> Result<(Vec<f32>, &[u8])> {
+        let mut r = Reader::new(bytes, OBJ);
+        Record::header(&mut r, dims)?;
         let vector = read_components(&mut r, dims as usize)?;
-        let value = r.blob(r.remaining())?.to_vec();
+        let value = r.blob(r.remaining())?;
         r.finish()?;
-        Ok(Record { vector, value })
+        Ok((vector, value))
     }
 }
