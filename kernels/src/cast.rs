@@ -21,6 +21,27 @@ pub fn as_u8(codes: &[i8]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(codes.as_ptr().cast::<u8>(), codes.len()) }
 }
 
+/// Fills `out` with the little-endian `f32`s of `bytes` (the first
+/// `min(bytes.len() / 4, out.len())` of them), as one copy on
+/// little-endian hosts.
+#[inline]
+pub fn f32_from_le(bytes: &[u8], out: &mut [f32]) {
+    let n = out.len().min(bytes.len() / 4);
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: the view covers exactly the first `n` floats of `out`
+        // (4·n bytes, u8 has alignment 1), every bit pattern is a valid
+        // f32, and on a little-endian host the f32 whose bytes are
+        // `b0..b3` is `f32::from_le_bytes([b0, b1, b2, b3])`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), 4 * n) };
+        dst.copy_from_slice(&bytes[..4 * n]);
+    }
+    #[cfg(not(target_endian = "little"))]
+    for (o, c) in out[..n].iter_mut().zip(bytes.chunks_exact(4)) {
+        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,5 +52,18 @@ mod tests {
         assert_eq!(as_i8(&b), &[0i8, 1, 127, -128, -1]);
         assert_eq!(as_u8(as_i8(&b)), &b);
         assert!(as_i8(&[]).is_empty());
+    }
+
+    #[test]
+    fn f32_from_le_matches_from_le_bytes() {
+        let vals = [0.0f32, -1.5, f32::MAX, f32::MIN_POSITIVE, 3.25e-7];
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = [9.0f32; 5];
+        f32_from_le(&bytes, &mut out);
+        assert_eq!(out, vals);
+        // Shorter input fills a prefix only.
+        let mut out = [9.0f32; 3];
+        f32_from_le(&bytes[..9], &mut out);
+        assert_eq!(out, [0.0, -1.5, 9.0]);
     }
 }

@@ -99,28 +99,11 @@ pub(crate) fn read_metric(r: &mut Reader<'_>) -> Result<Metric> {
 /// Reads `dims` canonical f32 components. The byte count is checked against
 /// the remaining input before allocating.
 pub(crate) fn read_components(r: &mut Reader<'_>, dims: usize) -> Result<Vec<f32>> {
-    let bytes = component_bytes(r, dims)?;
-    // One branch-free pass (vectorised) converts and flags a non-canonical
-    // component; the errors are those of `Reader::f32`.
-    let mut bad = false;
-    let v: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|c| {
-            let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            bad |= (bits & 0x7f80_0000) == 0x7f80_0000 || bits == 0x8000_0000;
-            f32::from_bits(bits)
-        })
-        .collect();
-    if bad {
-        // The first offending component names the error.
-        let first = v
-            .iter()
-            .find(|x| !x.is_finite() || x.to_bits() == 0x8000_0000);
-        return Err(r.invalid(match first {
-            Some(x) if x.is_finite() => "negative zero f32",
-            _ => "non-finite f32",
-        }));
+    if dims.checked_mul(4).is_none_or(|n| n > r.remaining()) {
+        return Err(Error::Truncated { object: r.object() });
     }
+    let mut v = vec![0f32; dims];
+    read_components_into(r, &mut v)?;
     Ok(v)
 }
 
@@ -137,12 +120,12 @@ fn component_bytes<'a>(r: &mut Reader<'a>, dims: usize) -> Result<&'a [u8]> {
 /// checks and errors.
 pub(crate) fn read_components_into(r: &mut Reader<'_>, out: &mut [f32]) -> Result<()> {
     let bytes = component_bytes(r, out.len())?;
-    let mut bad = false;
-    for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-        let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        bad |= (bits & 0x7f80_0000) == 0x7f80_0000 || bits == 0x8000_0000;
-        *o = f32::from_bits(bits);
-    }
+    prox_kernels::cast::f32_from_le(bytes, out);
+    // One branch-free pass (vectorised) flags a non-canonical component.
+    let bad = out.iter().fold(false, |b, x| {
+        let bits = x.to_bits();
+        b | ((bits & 0x7f80_0000) == 0x7f80_0000) | (bits == 0x8000_0000)
+    });
     if bad {
         let first = out
             .iter()
