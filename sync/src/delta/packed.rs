@@ -30,7 +30,8 @@ pub fn compress(prefix: &[u8], target: &[u8], level: i32) -> Option<Vec<u8>> {
         return None;
     }
     let mut cctx = CCtx::create();
-    cctx.set_parameter(CParameter::CompressionLevel(level)).ok()?;
+    cctx.set_parameter(CParameter::CompressionLevel(level))
+        .ok()?;
     cctx.set_parameter(CParameter::ContentSizeFlag(true)).ok()?;
     cctx.set_parameter(CParameter::ChecksumFlag(false)).ok()?;
     if !prefix.is_empty() {
@@ -126,7 +127,11 @@ mod tests {
         let z = compress(&[], &plain, LEVEL).unwrap();
         assert!(z.len() * 4 < plain.len(), "{}", z.len());
         assert_eq!(decompress(&[], &z, 1 << 20).unwrap(), plain);
-        for (p, t) in [(vec![], vec![]), (noise(10, 1), vec![]), (vec![], noise(3, 2))] {
+        for (p, t) in [
+            (vec![], vec![]),
+            (noise(10, 1), vec![]),
+            (vec![], noise(3, 2)),
+        ] {
             let z = compress(&p, &t, LEVEL).unwrap();
             assert_eq!(decompress(&p, &z, 16).unwrap(), t);
         }
