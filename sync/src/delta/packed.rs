@@ -12,12 +12,12 @@ use super::PatchError;
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter};
 
 /// Compression level of `ZBLOCK`/`ZDELTA` answers. With long-distance
-/// matching, level 1 finds the moved runs in the bases as well as higher
-/// levels do, at a fraction of the time.
+/// matching against the bases, higher levels shrink block updates by a few
+/// percent for several times the encoding time (docs/sync.md).
 pub const LEVEL: i32 = 1;
 
 /// Largest window (log2 bytes) a frame may use: covers three bases and the
-/// block at the 4 MiB block limit (16 MiB); zstd's own decoder default.
+/// block at the 4 MiB block limit (16 MiB).
 pub const WINDOW_LOG_MAX: u32 = 24;
 
 /// Compresses `target` as one zstd frame (content size included) with
