@@ -1,5 +1,6 @@
-//! Block patches from a hostile peer (`DELTA` frames of `/prox/blocks/1`):
-//! applying never panics or exceeds the limit; encoding round-trips.
+//! Block patches from a hostile peer (`DELTA`, `ZDELTA`, `ZBLOCK` frames of
+//! `/prox/blocks/1`): decoding never panics or exceeds the limit; encoding
+//! round-trips.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

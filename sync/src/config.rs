@@ -62,6 +62,10 @@ pub struct Config {
     /// Block patches: pull changed blocks as patches against the previous
     /// version, and answer such requests (`docs/sync.md`, "Delta blocks").
     pub delta: bool,
+    /// Zstd-coded answers: in pulls with patches, take changed blocks as
+    /// zstd frames (against the old blocks as prefix, or alone) when the
+    /// source offers them, and offer them (`docs/sync.md`, "Delta blocks").
+    pub zstd: bool,
     /// Publishers (peer ids) whose signed root records this node requires:
     /// a pulled root must carry a valid record of one of them with a seq
     /// not lower than the one kept (unsigned roots are still accepted from
@@ -90,6 +94,7 @@ impl Default for Config {
             trust_all: false,
             bulk: true,
             delta: true,
+            zstd: true,
             trust: Vec::new(),
             sign: false,
             record_validity_secs: 86_400,

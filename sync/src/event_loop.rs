@@ -850,12 +850,13 @@ impl EventLoop {
     }
 
     fn get_root(&self, name: &str, bulk: bool) -> Response {
-        let delta = self.access.delta;
+        let (delta, zstd) = (self.access.delta, self.access.zstd);
         if !self.access.serves(name) {
             return Response::Root {
                 value: None,
                 bulk,
                 delta,
+                zstd,
                 record: None,
             };
         }
@@ -868,6 +869,7 @@ impl EventLoop {
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
                 bulk,
                 delta,
+                zstd,
             },
             Ok(Some(_)) => Response::Error {
                 code: ErrorCode::Internal,
@@ -877,6 +879,7 @@ impl EventLoop {
                 value: None,
                 bulk,
                 delta,
+                zstd,
                 record: None,
             },
             Err(e) => Response::Error {

@@ -79,8 +79,10 @@ struct Inner<L: Linker> {
     linker: Arc<L>,
     limits: Limits,
     bulk: bool,
-    /// Ask for block patches when the source offers them.
+    /// Ask for block patches (and zstd-coded ones) when the source offers
+    /// them.
     delta: bool,
+    zstd: bool,
     /// Signed root records: signing, trust, keeping.
     records: Arc<Records>,
     peer_id: PeerId,
@@ -155,6 +157,7 @@ pub fn access_from_config(config: &Config) -> Result<Access> {
         serve,
         bulk_for_anyone: config.trust_all,
         delta: config.delta,
+        zstd: config.zstd,
         open: config.open,
         followed: config
             .follow
@@ -280,6 +283,7 @@ impl<L: Linker> Node<L> {
             limits,
             bulk: config.bulk,
             delta: config.delta,
+            zstd: config.zstd,
             records,
             peer_id,
             listen,
@@ -465,13 +469,17 @@ impl<L: Linker> Node<L> {
                     .map_err(|_| bounds.expired(Some(peer)))??
             }
         };
-        let (value, bulk_offered, delta_offered, record) = match answer {
+        let (value, bulk_offered, offers, record) = match answer {
             Response::Root {
                 value: Some(v),
                 bulk,
                 delta,
+                zstd,
                 record,
-            } => (bytes::Bytes::from(v.into_vec()), bulk, delta, record),
+            } => {
+                let offers = fetch::Offers { delta, zstd };
+                (bytes::Bytes::from(v.into_vec()), bulk, offers, record)
+            }
             Response::Root { value: None, .. } => {
                 return Err(Error::NoSuchRoot {
                     peer,
@@ -540,7 +548,7 @@ impl<L: Linker> Node<L> {
                 local,
                 value,
                 bulk_offered,
-                delta_offered,
+                offers,
                 expected,
                 start,
                 &limits,
@@ -583,25 +591,27 @@ impl<L: Linker> Node<L> {
         local: &str,
         value: bytes::Bytes,
         bulk_offered: bool,
-        delta_offered: bool,
+        offers: fetch::Offers,
         expected: Option<bytes::Bytes>,
         start: Instant,
         limits: &Limits,
     ) -> Result<PullReport> {
         let inner = &self.inner;
         let fetch::Agreeing { peers, left_out } = self.agreeing(others, name, &value).await;
-        let delta_offered = delta_offered && peers.iter().all(|(_, delta)| *delta);
+        let offers = peers.iter().fold(offers, |a, (_, b)| a.and(*b));
         let linker = inner.linker.clone();
         let stores = inner.stores.clone();
         let v = value.clone();
         let gate = inner.gate.clone();
         // The previous local value pairs old blocks with new ones by
         // position; only useful when the source answers with patches.
-        let base = expected.clone().filter(|_| inner.delta && delta_offered);
-        let planner = inner
+        let base = expected.clone().filter(|_| inner.delta && offers.delta);
+        let zstd = base.is_some() && inner.zstd && offers.zstd;
+        let mut planner = inner
             .gate
             .run(move || WantPlanner::new(linker, stores, gate, peer, &v, base.as_deref()))
             .await?;
+        planner.zstd = zstd;
         let (planner, sources) = if planner.done() {
             (planner, Vec::new())
         } else if peers.is_empty() {

@@ -34,6 +34,9 @@ pub struct Access {
     /// Offer block patches (`Root{delta: true}`) and answer `WANT_DELTA`
     /// bases with `DELTA` frames when a patch is smaller than the block.
     pub delta: bool,
+    /// Offer zstd-coded answers (`Root{zstd: true}`): answer `WANT_ZDELTA`
+    /// with `ZBLOCK`/`ZDELTA` frames when they are the smallest.
+    pub zstd: bool,
 }
 
 impl Access {
@@ -259,7 +262,8 @@ where
                 | ClientFrame::WantClosure { batch, .. } => *batch,
             };
             // A plain WANT is a WANT_DELTA without bases; bases are
-            // honoured only when this node offers deltas.
+            // honoured only when this node offers deltas, zstd answers only
+            // when it offers those.
             let frame = match frame {
                 ClientFrame::Want {
                     batch,
@@ -269,11 +273,13 @@ where
                     batch,
                     max_bytes,
                     items: cids.into_iter().map(|c| (c, Vec::new())).collect(),
+                    zstd: false,
                 },
                 ClientFrame::WantDelta {
                     batch,
                     max_bytes,
                     mut items,
+                    zstd,
                 } => {
                     if !ctx.access.delta {
                         items.iter_mut().for_each(|(_, b)| b.clear());
@@ -282,6 +288,7 @@ where
                         batch,
                         max_bytes,
                         items,
+                        zstd: zstd && ctx.access.zstd,
                     }
                 }
                 ClientFrame::WantClosure {
@@ -308,6 +315,7 @@ where
                     batch,
                     max_bytes,
                     items,
+                    zstd,
                 } => {
                     let store = ctx.store.clone();
                     let budget = max_bytes.min(ctx.limits.batch_bytes).max(1) as u64;
@@ -331,7 +339,7 @@ where
                     };
                     match ctx
                         .gate
-                        .run(move || Ok(answer_want(&*store, &items, budget, max_block)))
+                        .run(move || Ok(answer_want(&*store, &items, budget, max_block, zstd)))
                         .await
                     {
                         Ok(mut frames) => {
@@ -396,11 +404,13 @@ where
 
 /// A block request as the server handles it.
 enum Request {
-    /// `WANT` or `WANT_DELTA`: CIDs, each with the base to patch against.
+    /// `WANT`, `WANT_DELTA` or `WANT_ZDELTA`: CIDs, each with the bases
+    /// to patch against, and whether zstd answers may be sent.
     Want {
         batch: u32,
         max_bytes: u32,
         items: Vec<(Cid, Vec<Cid>)>,
+        zstd: bool,
     },
     /// `WANT_CLOSURE`.
     Closure {
@@ -433,14 +443,14 @@ enum Job {
 }
 
 /// Answers one `WANT`: blocks in order, `MISSING` for absent ones, `DEFER`
-/// once `budget` bytes were sent (at least one block always goes out). A
-/// block whose bases this store all holds goes as a `DELTA` (a patch
-/// against their concatenation) when the patch is smaller than the block.
+/// once `budget` bytes were sent (at least one block always goes out). Each
+/// block goes in the smallest form offered (see [`smallest`]).
 fn answer_want(
     store: &dyn BlockStore,
     items: &[(Cid, Vec<Cid>)],
     budget: u64,
     max_block: usize,
+    zstd: bool,
 ) -> Vec<ServerFrame> {
     let mut out = Vec::with_capacity(items.len() + 1);
     let mut sent = 0u64;
@@ -452,17 +462,8 @@ fn answer_want(
         }
         match store.get(cid) {
             Ok(Some(b)) if b.len() <= max_block => {
-                let frame = match concat_bases(store, bases) {
-                    Some(old) => {
-                        let patch = crate::delta::encode(&old, &b);
-                        if patch.len() < b.len() {
-                            ServerFrame::Delta(Bytes::from(patch))
-                        } else {
-                            ServerFrame::Block(b)
-                        }
-                    }
-                    None => ServerFrame::Block(b),
-                };
+                let old = concat_bases(store, bases);
+                let frame = smallest(b, old.as_deref(), zstd);
                 let len = frame.payload().map_or(0, |p| p.len() as u64);
                 if sent > 0 && sent + len > budget {
                     over = true;
@@ -480,6 +481,33 @@ fn answer_want(
         }
     }
     out
+}
+
+/// The smallest of the forms `block` may travel in: whole (`BLOCK`); with
+/// `old` (the client's bases, concatenated), a patch (`DELTA`); with `zstd`,
+/// a zstd frame (`ZBLOCK`, and with `old` a frame against it as prefix,
+/// `ZDELTA`). A form replaces the whole block only when strictly smaller.
+fn smallest(block: Bytes, old: Option<&[u8]>, zstd: bool) -> ServerFrame {
+    let mut best: Option<ServerFrame> = None;
+    let mut offer = |f: ServerFrame| {
+        let len = |f: &ServerFrame| f.payload().map_or(0, |p| p.len());
+        if len(&f) < best.as_ref().map_or(block.len(), len) {
+            best = Some(f);
+        }
+    };
+    if let Some(old) = old {
+        offer(ServerFrame::Delta(crate::delta::encode(old, &block).into()));
+    }
+    if zstd {
+        let level = crate::delta::LEVEL;
+        if let Some(z) = crate::delta::compress(&[], &block, level) {
+            offer(ServerFrame::ZBlock(z.into()));
+        }
+        if let Some(z) = old.and_then(|old| crate::delta::compress(old, &block, level)) {
+            offer(ServerFrame::ZDelta(z.into()));
+        }
+    }
+    best.unwrap_or(ServerFrame::Block(block))
 }
 
 /// The concatenation of `bases` when there are some and all are in

@@ -427,6 +427,24 @@ enum FakeAnswer {
     GarbageDelta,
     /// A well-formed patch that rebuilds other bytes than the CID names.
     WrongDelta,
+    /// `ZDELTA` bytes that are not a zstd frame (the server offers zstd).
+    GarbageZDelta,
+    /// A well-formed zstd frame that rebuilds other bytes (offers zstd).
+    WrongZDelta,
+    /// A `ZBLOCK` whose frame header claims 1 TiB (offers zstd).
+    HugeZBlock,
+    /// A valid `ZDELTA` frame from a server that did not offer zstd.
+    UnofferedZDelta,
+}
+
+impl FakeAnswer {
+    /// Whether the fake server offers zstd answers in `Root`.
+    fn offers_zstd(self) -> bool {
+        matches!(
+            self,
+            FakeAnswer::GarbageZDelta | FakeAnswer::WrongZDelta | FakeAnswer::HugeZBlock
+        )
+    }
 }
 
 #[derive(libp2p::swarm::NetworkBehaviour)]
@@ -504,6 +522,7 @@ async fn fake_server_with(
                                 value: Some(serde_bytes::ByteBuf::from(value.to_vec())),
                                 bulk: false,
                                 delta,
+                                zstd: answer.offers_zstd(),
                                 record: None,
                             },
                             _ => Response::Error {
@@ -561,6 +580,36 @@ async fn answer_wants(mut stream: libp2p::Stream, answer: FakeAnswer) {
                 })
                 .chain([ServerFrame::Done { batch }])
                 .collect(),
+            FakeAnswer::GarbageZDelta | FakeAnswer::WrongZDelta | FakeAnswer::UnofferedZDelta => {
+                let frame = if matches!(answer, FakeAnswer::GarbageZDelta) {
+                    bytes::Bytes::from_static(b"\x28\xb5\x2f\xfd not zstd")
+                } else {
+                    prox_sync::delta::compress(&[], b"hello", 1).unwrap().into()
+                };
+                items
+                    .iter()
+                    .map(|(_, bases)| {
+                        if bases.is_empty() {
+                            ServerFrame::Missing
+                        } else {
+                            ServerFrame::ZDelta(frame.clone())
+                        }
+                    })
+                    .chain([ServerFrame::Done { batch }])
+                    .collect()
+            }
+            FakeAnswer::HugeZBlock => {
+                // Magic, single-segment header with an 8-byte content size.
+                let mut f = vec![0x28, 0xb5, 0x2f, 0xfd, 0xe0];
+                f.extend_from_slice(&(1u64 << 40).to_le_bytes());
+                f.extend_from_slice(&[0; 8]);
+                let f = bytes::Bytes::from(f);
+                items
+                    .iter()
+                    .map(|_| ServerFrame::ZBlock(f.clone()))
+                    .chain([ServerFrame::Done { batch }])
+                    .collect()
+            }
         };
         let mut buf = Vec::new();
         for f in &frames {
@@ -639,13 +688,23 @@ fn prolly_version(store: &dyn prox_engine::BlockStore, n: u32, version: u8) -> b
 }
 
 /// A server answering the patches a replica asks for with bytes that are
-/// not a patch, or with a well-formed patch rebuilding other bytes: the
-/// pull fails with a typed violation at the first such answer, the peer is
-/// banned, nothing of the batch is stored and the old root stays.
+/// not a patch, or with a well-formed patch rebuilding other bytes, as
+/// `DELTA` or (offering zstd) as `ZDELTA`; a `ZBLOCK` claiming more than the
+/// block limit; a `ZDELTA` from a server that did not offer zstd (so the
+/// replica asked with `WANT_DELTA`): the pull fails with a typed violation
+/// at the first such answer, the peer is banned, nothing of the batch is
+/// stored and the old root stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_and_mismatched_patches_are_rejected_and_nothing_is_stored() {
     tokio::time::timeout(Duration::from_secs(60), async {
-        for answer in [FakeAnswer::GarbageDelta, FakeAnswer::WrongDelta] {
+        for answer in [
+            FakeAnswer::GarbageDelta,
+            FakeAnswer::WrongDelta,
+            FakeAnswer::GarbageZDelta,
+            FakeAnswer::WrongZDelta,
+            FakeAnswer::HugeZBlock,
+            FakeAnswer::UnofferedZDelta,
+        ] {
             let dst = mem_stores();
             let v1 = prolly_version(&*dst.main, 2000, 0);
             let v2 = prolly_version(&MemStore::new(), 2000, 1);
@@ -659,8 +718,17 @@ async fn corrupt_and_mismatched_patches_are_rejected_and_nothing_is_stored() {
                 panic!("{answer:?}: expected a violation, got {err}");
             };
             match (answer, &**violation) {
-                (FakeAnswer::GarbageDelta, prox_sync::Violation::BadPatch { .. })
-                | (FakeAnswer::WrongDelta, prox_sync::Violation::HashMismatch { .. }) => {}
+                (
+                    FakeAnswer::GarbageDelta | FakeAnswer::GarbageZDelta,
+                    prox_sync::Violation::BadPatch { .. },
+                )
+                | (
+                    FakeAnswer::WrongDelta | FakeAnswer::WrongZDelta,
+                    prox_sync::Violation::HashMismatch { .. },
+                )
+                | (FakeAnswer::UnofferedZDelta, prox_sync::Violation::Protocol(_)) => {}
+                (FakeAnswer::HugeZBlock, prox_sync::Violation::BadPatch { reason, .. })
+                    if reason.contains("exceeds the limit") => {}
                 (a, v) => panic!("{a:?}: unexpected violation {v}"),
             }
             assert_eq!(dst.main.root("docs").unwrap().as_deref(), Some(&v1[..]));

@@ -266,7 +266,7 @@ async fn start(cfg: &Config, stores: Stores) -> Node<TestLinker> {
         .expect("node starts")
 }
 
-fn addr(n: &Node<TestLinker>) -> libp2p::Multiaddr {
+fn addr<L: Linker>(n: &Node<L>) -> libp2p::Multiaddr {
     n.listen_addrs()[0]
         .clone()
         .with(libp2p::multiaddr::Protocol::P2p(n.peer_id()))
@@ -357,8 +357,11 @@ async fn clone_then_incremental_pull_fetches_exactly_the_difference() {
 /// A replica holding version 1 pulls version 2 as patches against the
 /// blocks it has (paired by position): every new block arrives, is rebuilt
 /// and verified, the closure is exact, and the payload on the wire is a
-/// fraction of the blocks. A source that does not offer deltas (as a peer
-/// from before them) still serves the same pull with whole blocks.
+/// fraction of the blocks. Where both sides have zstd, blocks arrive as
+/// zstd frames when smaller (fewer bytes than plain patches); a source or a
+/// receiver without it (as a peer from before it) moves plain patches. A
+/// source that does not offer deltas (as a peer from before them) still
+/// serves the same pull with whole blocks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_travels_as_patches_and_whole_blocks_without_delta_support() {
     bounded(async {
@@ -376,10 +379,21 @@ async fn an_update_travels_as_patches_and_whole_blocks_without_delta_support() {
             .iter()
             .map(|c| src.main.get(c).unwrap().unwrap().len() as u64)
             .sum();
-        for offer in [true, false] {
+        // (source offers patches, source offers zstd, receiver takes zstd):
+        // plain patches from a source without zstd (or to a receiver
+        // without it), zstd frames where both have it, whole blocks from a
+        // source without patches.
+        let mut plain_patch_bytes = None;
+        for (offer, src_zstd, dst_zstd) in [
+            (true, false, true),
+            (true, true, false),
+            (true, true, true),
+            (false, true, true),
+        ] {
             let a = start(
                 &Config {
                     delta: offer,
+                    zstd: src_zstd,
                     ..config()
                 },
                 src.clone(),
@@ -390,24 +404,107 @@ async fn an_update_travels_as_patches_and_whole_blocks_without_delta_support() {
                 dst.main.put(&src.main.get(c).unwrap().unwrap()).unwrap();
             }
             dst.main.set_root("ds", Some(&root1)).unwrap();
-            let b = start(&config(), dst.clone()).await;
+            let dst_config = Config {
+                zstd: dst_zstd,
+                ..config()
+            };
+            let b = start(&dst_config, dst.clone()).await;
             let r = b.pull(&addr(&a), "ds", "ds").await.unwrap();
             assert_eq!(r.blocks_fetched as usize, new.len(), "seed {seed}: {r:?}");
             assert_eq!(r.bytes_fetched, new_bytes, "{r:?}");
             assert_eq!(closure(&*dst.main, &root2), c2);
             assert_eq!(dst.main.root("ds").unwrap().as_deref(), Some(&root2[..]));
-            if offer {
-                assert_eq!(r.blocks_patched, r.blocks_fetched, "{r:?}");
-                assert!(r.bytes_received * 3 < r.bytes_fetched, "{r:?}");
-            } else {
-                assert_eq!(r.blocks_patched, 0, "{r:?}");
-                assert_eq!(r.bytes_received, r.bytes_fetched, "{r:?}");
+            match (offer, src_zstd && dst_zstd) {
+                (true, false) => {
+                    assert_eq!(r.blocks_patched, r.blocks_fetched, "{r:?}");
+                    assert_eq!(r.blocks_compressed, 0, "{r:?}");
+                    assert!(r.bytes_received * 3 < r.bytes_fetched, "{r:?}");
+                    let plain = *plain_patch_bytes.get_or_insert(r.bytes_received);
+                    assert_eq!(r.bytes_received, plain, "{r:?}");
+                }
+                (true, true) => {
+                    // The server sends the smallest form of each block, so
+                    // never more than the plain patches (these leaves are
+                    // noise: zstd rarely wins on them).
+                    let plain = plain_patch_bytes.unwrap();
+                    assert!(r.bytes_received <= plain, "{r:?} vs {plain}");
+                }
+                _ => {
+                    assert_eq!(r.blocks_patched, 0, "{r:?}");
+                    assert_eq!(r.blocks_compressed, 0, "{r:?}");
+                    assert_eq!(r.bytes_received, r.bytes_fetched, "{r:?}");
+                }
             }
             a.shutdown().await;
             b.shutdown().await;
         }
+        // Compressible records (a prolly map of repeated bytes): where both
+        // sides have zstd the changed blocks travel as zstd frames, in fewer
+        // bytes than the plain patches a source without zstd sends.
+        let src = mem_stores();
+        let v1 = compressible_prolly(&*src.main, 3000, &[]);
+        let bump: Vec<u32> = (0..12).map(|i| (i * 241 + seed as u32) % 3000).collect();
+        let v2 = compressible_prolly(&*src.main, 3000, &bump);
+        src.main.set_root("docs", Some(&v2)).unwrap();
+        let mut received = Vec::new();
+        for zstd in [false, true] {
+            let a = start_refs(&Config { zstd, ..config() }, src.clone()).await;
+            let dst = mem_stores();
+            for c in refs_closure(&*src.main, &v1) {
+                dst.main.put(&src.main.get(&c).unwrap().unwrap()).unwrap();
+            }
+            dst.main.set_root("docs", Some(&v1)).unwrap();
+            let b = start_refs(&config(), dst.clone()).await;
+            let r = b.pull(&addr(&a), "docs", "docs").await.unwrap();
+            assert_eq!(dst.main.root("docs").unwrap().as_deref(), Some(&v2[..]));
+            let c2 = refs_closure(&*src.main, &v2);
+            assert!(c2.iter().all(|c| dst.main.has(c).unwrap()), "seed {seed}");
+            if zstd {
+                assert!(r.blocks_compressed > 0, "seed {seed}: {r:?}");
+            } else {
+                assert_eq!(r.blocks_compressed, 0, "seed {seed}: {r:?}");
+            }
+            received.push(r.bytes_received);
+            a.shutdown().await;
+            b.shutdown().await;
+        }
+        assert!(received[1] < received[0], "seed {seed}: {received:?}");
     })
     .await;
+}
+
+/// A prolly map of `n` records of 64 repeated bytes under root "docs";
+/// records in `bump` hold other bytes. Returns the root value.
+fn compressible_prolly(store: &dyn BlockStore, n: u32, bump: &[u32]) -> Vec<u8> {
+    let cfg = prox_engine::prolly::Config::default();
+    let kv = (0..n)
+        .map(|i| {
+            let v = (i % 251) as u8 ^ if bump.contains(&i) { 0x5a } else { 0 };
+            (format!("k{i:06}").into_bytes(), vec![v; 64])
+        })
+        .collect();
+    let root = prox_engine::prolly::build(store, &cfg, kv).unwrap();
+    prox_engine::manifest::RootManifest::new(root, cfg).encode()
+}
+
+/// Every block reachable from `value`, through the engine's `refs`.
+fn refs_closure(store: &dyn BlockStore, value: &[u8]) -> HashSet<Cid> {
+    let l = prox_sync::RefsLinker;
+    let mut seen = HashSet::new();
+    let mut stack = l.root_links(value).unwrap();
+    while let Some((c, k)) = stack.pop() {
+        if seen.insert(c) {
+            stack.extend(l.links(&k, &store.get(&c).unwrap().unwrap()).unwrap());
+        }
+    }
+    seen
+}
+
+async fn start_refs(cfg: &Config, stores: Stores) -> Node<prox_sync::RefsLinker> {
+    let key = libp2p::identity::Keypair::generate_ed25519();
+    Node::start(cfg, key, stores, prox_sync::RefsLinker)
+        .await
+        .unwrap()
 }
 
 /// `list_roots` pages through the served names with their root CIDs;
@@ -1262,11 +1359,6 @@ mod proximity {
             level = next;
         }
         (seen, depth)
-    }
-
-    async fn start_refs(cfg: &Config, stores: Stores) -> Node<RefsLinker> {
-        let key = libp2p::identity::Keypair::generate_ed25519();
-        Node::start(cfg, key, stores, RefsLinker).await.unwrap()
     }
 
     /// Two nodes clone a proximity map with its HNSW sidecar; the replica

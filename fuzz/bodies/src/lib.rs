@@ -352,15 +352,21 @@ pub fn sync_frames(data: &[u8]) {
     }
 }
 
-/// Block patches from a hostile peer (`DELTA` frames): applying any bytes
-/// to a base never panics, never yields more than the limit, and a patch
-/// the encoder makes from the input rebuilds the input exactly.
+/// Block patches from a hostile peer (`DELTA`, `ZDELTA`, `ZBLOCK` frames):
+/// applying or decompressing any bytes against a base never panics, never
+/// yields more than the limit, and a patch the encoder makes from the input
+/// rebuilds the input exactly.
 pub fn sync_patch(data: &[u8]) {
-    use prox_sync::delta::{apply, encode};
+    use prox_sync::delta::{apply, decompress, encode};
     const MAX: u64 = 1 << 16;
     let (base, rest) = data.split_at(data.len() / 2);
     if let Ok(out) = apply(base, rest, MAX) {
         assert!(out.len() as u64 <= MAX, "patch rebuilt past the limit");
+    }
+    for prefix in [base, &[][..]] {
+        if let Ok(out) = decompress(prefix, rest, MAX) {
+            assert!(out.len() as u64 <= MAX, "zstd frame decoded past the limit");
+        }
     }
     let patch = encode(base, rest);
     assert_eq!(

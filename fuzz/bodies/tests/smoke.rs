@@ -93,6 +93,11 @@ fn segment_seed(blocks: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Every client and server frame kind, and every control message kind.
+/// A zstd frame as `ZBLOCK`/`ZDELTA` answers carry one.
+fn zstd_seed() -> Vec<u8> {
+    prox_sync::delta::compress(&[], b"hello hello hello hello", 1).expect("compresses")
+}
+
 fn sync_seeds() -> Vec<Vec<u8>> {
     let mut client = Vec::new();
     ClientFrame::Want {
@@ -125,6 +130,8 @@ fn sync_seeds() -> Vec<Vec<u8>> {
             status: ClosureStatus::Complete,
         },
         ServerFrame::Busy { batch: 3 },
+        ServerFrame::ZBlock(zstd_seed().into()),
+        ServerFrame::ZDelta(zstd_seed().into()),
         ServerFrame::Refused(RefusedCode::Busy),
     ] {
         f.encode_header(&mut server);
@@ -133,6 +140,11 @@ fn sync_seeds() -> Vec<Vec<u8>> {
         }
     }
     let mut out = vec![client, server];
+    // `sync_patch` splits its input in halves: a base, then a zstd frame.
+    let z = zstd_seed();
+    let mut based = vec![7u8; z.len()];
+    based.extend_from_slice(&z);
+    out.push(based);
     let requests = [
         Request::Hello(Hello {
             version: 1,
@@ -164,6 +176,7 @@ fn sync_seeds() -> Vec<Vec<u8>> {
             value: Some(serde_bytes::ByteBuf::from(vec![9; 40])),
             bulk: true,
             delta: true,
+            zstd: true,
             record: Some(serde_bytes::ByteBuf::from(vec![1; 8])),
         },
         Response::Error {

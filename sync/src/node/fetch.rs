@@ -15,10 +15,28 @@ use prox_engine::Cid;
 use std::time::Duration;
 
 /// The sources of a multi-source pull that serve the same root value,
-/// with whether each offers patches, and why the others were left out.
+/// with what each offers, and why the others were left out.
 pub(super) struct Agreeing {
-    pub(super) peers: Vec<(PeerId, bool)>,
+    pub(super) peers: Vec<(PeerId, Offers)>,
     pub(super) left_out: Vec<(PeerId, Error)>,
+}
+
+/// The answers a source offers beyond whole blocks (`Root.delta`,
+/// `Root.zstd`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Offers {
+    pub(super) delta: bool,
+    pub(super) zstd: bool,
+}
+
+impl Offers {
+    /// What two sources both offer.
+    pub(super) fn and(self, other: Offers) -> Offers {
+        Offers {
+            delta: self.delta && other.delta,
+            zstd: self.zstd && other.zstd,
+        }
+    }
 }
 
 impl<L: Linker> Node<L> {
@@ -113,9 +131,10 @@ impl<L: Linker> Node<L> {
                 Ok(Response::Root {
                     value: Some(v),
                     delta,
+                    zstd,
                     ..
                 }) if v[..] == *value => {
-                    out.peers.push((peer, delta));
+                    out.peers.push((peer, Offers { delta, zstd }));
                     continue;
                 }
                 Ok(Response::Root { value: Some(_), .. }) => Error::RootDiffers {

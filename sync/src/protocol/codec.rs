@@ -154,6 +154,7 @@ mod tests {
             value: Some(value),
             bulk: false,
             delta: false,
+            zstd: false,
             record: None,
         };
         let body = encode(&resp).unwrap();
@@ -195,8 +196,9 @@ mod tests {
         });
     }
 
-    /// `Root.delta` was added inside version 1: a peer that predates it
-    /// reads the new answer, and its answer reads as "no deltas".
+    /// `Root.delta` and `Root.zstd` were added inside version 1: a peer
+    /// that predates them reads the new answer, and its answer reads as
+    /// "no deltas, no zstd".
     #[test]
     fn root_answers_interoperate_with_peers_without_deltas() {
         #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -216,9 +218,11 @@ mod tests {
                 value,
                 bulk,
                 delta,
+                zstd,
                 record,
             } => {
                 assert!(record.is_none());
+                assert!(!zstd, "an old peer offers no zstd answers");
                 assert_eq!(value.map(|v| v.into_vec()), Some(vec![1, 2]));
                 assert!(bulk);
                 assert!(!delta, "an old peer offers no deltas");
@@ -229,6 +233,7 @@ mod tests {
             value: None,
             bulk: false,
             delta: true,
+            zstd: true,
             record: Some(serde_bytes::ByteBuf::from(vec![9u8])),
         };
         let body = encode(&new).unwrap();

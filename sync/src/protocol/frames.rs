@@ -6,12 +6,15 @@
 //! WANT          01 | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × cid
 //! WANT_CLOSURE  02 | batch u32 | max_bytes u64 | value_cid | name_len u8 | name
 //! WANT_DELTA    0b | batch u32 | max_bytes u32 | n u16 (1..=4096) | n × (cid | k u8 (0..=3) | k × base_cid)
+//! WANT_ZDELTA   0d | as WANT_DELTA
 //! ```
 //!
 //! `WANT_DELTA` is a `WANT` whose every CID comes with up to three old
 //! blocks the client holds (its bases); the server may answer it with
 //! `DELTA`, a patch against the bases' concatenation, instead of `BLOCK`. Clients send it only to servers that
-//! advertised deltas in their `Root` answer.
+//! advertised deltas in their `Root` answer. `WANT_ZDELTA` also takes
+//! `ZBLOCK` and `ZDELTA` answers (zstd frames, `crate::delta::compress`);
+//! clients send it only to servers that advertised `zstd`.
 //!
 //! Server to client. For each `WANT`, exactly one of `BLOCK`/`MISSING`/`DEFER`
 //! per CID in request order, then `DONE`; requests are answered FIFO, so the
@@ -27,6 +30,8 @@
 //! REFUSED       09 | code u8                 then the server closes the stream
 //! BUSY          0a | batch u32               request not served: too many in flight
 //! DELTA         0c | len u32 (<= max_block) | patch   the block as a patch against its bases
+//! ZBLOCK        0e | len u32 (<= max_block) | zstd frame   the block, compressed
+//! ZDELTA        0f | len u32 (<= max_block) | zstd frame   compressed with its bases as prefix
 //! ```
 //!
 //! `BUSY` answers a whole `WANT` (or `WANT_CLOSURE`) in place of its frames
@@ -51,6 +56,9 @@ const REFUSED: u8 = 9;
 const BUSY: u8 = 10;
 const WANT_DELTA: u8 = 11;
 const DELTA: u8 = 12;
+const WANT_ZDELTA: u8 = 13;
+const ZBLOCK: u8 = 14;
+const ZDELTA: u8 = 15;
 
 /// How a `WANT_CLOSURE` stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +117,8 @@ pub enum ClientFrame {
         max_bytes: u32,
         /// CIDs wanted (1..=4096), each with its bases (0..=3).
         items: Vec<(Cid, Vec<Cid>)>,
+        /// Sent as `WANT_ZDELTA`: `ZBLOCK` and `ZDELTA` answers welcome.
+        zstd: bool,
     },
     /// Ask for the whole closure of a named root's value.
     WantClosure {
@@ -130,6 +140,10 @@ pub enum ServerFrame {
     Block(Bytes),
     /// The next wanted block as a patch against the base the client named.
     Delta(Bytes),
+    /// The next wanted block as a zstd frame without a prefix.
+    ZBlock(Bytes),
+    /// The next wanted block as a zstd frame with its bases as prefix.
+    ZDelta(Bytes),
     /// The server does not have the next wanted block.
     Missing,
     /// Not sent: batch budget exhausted.
@@ -205,6 +219,7 @@ impl ClientFrame {
                 batch,
                 max_bytes,
                 items,
+                zstd,
             } => {
                 if items.is_empty() || items.len() > super::limits::MAX_WANT_CIDS as usize {
                     return Err(io::Error::new(
@@ -212,7 +227,7 @@ impl ClientFrame {
                         "WANT_DELTA needs 1..=4096 CIDs",
                     ));
                 }
-                out.push(WANT_DELTA);
+                out.push(if *zstd { WANT_ZDELTA } else { WANT_DELTA });
                 out.extend_from_slice(&batch.to_be_bytes());
                 out.extend_from_slice(&max_bytes.to_be_bytes());
                 out.extend_from_slice(&(items.len() as u16).to_be_bytes());
@@ -280,7 +295,7 @@ impl ClientFrame {
                     cids,
                 }))
             }
-            WANT_DELTA => {
+            WANT_DELTA | WANT_ZDELTA => {
                 let batch = read_u32(io).await?;
                 let max_bytes = read_u32(io).await?;
                 let n = read_u16(io).await?;
@@ -313,6 +328,7 @@ impl ClientFrame {
                     batch,
                     max_bytes,
                     items,
+                    zstd: tag[0] == WANT_ZDELTA,
                 }))
             }
             WANT_CLOSURE => {
@@ -350,8 +366,12 @@ impl ServerFrame {
                 out.push(BLOCK);
                 out.extend_from_slice(&(b.len() as u32).to_be_bytes());
             }
-            ServerFrame::Delta(p) => {
-                out.push(DELTA);
+            ServerFrame::Delta(p) | ServerFrame::ZBlock(p) | ServerFrame::ZDelta(p) => {
+                out.push(match self {
+                    ServerFrame::ZBlock(_) => ZBLOCK,
+                    ServerFrame::ZDelta(_) => ZDELTA,
+                    _ => DELTA,
+                });
                 out.extend_from_slice(&(p.len() as u32).to_be_bytes());
             }
             ServerFrame::Missing => out.push(MISSING),
@@ -386,6 +406,8 @@ impl ServerFrame {
         match self {
             ServerFrame::Block(b)
             | ServerFrame::Delta(b)
+            | ServerFrame::ZBlock(b)
+            | ServerFrame::ZDelta(b)
             | ServerFrame::ClosureBlock { bytes: b, .. } => Some(b),
             _ => None,
         }
@@ -402,6 +424,8 @@ impl ServerFrame {
         Ok(match tag[0] {
             BLOCK => ServerFrame::Block(read_block(io, max_block).await?),
             DELTA => ServerFrame::Delta(read_block(io, max_block).await?),
+            ZBLOCK => ServerFrame::ZBlock(read_block(io, max_block).await?),
+            ZDELTA => ServerFrame::ZDelta(read_block(io, max_block).await?),
             MISSING => ServerFrame::Missing,
             DEFER => ServerFrame::Defer,
             DONE => ServerFrame::Done {
@@ -522,18 +546,29 @@ mod tests {
                     (Cid::of(b"n"), vec![Cid::of(b"o"), Cid::of(b"p")]),
                     (Cid::of(b"m"), vec![]),
                 ],
+                zstd: false,
             };
             delta.encode(&mut out).unwrap();
+            let zdelta = ClientFrame::WantDelta {
+                batch: 5,
+                max_bytes: 7,
+                items: vec![(Cid::of(b"z"), vec![Cid::of(b"y")])],
+                zstd: true,
+            };
+            zdelta.encode(&mut out).unwrap();
             let mut r: &[u8] = &out;
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(want));
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(closure));
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(delta));
+            assert_eq!(ClientFrame::read(&mut r).await.unwrap(), Some(zdelta));
             assert_eq!(ClientFrame::read(&mut r).await.unwrap(), None);
 
             let frames = vec![
                 ServerFrame::Block(Bytes::from_static(b"hello")),
                 ServerFrame::Missing,
                 ServerFrame::Delta(Bytes::from_static(b"patch")),
+                ServerFrame::ZBlock(Bytes::from_static(b"zb")),
+                ServerFrame::ZDelta(Bytes::from_static(b"zd")),
                 ServerFrame::Defer,
                 ServerFrame::Done { batch: 9 },
                 ServerFrame::ClosureBlock {
@@ -558,14 +593,16 @@ mod tests {
     #[test]
     fn oversize_block_is_refused_before_allocation() {
         futures::executor::block_on(async {
-            let mut out = vec![BLOCK];
-            out.extend_from_slice(&u32::MAX.to_be_bytes());
-            let mut r: &[u8] = &out;
-            match ServerFrame::read(&mut r, 1024).await {
-                Err(ReadError::Violation(Violation::Oversize { len, max, .. })) => {
-                    assert_eq!((len, max), (u32::MAX as u64, 1024));
+            for tag in [BLOCK, DELTA, ZBLOCK, ZDELTA] {
+                let mut out = vec![tag];
+                out.extend_from_slice(&u32::MAX.to_be_bytes());
+                let mut r: &[u8] = &out;
+                match ServerFrame::read(&mut r, 1024).await {
+                    Err(ReadError::Violation(Violation::Oversize { len, max, .. })) => {
+                        assert_eq!((len, max), (u32::MAX as u64, 1024));
+                    }
+                    other => panic!("tag {tag}: expected oversize violation, got {other:?}"),
                 }
-                other => panic!("expected oversize violation, got {other:?}"),
             }
             let mut r: &[u8] = &[0xEE];
             assert!(matches!(

@@ -131,6 +131,10 @@ pub enum Response {
         /// false), ignored by older readers.
         #[serde(default)]
         delta: bool,
+        /// Whether this peer answers `WANT_ZDELTA` (zstd-coded blocks and
+        /// patches). Added within version 1, like `delta`.
+        #[serde(default)]
+        zstd: bool,
         /// The publisher's signed record for this value, when the peer has
         /// one (`crate::record`). Added within version 1, like `delta`.
         #[serde(default)]

@@ -47,8 +47,12 @@ pub struct PullReport {
     pub blocks_fetched: u64,
     /// Bytes of those blocks (as stored, patches rebuilt).
     pub bytes_fetched: u64,
-    /// Of those blocks, how many arrived as patches against an old block.
+    /// Of those blocks, how many arrived as patches against an old block
+    /// (`DELTA` or `ZDELTA`).
     pub blocks_patched: u64,
+    /// Of those blocks, how many arrived as zstd frames (`ZBLOCK` or
+    /// `ZDELTA`).
+    pub blocks_compressed: u64,
     /// Block payload bytes received: whole blocks and patches as sent.
     pub bytes_received: u64,
     /// Subtrees not fetched because their root block was already present.
@@ -117,6 +121,8 @@ const PARALLEL_CHECK_BYTES: usize = 256 << 10;
 pub(crate) struct Batch<K> {
     id: u32,
     items: Vec<Want<K>>,
+    /// Asked as `WANT_ZDELTA`: zstd-coded answers are valid.
+    zstd: bool,
 }
 
 impl<K> Batch<K> {
@@ -125,10 +131,11 @@ impl<K> Batch<K> {
         self.id
     }
 
-    /// The request for this batch: `WANT_DELTA` when any item has patch
-    /// bases, else a plain `WANT`; answers fit `max_bytes`.
+    /// The request for this batch: `WANT_ZDELTA` in a pull that takes
+    /// zstd-coded answers, else `WANT_DELTA` when any item has patch bases,
+    /// else a plain `WANT`; answers fit `max_bytes`.
     pub(crate) fn frame(&self, max_bytes: u32) -> ClientFrame {
-        if self.items.iter().any(|w| !w.bases.is_empty()) {
+        if self.zstd || self.items.iter().any(|w| !w.bases.is_empty()) {
             ClientFrame::WantDelta {
                 batch: self.id,
                 max_bytes,
@@ -137,6 +144,7 @@ impl<K> Batch<K> {
                     .iter()
                     .map(|w| (w.cid, w.bases.clone()))
                     .collect(),
+                zstd: self.zstd,
             }
         } else {
             ClientFrame::Want {
@@ -187,6 +195,8 @@ pub(crate) struct WantPlanner<L: Linker> {
     seen_bytes: u64,
     /// Largest block (and rebuilt patch) accepted.
     pub(crate) max_block: u32,
+    /// Ask with `WANT_ZDELTA`: the source offers zstd-coded answers.
+    pub(crate) zstd: bool,
     pub(crate) report: PullReport,
 }
 
@@ -238,6 +248,7 @@ impl<L: Linker> WantPlanner<L> {
             seen_blocks: 0,
             seen_bytes: 0,
             max_block: Limits::default().max_block,
+            zstd: false,
             report: PullReport {
                 root: roots.first().map(|(c, _)| c.to_hex()),
                 ..PullReport::default()
@@ -303,6 +314,7 @@ impl<L: Linker> WantPlanner<L> {
         Some(Batch {
             id: self.next_batch,
             items,
+            zstd: self.zstd,
         })
     }
 
@@ -337,10 +349,11 @@ impl<L: Linker> WantPlanner<L> {
             .iter()
             .map(|f| f.payload().map_or(0, |p| p.len()))
             .sum();
+        let zstd = batch.zstd;
         let check = |(item, frame): (&Want<L::Kind>, &ServerFrame)| match frame {
             ServerFrame::Block(bytes) => Some(self.verify(&item.cid, &item.kind, bytes.clone())),
-            ServerFrame::Delta(patch) => Some(
-                self.rebuild(item, patch)
+            ServerFrame::Delta(_) | ServerFrame::ZBlock(_) | ServerFrame::ZDelta(_) => Some(
+                self.rebuild(item, frame, zstd)
                     .and_then(|bytes| self.verify(&item.cid, &item.kind, bytes)),
             ),
             _ => None,
@@ -360,9 +373,15 @@ impl<L: Linker> WantPlanner<L> {
         let mut deferred = Vec::new();
         for ((item, frame), checked) in batch.items.into_iter().zip(frames).zip(checked) {
             match frame {
-                ServerFrame::Block(_) | ServerFrame::Delta(_) => {
-                    if matches!(frame, ServerFrame::Delta(_)) {
+                ServerFrame::Block(_)
+                | ServerFrame::Delta(_)
+                | ServerFrame::ZBlock(_)
+                | ServerFrame::ZDelta(_) => {
+                    if matches!(frame, ServerFrame::Delta(_) | ServerFrame::ZDelta(_)) {
                         self.report.blocks_patched += 1;
+                    }
+                    if matches!(frame, ServerFrame::ZBlock(_) | ServerFrame::ZDelta(_)) {
+                        self.report.blocks_compressed += 1;
                     }
                     let (block, children) = checked.ok_or_else(|| {
                         self.violation(Violation::Protocol("unchecked block".into()))
@@ -462,10 +481,35 @@ impl<L: Linker> WantPlanner<L> {
         self.accept(accepted)
     }
 
-    /// Rebuilds the block `item` from a patch against its base (read from
-    /// `main`). A patch for a CID sent without a base, or one that does not
-    /// apply, is a violation; the result is hashed like any block.
-    fn rebuild(&self, item: &Want<L::Kind>, patch: &Bytes) -> Result<Bytes> {
+    /// Rebuilds the block `item` from a `DELTA`, `ZDELTA` (against its
+    /// bases, read from `main`) or `ZBLOCK` answer. A patch for a CID sent
+    /// without a base, a zstd frame in answer to a request that did not
+    /// offer them, or one that does not decode is a violation; the result is
+    /// hashed like any block.
+    fn rebuild(&self, item: &Want<L::Kind>, frame: &ServerFrame, zstd: bool) -> Result<Bytes> {
+        let max = self.max_block as u64;
+        let bad = |e: crate::delta::PatchError| {
+            self.violation(Violation::BadPatch {
+                cid: item.cid,
+                reason: e.to_string(),
+            })
+        };
+        let compressed = matches!(frame, ServerFrame::ZBlock(_) | ServerFrame::ZDelta(_));
+        if compressed && !zstd {
+            return Err(self.violation(Violation::Protocol(format!(
+                "zstd answer for {} which was asked without WANT_ZDELTA",
+                item.cid
+            ))));
+        }
+        let patch = match frame {
+            ServerFrame::ZBlock(z) => {
+                return crate::delta::decompress(&[], z, max)
+                    .map(Bytes::from)
+                    .map_err(bad)
+            }
+            ServerFrame::Delta(p) | ServerFrame::ZDelta(p) => p,
+            _ => return Err(self.violation(Violation::Protocol("not a block answer".into()))),
+        };
         if item.bases.is_empty() {
             return Err(self.violation(Violation::Protocol(format!(
                 "DELTA for {} which was asked without a base",
@@ -481,14 +525,12 @@ impl<L: Linker> WantPlanner<L> {
                 .ok_or(prox_engine::Error::NotFound { cid: *c })?;
             old.extend_from_slice(&b);
         }
-        crate::delta::apply(&old, patch, self.max_block as u64)
-            .map(Bytes::from)
-            .map_err(|e| {
-                self.violation(Violation::BadPatch {
-                    cid: item.cid,
-                    reason: e.to_string(),
-                })
-            })
+        let rebuilt = if compressed {
+            crate::delta::decompress(&old, patch, max)
+        } else {
+            crate::delta::apply(&old, patch, max)
+        };
+        rebuilt.map(Bytes::from).map_err(bad)
     }
 
     /// Hashes `bytes` (the one hash a received block gets: the stores take

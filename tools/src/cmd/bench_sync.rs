@@ -6,7 +6,8 @@
 //! proxy: a cold clone level by level (`WANT` batches), a cold clone through
 //! the bulk path, and pulls of updates touching a fraction of the records
 //! (applied through `Index::apply`, as `prox update` does, so sidecars are
-//! edited in place), each pulled with whole blocks and with block patches.
+//! edited in place), each pulled with whole blocks, with block patches, and
+//! with patches and zstd frames.
 //! The same closure bytes are then copied over a bare libp2p
 //! stream (same transport) and raw TCP (same framing and hashing) in the
 //! same run. Medians over `--runs`.
@@ -87,6 +88,8 @@ pub struct SyncResult {
     pub bytes_fetched: u64,
     /// Blocks that arrived as patches.
     pub blocks_patched: u64,
+    /// Blocks that arrived as zstd frames.
+    pub blocks_compressed: u64,
     /// Block payload received (whole blocks and patches as sent).
     pub bytes_received: u64,
     /// Bytes relayed by the counting proxy, both directions.
@@ -185,23 +188,45 @@ struct Pair {
     proxy: CountingProxy,
 }
 
+/// What a source offers for the blocks of an update.
+#[derive(Debug, Clone, Copy)]
+enum Offer {
+    /// Whole blocks only.
+    Whole,
+    /// Plain patches (`DELTA`).
+    Patches,
+    /// Patches and zstd frames, the smallest per block.
+    Zstd,
+}
+
+impl Offer {
+    fn name(self) -> &'static str {
+        match self {
+            Offer::Whole => "whole",
+            Offer::Patches => "delta",
+            Offer::Zstd => "zstd",
+        }
+    }
+}
+
 impl Pair {
-    async fn start(src: Stores, trusted: bool, delta: bool) -> Result<Pair> {
-        Self::start_capped(src, trusted, delta, None).await
+    async fn start(src: Stores, trusted: bool, offer: Offer) -> Result<Pair> {
+        Self::start_capped(src, trusted, offer, None).await
     }
 
     /// A source whose relay sends at most `rate` bytes/s.
     async fn start_capped(
         src: Stores,
         trusted: bool,
-        delta: bool,
+        offer: Offer,
         rate: Option<u64>,
     ) -> Result<Pair> {
         let cfg = Config {
             listen: vec!["/ip4/127.0.0.1/tcp/0".into()],
             trust_all: trusted,
             open: true,
-            delta,
+            delta: !matches!(offer, Offer::Whole),
+            zstd: matches!(offer, Offer::Zstd),
             ..Config::default()
         };
         let key = libp2p_key();
@@ -339,6 +364,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         blocks_fetched: blocks1.len() as u64,
         bytes_fetched: ideal_bytes,
         blocks_patched: 0,
+        blocks_compressed: 0,
         bytes_received: ideal_bytes,
         wire_bytes: bare_stream_copy(&payload, true).await?.1,
         wire_ratio: 0.0,
@@ -360,6 +386,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         blocks_fetched: blocks1.len() as u64,
         bytes_fetched: ideal_bytes,
         blocks_patched: 0,
+        blocks_compressed: 0,
         bytes_received: ideal_bytes,
         wire_bytes: ideal_bytes + 4 * blocks1.len() as u64,
         wire_ratio: (ideal_bytes + 4 * blocks1.len() as u64) as f64 / ideal_bytes as f64,
@@ -372,7 +399,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
 
     // Cold clones: level by level (untrusted) and bulk (trusted).
     for (scenario, trusted) in [("clone-levels", false), ("clone-bulk", true)] {
-        let pair = Pair::start(src.clone(), trusted, true).await?;
+        let pair = Pair::start(src.clone(), trusted, Offer::Zstd).await?;
         let mut secs = Vec::new();
         let mut last = None;
         for _ in 0..runs {
@@ -395,6 +422,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
             blocks_fetched: r.blocks_fetched,
             bytes_fetched: r.bytes_fetched,
             blocks_patched: r.blocks_patched,
+            blocks_compressed: r.blocks_compressed,
             bytes_received: r.bytes_received,
             wire_bytes: wire,
             wire_ratio: wire as f64 / ideal_bytes as f64,
@@ -412,7 +440,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
     }
 
     // Updates of a fraction of the records through the index API, each
-    // pulled by replicas of v1 with whole blocks, then with patches.
+    // pulled by replicas of v1 with whole blocks, patches, patches + zstd.
     let index1 = {
         let store = src.main.clone();
         tokio::task::spawn_blocking(move || {
@@ -460,13 +488,9 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
         let new_blocks: Vec<&(Cid, Bytes)> =
             blocks2.iter().filter(|(c, _)| !old.contains(c)).collect();
         let ideal2: u64 = new_blocks.iter().map(|(_, b)| b.len() as u64).sum();
-        for delta in [false, true] {
-            let pair = Pair::start(src.clone(), false, delta).await?;
-            let scenario = format!(
-                "update-{}{}",
-                bump.len(),
-                if delta { "-delta" } else { "-whole" }
-            );
+        for offer in [Offer::Whole, Offer::Patches, Offer::Zstd] {
+            let pair = Pair::start(src.clone(), false, offer).await?;
+            let scenario = format!("update-{}-{}", bump.len(), offer.name());
             let mut secs = Vec::new();
             let mut last = None;
             for _ in 0..runs {
@@ -478,8 +502,8 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
                 pair.proxy.reset();
                 let r = node.pull(&pair.addr(), "bench", "bench").await?;
                 eprintln!(
-                    "  {scenario} hnsw={hnsw}: {:.3} s, {} blocks ({} patched), {} B received, {} round trips",
-                    r.seconds, r.blocks_fetched, r.blocks_patched, r.bytes_received, r.round_trips
+                    "  {scenario} hnsw={hnsw}: {:.3} s, {} blocks ({} patched, {} zstd), {} B received, {} round trips",
+                    r.seconds, r.blocks_fetched, r.blocks_patched, r.blocks_compressed, r.bytes_received, r.round_trips
                 );
                 secs.push(r.seconds);
                 last = Some((r, pair.proxy.bytes()));
@@ -496,6 +520,7 @@ async fn variant(args: &BenchSyncArgs, hnsw: bool) -> Result<Vec<SyncResult>> {
                 blocks_fetched: r.blocks_fetched,
                 bytes_fetched: r.bytes_fetched,
                 blocks_patched: r.blocks_patched,
+                blocks_compressed: r.blocks_compressed,
                 bytes_received: r.bytes_received,
                 wire_bytes: wire,
                 wire_ratio: wire as f64 / ideal2.max(1) as f64,
@@ -525,7 +550,7 @@ async fn capped_sources(
     let rate = (args.source_rate * 1e6) as u64;
     let mut pairs = Vec::new();
     for _ in 0..args.sources {
-        pairs.push(Pair::start_capped(src.clone(), false, false, Some(rate)).await?);
+        pairs.push(Pair::start_capped(src.clone(), false, Offer::Whole, Some(rate)).await?);
     }
     let addrs: Vec<_> = pairs.iter().map(Pair::addr).collect();
     let mut out = Vec::new();
@@ -569,6 +594,7 @@ async fn capped_sources(
             blocks_fetched: r.blocks_fetched,
             bytes_fetched: r.bytes_fetched,
             blocks_patched: r.blocks_patched,
+            blocks_compressed: r.blocks_compressed,
             bytes_received: r.bytes_received,
             wire_bytes: wire,
             wire_ratio: wire as f64 / ideal_bytes.max(1) as f64,

@@ -20,7 +20,13 @@
 //! against the whole base through a content-sampled index of 16-byte
 //! windows (about one position in eight, chosen by the window's hash, so a
 //! shifted run of bytes is found wherever it moved).
+//!
+//! [`compress`] and [`decompress`] code a block as one zstd frame, with the
+//! bases as a raw prefix or without (`ZDELTA`/`ZBLOCK`, see `packed`).
 
+mod packed;
+
+pub use packed::{compress, decompress, LEVEL, WINDOW_LOG_MAX};
 use prox_engine::Cid;
 use std::collections::HashMap;
 
@@ -63,6 +69,18 @@ pub enum PatchError {
         /// Bytes produced (or that would be, at the first overflow).
         got: u64,
     },
+    /// A zstd frame that does not state its content size.
+    #[error("zstd frame without a content size")]
+    NoContentSize,
+    /// Bytes after the one zstd frame of a compressed answer.
+    #[error("{bytes} bytes after the zstd frame")]
+    Trailing {
+        /// How many.
+        bytes: u64,
+    },
+    /// The zstd frame does not decode (zstd's reason).
+    #[error("zstd: {0}")]
+    Zstd(&'static str),
 }
 
 /// Window hashed for matching; also the shortest copy the matcher emits
