@@ -89,11 +89,12 @@ pub(crate) fn map_rows(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descr
             ),
         });
     }
-    let mut flat = vec![0f32; n * dims];
+    let mut vectors = Arena::zeroed(dims, n);
+    let (buf, stride) = vectors.rows_mut();
     let mut jobs = Vec::with_capacity(leaves.len());
-    let mut rest = &mut flat[..];
+    let mut rest = buf;
     for (b, count) in &leaves {
-        let (mine, tail) = rest.split_at_mut(count * dims);
+        let (mine, tail) = rest.split_at_mut(count * stride);
         jobs.push((b, *count, mine));
         rest = tail;
     }
@@ -104,7 +105,7 @@ pub(crate) fn map_rows(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descr
             crate::prolly::visit(b, |key, value| {
                 let i = keys.len();
                 let row = out
-                    .get_mut(i * dims..(i + 1) * dims)
+                    .get_mut(i * stride..i * stride + dims)
                     .ok_or(Error::Corrupt {
                         cid: descriptor,
                         reason: "a directory leaf holds more entries than its header".into(),
@@ -123,7 +124,6 @@ pub(crate) fn map_rows(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descr
             reason: "directory keys do not ascend across leaves".into(),
         });
     }
-    let vectors = Arena::from_flat(dims, flat);
     Ok((desc, Rows { keys, vectors }))
 }
 

@@ -95,6 +95,35 @@ impl Arena {
         }
     }
 
+    /// An arena of `len` zero rows to be filled through
+    /// [`Arena::rows_mut`]. The buffer is advised onto huge pages before
+    /// any row is written, so the kernel backs it with huge pages as it is
+    /// first touched instead of copying pages into them later.
+    pub(crate) fn zeroed(dims: usize, len: usize) -> Arena {
+        let stride = dims.div_ceil(ALIGN).max(1) * ALIGN;
+        let data = vec![0f32; len * stride + ALIGN];
+        prox_kernels::prefetch::advise_huge_pages(&data, false);
+        let base = match data.as_ptr().align_offset(ALIGN * 4) {
+            off if off < ALIGN => off,
+            _ => 0,
+        };
+        Arena {
+            dims,
+            stride,
+            base,
+            len,
+            data,
+        }
+    }
+
+    /// The rows as one mutable buffer and the row stride: row `i` is
+    /// `buf[i·stride .. i·stride + dims]` (the rest of a stride is padding
+    /// and must stay zero).
+    pub(crate) fn rows_mut(&mut self) -> (&mut [f32], usize) {
+        let end = self.base + self.len * self.stride;
+        (&mut self.data[self.base..end], self.stride)
+    }
+
     /// An arena holding `rows` (each exactly `dims` long), dropping each
     /// source row right after copying it.
     pub(crate) fn from_owned_rows(
@@ -210,6 +239,13 @@ mod tests {
         let c = b.permuted(&[5, 0]);
         assert_eq!(c.row(0), &[9.0, 9.0, 9.0]);
         for dims in [3usize, 16, 32] {
+            let mut z = Arena::zeroed(dims, 4);
+            let (buf, stride) = z.rows_mut();
+            assert_eq!(buf.len(), 4 * stride);
+            buf[stride..stride + dims].fill(2.0);
+            assert_eq!(z.row(1), vec![2.0; dims].as_slice());
+            assert_eq!(z.row(3), vec![0.0; dims].as_slice());
+            assert_eq!(z.row(3).as_ptr() as usize % 64, 0);
             let flat: Vec<f32> = (0..5 * dims).map(|x| x as f32).collect();
             let f = Arena::from_flat(dims, flat.clone());
             assert_eq!(f.len(), 5);
