@@ -200,11 +200,8 @@ impl Index {
             };
             if let (Some(h), Some(rows)) = (sidecars.hnsw, for_hnsw) {
                 let (manifest, graph) =
-                    accel::hnsw::load_rows(store, h, Some(descriptor), metric, rows)?;
-                accel.hnsw = Some((
-                    graph.into_search_graph(),
-                    manifest.config.ef_search as usize,
-                ));
+                    accel::hnsw::load_search_rows(store, h, Some(descriptor), metric, rows)?;
+                accel.hnsw = Some((graph, manifest.config.ef_search as usize));
             }
             if let (Some(p), Some(rows)) = (sidecars.pq, for_pq) {
                 let pq = accel::pq::load_rows(store, p, Some(descriptor), metric, rows)?;

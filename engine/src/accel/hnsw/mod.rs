@@ -19,7 +19,7 @@ mod update;
 pub use crate::keys::Filter;
 pub use graph::SearchGraph;
 pub use persist::{load, HnswSidecar};
-pub(crate) use persist::{load_rows, read_leaves, sidecar_tree_config};
+pub(crate) use persist::{load_search_rows, read_leaves, sidecar_tree_config};
 pub use search::{HnswSearchContext, HnswStats, IdHit, SearchOptions};
 pub use update::GraphEdit;
 // The former names, only until engine/tests/accel.rs moves to the new ones.

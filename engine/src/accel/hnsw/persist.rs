@@ -272,15 +272,48 @@ pub fn load(
     load_rows(store, manifest_cid, source, metric, rows)
 }
 
-/// [`load`] over the rows [`crate::accel::source::map_rows`] read (keys
-/// ascending, vectors checked), kept by the graph without a copy.
-pub(crate) fn load_rows(
+/// A loaded graph in flat form: node `i`'s layer `l` lists
+/// `links[layer_start[first_layer[i] + l] .. layer_start[first_layer[i] + l + 1]]`
+/// (record ids, in the order stored).
+struct FlatGraph {
+    levels: Vec<u8>,
+    first_layer: Vec<usize>,
+    layer_start: Vec<usize>,
+    links: Vec<u32>,
+    entry: u32,
+}
+
+impl FlatGraph {
+    fn list(&self, i: usize, layer: usize) -> &[u32] {
+        let at = self.first_layer[i] + layer;
+        &self.links[self.layer_start[at]..self.layer_start[at + 1]]
+    }
+}
+
+/// One graph leaf decoded: each node's own record id and key length, level,
+/// per-layer list lengths and the concatenated lists.
+#[derive(Default)]
+struct LeafNodes {
+    ids: Vec<Option<u32>>,
+    key_lens: Vec<usize>,
+    levels: Vec<u8>,
+    layer_lens: Vec<usize>,
+    links: Vec<u32>,
+}
+
+/// Reads and checks the sidecar `manifest_cid` over `rows` (as
+/// [`crate::accel::source::map_rows`] reads them): the manifest (decode,
+/// config, source, metric, dimensions), that the graph holds exactly the
+/// records' keys, that every neighbour exists and upper-layer lists only
+/// name nodes on that layer, and that the entry point's level is the
+/// maximum level.
+fn read_graph(
     store: &dyn BlockStore,
     manifest_cid: Cid,
     source: Option<Cid>,
     metric: Metric,
-    rows: Rows,
-) -> Result<(HnswManifest, Hnsw)> {
+    rows: &Rows,
+) -> Result<(HnswManifest, FlatGraph)> {
     let dims = rows.vectors.dims();
     let corrupt = |reason: String| Error::Corrupt {
         cid: manifest_cid,
@@ -307,21 +340,18 @@ pub(crate) fn load_rows(
     }
     let ids = KeyIds::new(&rows.keys);
     let id_of = |key: &[u8]| ids.get(key);
-    // Each leaf's nodes, decoded and resolved as they are read, with the
-    // record id of each node's own key; then every key against the record
-    // of its rank.
+    // Each leaf's nodes, decoded and resolved as they are read; then every
+    // node's key against the record of its rank.
     let leaves = read_leaves(store, manifest.graph_root, |bytes| {
-        let mut out = Vec::new();
+        let mut out = LeafNodes::default();
         crate::prolly::visit(&bytes, |key, value| {
             let node = HnswNodeRef::decode(value)?;
             if node.level > 64 {
                 return Err(corrupt(format!("node {} level above 64", hex::encode(key))));
             }
-            let mut lists = Vec::with_capacity(node.layers.len());
             for layer in &node.layers {
-                let mut list = Vec::with_capacity(layer.len());
                 for nb in layer {
-                    list.push(id_of(nb).ok_or_else(|| {
+                    out.links.push(id_of(nb).ok_or_else(|| {
                         corrupt(format!(
                             "node {} names unknown neighbour {}",
                             hex::encode(key),
@@ -329,47 +359,70 @@ pub(crate) fn load_rows(
                         ))
                     })?);
                 }
-                lists.push(list);
+                out.layer_lens.push(layer.len());
             }
-            out.push((id_of(key), key.len(), node.level, lists));
+            out.ids.push(id_of(key));
+            out.key_lens.push(key.len());
+            out.levels.push(node.level);
             Ok(())
         })?;
         Ok(out)
     })?;
-    let nodes: usize = leaves.iter().map(Vec::len).sum();
-    if nodes != rows.keys.len() {
+    let n: usize = leaves.iter().map(|l| l.ids.len()).sum();
+    if n != rows.keys.len() {
         return Err(corrupt(format!(
-            "graph has {nodes} nodes, map has {} records",
+            "graph has {n} nodes, map has {} records",
             rows.keys.len()
         )));
     }
-    let mut graph = BuildGraph::default();
-    for (rank, (id, key_len, level, lists)) in leaves.into_iter().flatten().enumerate() {
-        // Keys are unique and ascending in both trees, so the node of rank
-        // `rank` must resolve to record `rank`.
-        if id != Some(rank as u32) || key_len != rows.keys[rank].len() {
-            return Err(corrupt(format!(
-                "graph key of node {rank} is not the record key {}",
-                hex::encode(&rows.keys[rank])
-            )));
+    let mut g = FlatGraph {
+        levels: Vec::with_capacity(n),
+        first_layer: Vec::with_capacity(n + 1),
+        layer_start: vec![0],
+        links: Vec::with_capacity(leaves.iter().map(|l| l.links.len()).sum()),
+        entry: 0,
+    };
+    let mut rank = 0usize;
+    for leaf in leaves {
+        for (j, &id) in leaf.ids.iter().enumerate() {
+            // Keys are unique and ascending in both trees, so the node of
+            // rank `rank` must resolve to record `rank`.
+            if id != Some(rank as u32) || leaf.key_lens[j] != rows.keys[rank].len() {
+                return Err(corrupt(format!(
+                    "graph key of node {rank} is not the record key {}",
+                    hex::encode(&rows.keys[rank])
+                )));
+            }
+            rank += 1;
         }
-        graph.levels.push(level);
-        graph.links.push(lists);
+        // Node `j` of the leaf owns the next `level + 1` layer lengths.
+        let mut lens = leaf.layer_lens.iter();
+        for &level in &leaf.levels {
+            g.first_layer.push(g.layer_start.len() - 1);
+            g.levels.push(level);
+            for len in lens.by_ref().take(usize::from(level) + 1) {
+                let last = *g.layer_start.last().unwrap_or(&0);
+                g.layer_start.push(last + len);
+            }
+        }
+        g.links.extend_from_slice(&leaf.links);
     }
+    g.first_layer.push(g.layer_start.len() - 1);
     let entry = id_of(&manifest.entry_point)
         .ok_or_else(|| corrupt("entry point is not a record key".into()))?;
-    if graph.levels[entry as usize] != manifest.max_level {
+    if g.levels[entry as usize] != manifest.max_level {
         return Err(corrupt(format!(
             "entry point level {} differs from maximum level {}",
-            graph.levels[entry as usize], manifest.max_level
+            g.levels[entry as usize], manifest.max_level
         )));
     }
+    g.entry = entry;
     // Upper-layer lists may only name nodes present on that layer.
-    for (i, lists) in graph.links.iter().enumerate() {
-        for (layer, list) in lists.iter().enumerate().skip(1) {
-            if list
+    for i in 0..n {
+        for layer in 1..=usize::from(g.levels[i]) {
+            if g.list(i, layer)
                 .iter()
-                .any(|&c| usize::from(graph.levels[c as usize]) < layer)
+                .any(|&c| usize::from(g.levels[c as usize]) < layer)
             {
                 return Err(corrupt(format!(
                     "node {} links a node below layer {layer}",
@@ -378,9 +431,31 @@ pub(crate) fn load_rows(
             }
         }
     }
-    graph.entry = Some(entry);
-    graph.max_level = manifest.max_level;
+    Ok((manifest, g))
+}
+
+/// [`load`] over the rows [`crate::accel::source::map_rows`] read (keys
+/// ascending, vectors checked), kept by the graph without a copy.
+pub(crate) fn load_rows(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Option<Cid>,
+    metric: Metric,
+    rows: Rows,
+) -> Result<(HnswManifest, Hnsw)> {
+    let (manifest, flat) = read_graph(store, manifest_cid, source, metric, &rows)?;
     let n = rows.keys.len();
+    let mut graph = BuildGraph::default();
+    for i in 0..n {
+        graph.levels.push(flat.levels[i]);
+        graph.links.push(
+            (0..=usize::from(flat.levels[i]))
+                .map(|l| flat.list(i, l).to_vec())
+                .collect(),
+        );
+    }
+    graph.entry = Some(flat.entry);
+    graph.max_level = manifest.max_level;
     let hnsw = Hnsw {
         metric,
         params: HnswParams::from_config(&manifest.config, manifest.canonical),
@@ -393,6 +468,36 @@ pub(crate) fn load_rows(
         canonical: manifest.canonical,
     };
     Ok((manifest, hnsw))
+}
+
+/// [`load_rows`] straight into the search layout (what [`Hnsw::into_search_graph`]
+/// of the loaded graph gives), without the per-node lists of the mutable
+/// graph.
+pub(crate) fn load_search_rows(
+    store: &dyn BlockStore,
+    manifest_cid: Cid,
+    source: Option<Cid>,
+    metric: Metric,
+    rows: Rows,
+) -> Result<(HnswManifest, SearchGraph)> {
+    let (manifest, flat) = read_graph(store, manifest_cid, source, metric, &rows)?;
+    let n = rows.keys.len();
+    let keys: Vec<&[u8]> = rows.keys.iter().map(Vec::as_slice).collect();
+    let graph = SearchGraph::assemble(
+        metric,
+        rows.vectors,
+        keys,
+        &flat.levels,
+        |i, layer| {
+            let mut l = flat.list(i, layer).to_vec();
+            l.sort_unstable();
+            l
+        },
+        Some(flat.entry),
+        manifest.max_level,
+        vec![false; n],
+    );
+    Ok((manifest, graph))
 }
 
 impl SearchGraph {
@@ -489,5 +594,60 @@ mod tests {
         check(&ids, &mixed, &[b"b".to_vec(), be(8)]);
 
         assert_eq!(KeyIds::new(&[]).get(&be(0)), None);
+    }
+
+    /// The flat loader gives the search graph the mutable loader's graph
+    /// converts to: same levels, upper-layer lists and answers, on a graph
+    /// of several layers, from the same store.
+    #[test]
+    fn load_search_rows_equals_load_then_convert() {
+        use super::super::{Adjacency, Hnsw, SearchOptions};
+        use crate::accel::params::HnswParams;
+        use prox_kernels::Metric;
+        let seed = prox_testkit::seed(0x5ea1);
+        let mut rng = prox_testkit::SplitMix64::new(seed);
+        let dims = 6;
+        let records: Vec<(Vec<u8>, Vec<f32>)> = (0..3000u64)
+            .map(|i| {
+                (
+                    i.to_be_bytes().to_vec(),
+                    (0..dims).map(|_| rng.gauss()).collect(),
+                )
+            })
+            .collect();
+        let store = MemStore::new();
+        let source = crate::cid::Cid([4; 32]);
+        let h = Hnsw::build(Metric::L2, dims, &records, &HnswParams::default()).unwrap();
+        let side = h.persist(&store, source).unwrap();
+        let rows = || crate::accel::source::Rows {
+            keys: records.iter().map(|(k, _)| k.clone()).collect(),
+            vectors: crate::accel::vectors::Arena::from_rows(
+                dims,
+                records.iter().map(|(_, v)| v.as_slice()),
+            ),
+        };
+        let (_, via) =
+            super::load_rows(&store, side.manifest_cid, Some(source), Metric::L2, rows()).unwrap();
+        let want = via.into_search_graph();
+        let (_, got) =
+            super::load_search_rows(&store, side.manifest_cid, Some(source), Metric::L2, rows())
+                .unwrap();
+        let levels = want.levels();
+        assert!(levels.iter().any(|&l| l >= 2), "PROX_SEED={seed}: too flat");
+        assert_eq!(got.levels(), levels);
+        for node in 0..records.len() as u32 {
+            for layer in 1..=usize::from(levels[node as usize]) {
+                assert_eq!(got.neighbours(node, layer), want.neighbours(node, layer));
+            }
+        }
+        let queries: Vec<Vec<f32>> = (0..20)
+            .map(|_| (0..dims).map(|_| rng.gauss()).collect())
+            .collect();
+        let opts = SearchOptions { k: 10, ef: 40 };
+        assert_eq!(
+            got.search_batch(&queries, opts).unwrap(),
+            want.search_batch(&queries, opts).unwrap(),
+            "PROX_SEED={seed}"
+        );
     }
 }
