@@ -74,18 +74,23 @@ impl Arena {
         dims: usize,
         rows: impl ExactSizeIterator<Item = &'a [f32]>,
     ) -> Arena {
+        let mut arena = Arena::alloc(dims, rows.len());
+        for (i, row) in rows.enumerate() {
+            let start = arena.base + i * arena.stride;
+            arena.data[start..start + dims].copy_from_slice(&row[..dims]);
+        }
+        arena
+    }
+
+    /// An arena of `len` zero rows (aligned, padded).
+    fn alloc(dims: usize, len: usize) -> Arena {
         let stride = dims.div_ceil(ALIGN).max(1) * ALIGN;
-        let len = rows.len();
-        let mut data = vec![0f32; len * stride + ALIGN];
+        let data = vec![0f32; len * stride + ALIGN];
         // align_offset may legally return usize::MAX; then fall back to 0.
         let base = match data.as_ptr().align_offset(ALIGN * 4) {
             off if off < ALIGN => off,
             _ => 0,
         };
-        for (i, row) in rows.enumerate() {
-            let start = base + i * stride;
-            data[start..start + dims].copy_from_slice(&row[..dims]);
-        }
         Arena {
             dims,
             stride,
@@ -100,20 +105,9 @@ impl Arena {
     /// any row is written, so the kernel backs it with huge pages as it is
     /// first touched instead of copying pages into them later.
     pub(crate) fn zeroed(dims: usize, len: usize) -> Arena {
-        let stride = dims.div_ceil(ALIGN).max(1) * ALIGN;
-        let data = vec![0f32; len * stride + ALIGN];
-        prox_kernels::prefetch::advise_huge_pages(&data, false);
-        let base = match data.as_ptr().align_offset(ALIGN * 4) {
-            off if off < ALIGN => off,
-            _ => 0,
-        };
-        Arena {
-            dims,
-            stride,
-            base,
-            len,
-            data,
-        }
+        let arena = Arena::alloc(dims, len);
+        prox_kernels::prefetch::advise_huge_pages(&arena.data, false);
+        arena
     }
 
     /// The rows as one mutable buffer and the row stride: row `i` is
@@ -130,14 +124,8 @@ impl Arena {
         dims: usize,
         rows: impl ExactSizeIterator<Item = Vec<f32>>,
     ) -> Arena {
-        let mut arena = Arena::from_rows(dims, std::iter::empty::<&[f32]>());
+        let mut arena = Arena::alloc(dims, rows.len());
         let stride = arena.stride;
-        arena.len = rows.len();
-        arena.data = vec![0f32; arena.len * stride + ALIGN];
-        arena.base = match arena.data.as_ptr().align_offset(ALIGN * 4) {
-            off if off < ALIGN => off,
-            _ => 0,
-        };
         for (i, row) in rows.enumerate() {
             let start = arena.base + i * stride;
             arena.data[start..start + dims].copy_from_slice(&row[..dims]);

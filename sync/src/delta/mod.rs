@@ -380,21 +380,24 @@ pub fn bases_by_position<K: PartialEq>(
         .collect()
 }
 
+/// `n` pseudo-random bytes (xorshift64 from `seed`), for the tests of
+/// this module and of [`packed`].
+#[cfg(test)]
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
 
     fn round_trip(base: &[u8], target: &[u8]) -> usize {
         let p = encode(base, target);

@@ -89,19 +89,8 @@ pub fn decompress(prefix: &[u8], frame: &[u8], max_len: u64) -> Result<Vec<u8>, 
 
 #[cfg(test)]
 mod tests {
+    use super::super::noise;
     use super::*;
-
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
 
     /// A frame whose header announces `len` bytes (single segment, 8-byte
     /// content size), followed by `tail`.
