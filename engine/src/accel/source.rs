@@ -5,7 +5,7 @@
 use super::hnsw::{read_leaves, Hnsw, HnswSidecar};
 use super::params::{HnswParams, PqParams};
 use super::pq::{Pq, PqSidecar};
-use super::vectors::Arena;
+use super::vectors::{Arena, Rows};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{Descriptor, Layouts, Record, Sidecars};
@@ -52,14 +52,6 @@ pub fn map_records(store: &dyn BlockStore, descriptor: Cid) -> Result<(Descripto
         });
     }
     Ok((desc, out))
-}
-
-/// A map's records in key order as the sidecar loaders keep them: the keys,
-/// and the prepared vectors in one arena (row `i` is record `i`'s).
-#[derive(Debug, Clone)]
-pub(crate) struct Rows {
-    pub(crate) keys: Vec<Vec<u8>>,
-    pub(crate) vectors: Arena,
 }
 
 /// [`map_records`] decoded straight into [`Rows`]: each directory leaf's

@@ -47,6 +47,15 @@ pub(crate) fn check_vector(v: &[f32], dims: usize, key: Option<&[u8]>) -> Result
     Ok(())
 }
 
+/// A map's records in key order as the sidecar loaders keep them (read by
+/// `source::map_rows`): the keys, and the prepared vectors in one arena
+/// (row `i` is record `i`'s).
+#[derive(Debug, Clone)]
+pub(crate) struct Rows {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) vectors: Arena,
+}
+
 /// Vectors in one contiguous allocation. Invariant: row `i` starts at
 /// `base + i * stride`, `stride` is `dims` rounded up to 16 floats and
 /// `base` makes every row start on a 64-byte boundary; padding is zero.

@@ -7,8 +7,7 @@
 
 use super::{BuildGraph, Hnsw, SearchGraph};
 use crate::accel::params::HnswParams;
-use crate::accel::source::Rows;
-use crate::accel::vectors::{check_records, Arena};
+use crate::accel::vectors::{check_records, Arena, Rows};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::prolly;
@@ -302,7 +301,7 @@ struct LeafNodes {
 }
 
 /// Reads and checks the sidecar `manifest_cid` over `rows` (as
-/// [`crate::accel::source::map_rows`] reads them): the manifest (decode,
+/// `source::map_rows` reads them): the manifest (decode,
 /// config, source, metric, dimensions), that the graph holds exactly the
 /// records' keys, that every neighbour exists and upper-layer lists only
 /// name nodes on that layer, and that the entry point's level is the
@@ -434,7 +433,7 @@ fn read_graph(
     Ok((manifest, g))
 }
 
-/// [`load`] over the rows [`crate::accel::source::map_rows`] read (keys
+/// [`load`] over the rows `source::map_rows` read (keys
 /// ascending, vectors checked), kept by the graph without a copy.
 pub(crate) fn load_rows(
     store: &dyn BlockStore,
@@ -619,7 +618,7 @@ mod tests {
         let source = crate::cid::Cid([4; 32]);
         let h = Hnsw::build(Metric::L2, dims, &records, &HnswParams::default()).unwrap();
         let side = h.persist(&store, source).unwrap();
-        let rows = || crate::accel::source::Rows {
+        let rows = || crate::accel::vectors::Rows {
             keys: records.iter().map(|(k, _)| k.clone()).collect(),
             vectors: crate::accel::vectors::Arena::from_rows(
                 dims,

@@ -4,8 +4,7 @@
 use super::Pq;
 use crate::accel::hnsw::{read_leaves, sidecar_tree_config};
 use crate::accel::params::PqParams;
-use crate::accel::source::Rows;
-use crate::accel::vectors::{check_records, Arena};
+use crate::accel::vectors::{check_records, Arena, Rows};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::numeric::pq::layout;
@@ -97,7 +96,7 @@ pub fn load(
     load_rows(store, manifest_cid, source, metric, rows)
 }
 
-/// [`load`] over the rows [`crate::accel::source::map_rows`] read (keys
+/// [`load`] over the rows `source::map_rows` read (keys
 /// ascending, vectors checked), kept by the sidecar without a copy.
 pub(crate) fn load_rows(
     store: &dyn BlockStore,
