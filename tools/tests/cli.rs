@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, prox, run, s, succeeds};
+use common::{ok, prox, run, s, succeeds, Shape};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -76,21 +76,17 @@ fn fixture(extra_build: &[&str]) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let store = dir.path().join("store");
-    ok(&[
-        "datagen",
-        "--n",
-        "400",
-        "--dim",
-        "8",
-        "--queries",
-        "12",
-        "--k",
-        "10",
-        "--seed",
+    common::datagen(
+        &data,
+        Shape {
+            n: 400,
+            dim: 8,
+            queries: 12,
+            k: 10,
+        },
         &seed(),
-        "--out",
-        s(&data),
-    ]);
+        &[],
+    );
     let base = data.join("base.fvecs");
     let mut args = vec![
         "build",
@@ -556,21 +552,17 @@ fn build_persists_layouts_by_default_and_no_layout_skips_them() {
 fn a_build_leaves_out_layouts_that_do_not_fit_the_memory_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    ok(&[
-        "datagen",
-        "--n",
-        "1000",
-        "--dim",
-        "64",
-        "--queries",
-        "2",
-        "--k",
-        "5",
-        "--seed",
+    common::datagen(
+        &data,
+        Shape {
+            n: 1000,
+            dim: 64,
+            queries: 2,
+            k: 5,
+        },
         &seed(),
-        "--out",
-        s(&data),
-    ]);
+        &[],
+    );
     let base = data.join("base.fvecs");
     let build = |store: &str, limit: &str| {
         let o = succeeds(&[

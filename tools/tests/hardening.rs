@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{ok, run, s};
+use common::{ok, run, s, Shape};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -22,21 +22,17 @@ fn built_map() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let store = dir.path().join("store");
-    ok(&[
-        "datagen",
-        "--n",
-        "400",
-        "--dim",
-        "8",
-        "--queries",
-        "4",
-        "--k",
-        "5",
-        "--seed",
+    common::datagen(
+        &data,
+        Shape {
+            n: 400,
+            dim: 8,
+            queries: 4,
+            k: 5,
+        },
         &seed(),
-        "--out",
-        s(&data),
-    ]);
+        &[],
+    );
     let base = data.join("base.fvecs");
     ok(&[
         "build",

@@ -8,29 +8,23 @@
 
 mod common;
 
-use common::{ok, run, s};
+use common::{ok, run, s, Shape};
 use std::path::Path;
 
 /// `prox datagen` of `n` x 16 into `dir`; returns (base, queries) files.
 fn data(dir: &Path, n: usize) -> (std::path::PathBuf, std::path::PathBuf) {
     let out = dir.join("data");
-    ok(&[
-        "datagen",
-        "--kind",
-        "gmm",
-        "--n",
-        &n.to_string(),
-        "--dim",
-        "16",
-        "--queries",
-        "8",
-        "--k",
-        "1",
-        "--seed",
+    common::datagen(
+        &out,
+        Shape {
+            n,
+            dim: 16,
+            queries: 8,
+            k: 1,
+        },
         &common::seed(5),
-        "--out",
-        s(&out),
-    ]);
+        &["--kind", "gmm"],
+    );
     (out.join("base.fvecs"), out.join("query.fvecs"))
 }
 

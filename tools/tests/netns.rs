@@ -232,22 +232,14 @@ fn pull(store: &Path, name: &str, peers: &[String]) -> std::process::Output {
     run(&args)
 }
 
-fn datagen(out: &Path, n: &str, seed: u64) {
-    ok(&[
-        "datagen",
-        "--n",
+fn datagen(out: &Path, n: usize, seed: u64) {
+    let shape = common::Shape {
         n,
-        "--dim",
-        "32",
-        "--queries",
-        "2",
-        "--k",
-        "5",
-        "--seed",
-        &common::seed(seed),
-        "--out",
-        s(out),
-    ]);
+        dim: 32,
+        queries: 2,
+        k: 5,
+    };
+    common::datagen(out, shape, &common::seed(seed), &[]);
 }
 
 fn build(store: &Path, name: &str, input: &Path) {
@@ -278,8 +270,8 @@ fn five_daemons_in_namespaces_fail_over_and_refuse_bad_roots() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = |n: &str| dir.path().join(n);
     let (base, more) = (dir.path().join("base"), dir.path().join("more"));
-    datagen(&base, "20000", 41);
-    datagen(&more, "300", 42);
+    datagen(&base, 20_000, 41);
+    datagen(&more, 300, 42);
     build(&store("p"), "m", &base.join("base.fvecs"));
     build(&store("q"), "m", &more.join("base.fvecs"));
     build(&store("q"), "q", &more.join("base.fvecs"));

@@ -10,12 +10,12 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-const N: &str = "3000";
-const DIM: &str = "16";
+const N: usize = 3000;
+const DIM: usize = 16;
 const QUERIES: usize = 6;
 mod common;
 
-use common::{ok, prox, read_fvecs, s};
+use common::{ok, prox, read_fvecs, s, Shape};
 
 const K: usize = 10;
 
@@ -129,23 +129,17 @@ fn hits(answer: &Value) -> Vec<(String, String, u64)> {
 fn check_metric(metric: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (data, store) = (dir.path().join("data"), dir.path().join("store"));
-    ok(&[
-        "datagen",
-        "--n",
-        N,
-        "--dim",
-        DIM,
-        "--queries",
-        &QUERIES.to_string(),
-        "--k",
-        "10",
-        "--metric",
-        metric,
-        "--seed",
+    common::datagen(
+        &data,
+        Shape {
+            n: N,
+            dim: DIM,
+            queries: QUERIES,
+            k: 10,
+        },
         &seed(),
-        "--out",
-        s(&data),
-    ]);
+        &["--metric", metric],
+    );
     ok(&[
         "build",
         "--store",

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, prox, run, s};
+use common::{ok, prox, run, s, Shape};
 use serde_json::Value;
 use std::io::Write;
 use std::path::Path;
@@ -14,23 +14,17 @@ use std::process::Stdio;
 /// `prox datagen` of `n` x 16 into `dir`; returns the base file.
 fn data(dir: &Path, n: usize) -> std::path::PathBuf {
     let out = dir.join("data");
-    ok(&[
-        "datagen",
-        "--kind",
-        "gmm",
-        "--n",
-        &n.to_string(),
-        "--dim",
-        "16",
-        "--queries",
-        "4",
-        "--k",
-        "1",
-        "--seed",
+    common::datagen(
+        &out,
+        Shape {
+            n,
+            dim: 16,
+            queries: 4,
+            k: 1,
+        },
         &common::seed(27),
-        "--out",
-        s(&out),
-    ]);
+        &["--kind", "gmm"],
+    );
     out.join("base.fvecs")
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, run, s, succeeds};
+use common::{ok, run, s, succeeds, Shape};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -24,22 +24,17 @@ fn json_lines(text: &str) -> Vec<Value> {
 /// base `.fvecs`.
 fn datagen(dir: &Path, name: &str, n: usize, seed: &str) -> PathBuf {
     let out = dir.join(name);
-    let n = n.to_string();
-    ok(&[
-        "datagen",
-        "--n",
-        &n,
-        "--dim",
-        "8",
-        "--queries",
-        "4",
-        "--k",
-        "5",
-        "--seed",
+    common::datagen(
+        &out,
+        Shape {
+            n,
+            dim: 8,
+            queries: 4,
+            k: 5,
+        },
         seed,
-        "--out",
-        s(&out),
-    ]);
+        &[],
+    );
     out.join("base.fvecs")
 }
 

@@ -45,6 +45,47 @@ pub(crate) fn seed(default: u64) -> String {
     prox_testkit::seed(default).to_string()
 }
 
+/// The shape of a `prox datagen` set.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// Base vectors.
+    pub(crate) n: usize,
+    /// Dimensions.
+    pub(crate) dim: usize,
+    /// Query vectors.
+    pub(crate) queries: usize,
+    /// Ground-truth neighbours per query.
+    pub(crate) k: usize,
+}
+
+/// Runs `prox datagen` of `shape` with `seed` (and `extra` options) into
+/// `out` (`base.fvecs`, `query.fvecs`, `gt.ivecs`).
+pub(crate) fn datagen(out: &Path, shape: Shape, seed: &str, extra: &[&str]) {
+    let (n, dim, queries, k) = (
+        shape.n.to_string(),
+        shape.dim.to_string(),
+        shape.queries.to_string(),
+        shape.k.to_string(),
+    );
+    let mut args = vec![
+        "datagen",
+        "--n",
+        &n,
+        "--dim",
+        &dim,
+        "--queries",
+        &queries,
+        "--k",
+        &k,
+        "--seed",
+        seed,
+        "--out",
+        s(out),
+    ];
+    args.extend_from_slice(extra);
+    ok(&args);
+}
+
 /// The rows of an `.fvecs` file.
 pub(crate) fn read_fvecs(path: &Path) -> Vec<Vec<f32>> {
     let bytes = std::fs::read(path).expect("read fvecs");
