@@ -107,6 +107,30 @@ fn fixture(extra_build: &[&str]) -> Fixture {
     }
 }
 
+/// By default `prox query` reads the search layouts before timing and the
+/// queries decode the leaf pages they reach; `--warm` decodes every node
+/// first. Both give the same answers, in every mode, and say which they did.
+#[test]
+fn query_reads_the_layouts_first_and_warm_decodes_every_node() {
+    let f = fixture(&[]);
+    let q = f.data.join("query.fvecs");
+    for mode in ["exact", "balanced", "fast"] {
+        let mut got = Vec::new();
+        for warm in [false, true] {
+            let out = f.data.join(format!("{mode}-{warm}.ivecs"));
+            let mut extra = vec!["--k", "10", "--mode", mode, "--out", s(&out)];
+            if warm {
+                extra.push("--warm");
+            }
+            let err = ok_err(&map_cmd("query", &f.store, "m", "--queries", &q, &extra));
+            let said = if warm { "(every node)" } else { "(layouts;" };
+            assert!(err.contains(said), "{mode} warm={warm}: {err}");
+            got.push(std::fs::read(&out).unwrap());
+        }
+        assert_eq!(got[0], got[1], "{mode}, seed {}", seed());
+    }
+}
+
 #[test]
 fn help_lists_groups_and_every_subcommand_has_examples() {
     let top = ok(&["--help"]);
