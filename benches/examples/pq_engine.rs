@@ -9,7 +9,7 @@
 //! cargo run --release -p prox-benches --example pq_engine -- \
 //!   --base base.fvecs --query query.fvecs --metric l2 --k 10 --threads 1 \
 //!   --build-threads 2 --params 8/4,16/4,32/8 --out /tmp/x \
-//!   [--pq m=64,k=16,iterations=12] [--nlist 1024] [--gt gt.ivecs]
+//!   [--pq m=64,k=16,iterations=12] [--nlist 1024] [--ivf-sample 65536] [--gt gt.ivecs]
 //! ```
 
 mod harness;
@@ -70,6 +70,7 @@ fn main() {
     let t = Instant::now();
     let ivf = IvfParams {
         nlist,
+        sample: get("--ivf-sample").map_or(0, |s| s.parse().unwrap()),
         ..IvfParams::default()
     };
     let (nlist, fs_bytes) = build_pool.install(|| {

@@ -64,10 +64,42 @@ pub(crate) fn update<'a>(
     counts
 }
 
+/// What a round does with the centroids after moving them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Centroids are the members' means.
+    Mean,
+    /// Spherical k-means: every mean is scaled to unit L2 norm (the norm
+    /// summed in f64 in component order; a zero mean stays zero). For
+    /// inner-product data the nearest unit centroid by L2 is the one with
+    /// the largest inner product, so assignment and probing agree.
+    Unit,
+}
+
+/// Scales every `d`-component row of `cent` to unit L2 norm ([`Shape::Unit`]).
+pub(crate) fn normalize(cent: &mut [f32], d: usize) {
+    if d == 0 {
+        return;
+    }
+    for c in cent.chunks_exact_mut(d) {
+        let norm = c
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            .sqrt();
+        if norm > 0.0 && norm.is_finite() {
+            for x in c.iter_mut() {
+                *x = (f64::from(*x) / norm) as f32;
+            }
+        }
+    }
+}
+
 /// `rounds` Lloyd rounds over `rows` (indexes read through `row`, summed in
 /// the order given) on the centroids `cent` (`k × d`, initialised by the
 /// caller). `assign(row, cent)` names the cluster of a row; empty clusters
-/// follow `empty`.
+/// follow `empty`; `shape` says what becomes of each mean.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn lloyd<'a>(
     rows: &[usize],
     row: &(impl Fn(usize) -> &'a [f32] + Sync),
@@ -76,6 +108,7 @@ pub(crate) fn lloyd<'a>(
     rounds: usize,
     assign: impl Fn(&[f32], &[f32]) -> u32 + Sync,
     empty: Empty,
+    shape: Shape,
 ) {
     for _ in 0..rounds {
         let of: Vec<u32> = rows.par_iter().map(|&r| assign(row(r), cent)).collect();
@@ -87,6 +120,9 @@ pub(crate) fn lloyd<'a>(
         );
         if empty == Empty::SplitLargest {
             split_empty(cent, d, &mut counts);
+        }
+        if shape == Shape::Unit {
+            normalize(cent, d);
         }
     }
 }
@@ -259,7 +295,16 @@ mod tests {
             u32::from(d1 < d0)
         };
         let mut cent = vec![0.0, 0.0, 10.0, 0.0];
-        lloyd(&[0, 1, 2, 3], &row, &mut cent, 2, 3, nearest, Empty::Keep);
+        lloyd(
+            &[0, 1, 2, 3],
+            &row,
+            &mut cent,
+            2,
+            3,
+            nearest,
+            Empty::Keep,
+            Shape::Mean,
+        );
         assert_eq!(cent, vec![0.0, 1.0, 10.0, 1.0]);
     }
 
@@ -270,7 +315,16 @@ mod tests {
         let rows: Vec<[f32; 2]> = vec![[4.0, 8.0]; 4];
         let row = |r: usize| &rows[r][..];
         let mut cent = vec![4.0, 8.0, 100.0, 100.0];
-        lloyd(&[0, 1, 2, 3], &row, &mut cent, 2, 1, |_, _| 0, Empty::Keep);
+        lloyd(
+            &[0, 1, 2, 3],
+            &row,
+            &mut cent,
+            2,
+            1,
+            |_, _| 0,
+            Empty::Keep,
+            Shape::Mean,
+        );
         assert_eq!(cent, vec![4.0, 8.0, 100.0, 100.0]);
         lloyd(
             &[0, 1, 2, 3],
@@ -280,9 +334,30 @@ mod tests {
             1,
             |_, _| 0,
             Empty::SplitLargest,
+            Shape::Mean,
         );
         let e = [4.0f32 / 1024.0, -8.0 / 1024.0];
         assert_eq!(cent, vec![4.0 - e[0], 8.0 - e[1], 4.0 + e[0], 8.0 + e[1]]);
+    }
+
+    /// `Shape::Unit` scales each mean to unit norm; a zero mean stays zero.
+    #[test]
+    fn unit_shape_normalizes_every_mean() {
+        let rows: Vec<[f32; 2]> = vec![[3.0, 4.0], [6.0, 8.0], [1.0, -1.0], [-1.0, 1.0]];
+        let row = |r: usize| &rows[r][..];
+        let mut cent = vec![3.0, 4.0, 1.0, -1.0];
+        let assign = |x: &[f32], _: &[f32]| u32::from(x[0] * x[1] < 0.0);
+        lloyd(
+            &[0, 1, 2, 3],
+            &row,
+            &mut cent,
+            2,
+            1,
+            assign,
+            Empty::Keep,
+            Shape::Unit,
+        );
+        assert_eq!(cent, vec![0.6, 0.8, 0.0, 0.0]);
     }
 
     #[test]

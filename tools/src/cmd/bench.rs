@@ -216,6 +216,9 @@ const BUDGET_SHORT: &[u64] = &[1_000, 4_000, 16_000];
 /// beyond, so recall 0.90 and 0.95 are bracketed on the bench datasets).
 const PROBES_LONG: &[usize] = &[8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024];
 const RERANK: &[usize] = &[1, 2, 4, 8, 16, 32];
+/// PQ coarse lists and rerank depths of the long sweep.
+const PQ_PROBES_LONG: &[usize] = &[4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
+const PQ_RERANK_LONG: &[usize] = &[2, 4, 16];
 
 fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
     let k = args.k;
@@ -303,16 +306,35 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
                 }
             }
             PathChoice::Pq => {
-                for &r in RERANK {
-                    out.push(Setting {
-                        spec: Request {
-                            rerank: Some(r),
-                            ..base.clone().path(PathChoice::Pq)
-                        },
-                        mode: format!("rerank={r}"),
-                        ef: Some(r as u64),
-                        budget: None,
-                    });
+                // The long sweep crosses the coarse lists with the rerank
+                // depth (as FAISS's nprobe x k_factor); otherwise the rerank
+                // varies at `--nprobe` or the index default.
+                let probes: Vec<Option<usize>> = if args.sweep && args.nprobe.is_none() {
+                    PQ_PROBES_LONG.iter().map(|&p| Some(p)).collect()
+                } else {
+                    vec![args.nprobe]
+                };
+                let reranks = if probes.len() > 1 {
+                    PQ_RERANK_LONG
+                } else {
+                    RERANK
+                };
+                for nprobe in probes {
+                    for &r in reranks {
+                        out.push(Setting {
+                            spec: Request {
+                                rerank: Some(r),
+                                nprobe,
+                                ..base.clone().path(PathChoice::Pq)
+                            },
+                            mode: match nprobe {
+                                Some(p) => format!("nprobe={p},rerank={r}"),
+                                None => format!("rerank={r}"),
+                            },
+                            ef: Some(r as u64),
+                            budget: None,
+                        });
+                    }
                 }
             }
         }

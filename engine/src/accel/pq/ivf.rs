@@ -9,7 +9,7 @@
 //! * **Coarse partition**: a seeded k-means over the full vectors (the
 //!   deterministic lane kernel, so the partition is identical on every ISA
 //!   and thread count): `nlist` lists (auto: `2^round(log2(2·√n))`, at most
-//!   `n / 32`), trained on a hashed sample of `32 · nlist` records for
+//!   `n / 32`), trained on a hashed sample of `64 · nlist` records for
 //!   `iterations` Lloyd rounds (f64 sums in sample order; an empty list
 //!   takes a perturbed copy of the largest one), then every record assigned
 //!   to its nearest centroid (ties to the lower list).
@@ -19,8 +19,8 @@
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
 //!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
 //!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
-//!   `−q·c`; the `nprobe` best are selected in one pass, ties to the lower
-//!   list. The query's `m × 16` f32 table comes from
+//!   `−q·c`; the `nprobe` best are selected by a partial sort, ties to the
+//!   lower list. The query's `m × 16` f32 table comes from
 //!   `fastscan::table` (SIMD over the 16 centroid slots, the same
 //!   operations per entry on every ISA) and is quantised to u8 in one
 //!   vectorised pass (`Lut::requantize`); the `nprobe` lists are scanned
@@ -38,7 +38,7 @@
 
 use prox_kernels::pq::coarse;
 use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES, MAX_SUBSPACES};
-use prox_kernels::{canonical, prefetch, sq8, Metric};
+use prox_kernels::{canonical, prefetch, Metric};
 use rayon::prelude::*;
 
 use super::Pq;
@@ -48,7 +48,7 @@ use crate::deadline::Watch;
 use crate::error::Result;
 use crate::numeric::fastscan::query_lut;
 use crate::numeric::kernel::{det_l2sq, det_score};
-use crate::numeric::kmeans::{self, Empty};
+use crate::numeric::kmeans::{self, Empty, Shape};
 use crate::numeric::topk::{best_with_ties, rescored_cmp, shrink};
 
 /// Load-time parameters of the coarse partition.
@@ -60,7 +60,7 @@ pub struct IvfParams {
     /// Lloyd iterations of the coarse k-means (0 keeps the seeded initial
     /// centroids).
     pub iterations: usize,
-    /// Training sample size; 0 = auto (`32 · nlist`, at most `n`).
+    /// Training sample size; 0 = auto (`64 · nlist`, at most `n`).
     pub sample: usize,
     /// Seed of the sample and the initial centroids.
     pub seed: u64,
@@ -135,13 +135,29 @@ fn nearest(v: &[f32], centroids: &[f32], dims: usize) -> u32 {
 
 /// Seeded Lloyd k-means over `sample` rows of `vectors` (the first `nlist`
 /// seed the centroids; sums in ascending record order; empty lists split
-/// the largest one); returns `nlist × dims` centroids.
-fn kmeans(vectors: &Arena, sample: &[u32], nlist: usize, iterations: usize) -> Vec<f32> {
+/// the largest one); returns `nlist × dims` centroids. Inner-product and
+/// cosine maps get unit centroids (spherical k-means), so the list a record
+/// joins (nearest by L2) is the one with its largest inner product, the
+/// order the query probes in.
+fn kmeans(
+    vectors: &Arena,
+    sample: &[u32],
+    nlist: usize,
+    iterations: usize,
+    metric: Metric,
+) -> Vec<f32> {
     let dims = vectors.dims();
+    let shape = match metric {
+        Metric::L2 => Shape::Mean,
+        Metric::Cosine | Metric::InnerProduct => Shape::Unit,
+    };
     let mut centroids: Vec<f32> = sample[..nlist]
         .iter()
         .flat_map(|&i| vectors.row(i as usize).iter().copied())
         .collect();
+    if shape == Shape::Unit {
+        kmeans::normalize(&mut centroids, dims);
+    }
     let mut rows: Vec<usize> = sample.iter().map(|&i| i as usize).collect();
     rows.sort_unstable();
     kmeans::lloyd(
@@ -152,17 +168,28 @@ fn kmeans(vectors: &Arena, sample: &[u32], nlist: usize, iterations: usize) -> V
         iterations,
         |v, c| nearest(v, c, dims),
         Empty::SplitLargest,
+        shape,
     );
     centroids
 }
 
 /// Symmetric SQ8 code of `v` with its scale `max|v| / 127` (0 for a zero
-/// vector).
+/// vector): the codes of `sq8::Quantizer::code`, computed without a
+/// rounding call per component (the quotient is clamped to ±127 first, so
+/// adding and subtracting 1.5·2⁵² rounds it half to even exactly).
 fn sq8_row(v: &[f32], out: &mut [i8]) -> f32 {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
     let max = v.iter().fold(0f32, |a, &x| a.max(x.abs()));
     let s = max / 127.0;
+    if s == 0.0 {
+        out.iter_mut().for_each(|o| *o = 0);
+        return s;
+    }
+    let sd = f64::from(s);
     for (o, &x) in out.iter_mut().zip(v) {
-        *o = sq8::Quantizer::code(x, s);
+        let q = (f64::from(x) / sd).clamp(-127.0, 127.0);
+        // NaN stays NaN and casts to 0, as in `Quantizer::code`.
+        *o = ((q + MAGIC) - MAGIC) as i8;
     }
     s
 }
@@ -183,7 +210,7 @@ impl FastScan {
             params.nlist.min(n)
         };
         let want = if params.sample == 0 {
-            32 * nlist
+            64 * nlist
         } else {
             params.sample
         };
@@ -197,7 +224,7 @@ impl FastScan {
         order.truncate(want);
         order.sort_unstable();
         let sample: Vec<u32> = order.into_iter().map(|(_, i)| i).collect();
-        let centroids = kmeans(&pq.vectors, &sample, nlist, params.iterations);
+        let centroids = kmeans(&pq.vectors, &sample, nlist, params.iterations, pq.metric);
         let assign: Vec<u32> = (0..n)
             .into_par_iter()
             .map(|i| nearest(pq.vectors.row(i), &centroids, dims))
@@ -341,42 +368,35 @@ impl FastScan {
     }
 
     /// Coarse ranking of every list for `q`: `ctx.coarse` gets `(score,
-    /// list)` of all lists in list order (lower is better) and
-    /// `ctx.probe` the `nprobe` best of them ascending by `(score, list)`,
-    /// selected in one pass (a sorted array of the best so far; a list
-    /// enters only if it beats the current last).
+    /// list)` of every list (lower is better), its first `nprobe` entries
+    /// the best of them ascending by `(score, list)` (a total order, so
+    /// they equal the first `nprobe` of the fully sorted ranking).
     fn coarse(&self, q: &[f32], nprobe: usize, ctx: &mut IvfContext) {
         ctx.q8.resize(self.dims, 0);
         let sq = sq8_row(q, &mut ctx.q8);
         ctx.dots.resize(self.nlist, 0);
         coarse::dots(&ctx.q8, &self.codes8, &mut ctx.dots);
         ctx.coarse.clear();
-        ctx.probe.clear();
-        for (l, (&dot, (&sc, &norm))) in ctx
-            .dots
-            .iter()
-            .zip(self.scales8.iter().zip(&self.norms))
-            .enumerate()
-        {
-            let qc = sq * sc * dot as f32;
-            let score = match self.metric {
-                Metric::L2 => norm - 2.0 * qc,
-                Metric::Cosine | Metric::InnerProduct => -qc,
-            };
-            let e = (score, l as u32);
-            ctx.coarse.push(e);
-            let full = ctx.probe.len() == nprobe;
-            if full && rescored_cmp(&e, &ctx.probe[nprobe - 1]).is_ge() {
-                continue;
-            }
-            // Lists arrive in ascending id order, so an equal score sorts
-            // after the ones present: insert after every entry <= e.
-            let at = ctx.probe.partition_point(|x| rescored_cmp(x, &e).is_le());
-            if full {
-                ctx.probe.pop();
-            }
-            ctx.probe.insert(at, e);
+        let metric = self.metric;
+        ctx.coarse.extend(
+            ctx.dots
+                .iter()
+                .zip(self.scales8.iter().zip(&self.norms))
+                .enumerate()
+                .map(|(l, (&dot, (&sc, &norm)))| {
+                    let qc = sq * sc * dot as f32;
+                    let score = match metric {
+                        Metric::L2 => norm - 2.0 * qc,
+                        Metric::Cosine | Metric::InnerProduct => -qc,
+                    };
+                    (score, l as u32)
+                }),
+        );
+        let nprobe = nprobe.clamp(1, ctx.coarse.len());
+        if nprobe < ctx.coarse.len() {
+            ctx.coarse.select_nth_unstable_by(nprobe - 1, rescored_cmp);
         }
+        ctx.coarse[..nprobe].sort_unstable_by(rescored_cmp);
     }
 }
 
@@ -388,7 +408,6 @@ pub(super) struct IvfContext {
     q8: Vec<i8>,
     dots: Vec<i32>,
     coarse: Vec<(f32, u32)>,
-    probe: Vec<(f32, u32)>,
     sums: Vec<u16>,
     cands: Vec<(u16, u32)>,
     rescored: Vec<(f32, u32)>,
@@ -468,15 +487,11 @@ impl Pq {
                     break;
                 }
                 // Under-filled by a filter: probe on in coarse order. The
-                // full order's first `nprobe` entries are `ctx.probe` (a
-                // total order), so probing resumes at position `nprobe`.
-                ctx.coarse.sort_unstable_by(rescored_cmp);
+                // full order's first `nprobe` entries are the ones probed
+                // (a total order), so probing resumes at position `nprobe`.
+                ctx.coarse[nprobe..].sort_unstable_by(rescored_cmp);
             }
-            let l = if probed < nprobe {
-                ctx.probe[probed].1
-            } else {
-                ctx.coarse[probed].1
-            } as usize;
+            let l = ctx.coarse[probed].1 as usize;
             probed += 1;
             let (p0, p1) = (fs.list_start[l] as usize, fs.list_start[l + 1] as usize);
             if p0 == p1 {
@@ -486,11 +501,21 @@ impl Pq {
             watch.tick((b1 - b0) * bb)?;
             ctx.sums.resize((b1 - b0) * BLOCK, 0);
             fastscan::scan(lut, &fs.blocks[b0 * bb..b1 * bb], &mut ctx.sums);
-            for (&s, &id) in ctx.sums[..p1 - p0].iter().zip(&fs.ids[p0..p1]) {
-                if s <= bound && eligible.contains(id) {
-                    ctx.cands.push((s, id));
-                    if ctx.cands.len() >= 2 * depth {
-                        bound = shrink(&mut ctx.cands, depth);
+            // Most blocks hold no sum within the bound once the first
+            // lists are in: a block's minimum (a vectorised pass) skips them.
+            for (sums, ids) in ctx.sums[..p1 - p0]
+                .chunks(BLOCK)
+                .zip(fs.ids[p0..p1].chunks(BLOCK))
+            {
+                if sums.iter().fold(u16::MAX, |a, &b| a.min(b)) > bound {
+                    continue;
+                }
+                for (&s, &id) in sums.iter().zip(ids) {
+                    if s <= bound && eligible.contains(id) {
+                        ctx.cands.push((s, id));
+                        if ctx.cands.len() >= 2 * depth {
+                            bound = shrink(&mut ctx.cands, depth);
+                        }
                     }
                 }
             }
@@ -614,6 +639,64 @@ mod tests {
             }
         }
         found as f64 / (opts.k * qs.len()) as f64
+    }
+
+    /// The query's coarse codes equal `sq8::Quantizer::code` on random
+    /// rows and on the edges: exact halves (ties to even), the clamp at
+    /// ±127, NaN, subnormals and a zero row.
+    #[test]
+    fn sq8_row_equals_the_quantizer() {
+        use prox_kernels::sq8::Quantizer;
+        let mut rng = SplitMix64::new(seed(SEED));
+        let mut rows: Vec<Vec<f32>> = (0..200)
+            .map(|i| {
+                let scale = [1e-30f32, 1e-3, 1.0, 1e3, 1e30][i % 5];
+                (0..37).map(|_| rng.gauss() * scale).collect()
+            })
+            .collect();
+        rows.push(vec![0.0; 9]);
+        rows.push(vec![f32::from_bits(1), -f32::from_bits(3), 0.0]);
+        // max 127 so the scale is 1: halves and values past the clamp.
+        rows.push(vec![
+            127.0,
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            -126.5,
+            126.5,
+            f32::NAN,
+        ]);
+        rows.push(vec![-127.0, 127.4, -127.49, 63.5, -63.5, 0.49999997]);
+        for v in rows {
+            let mut out = vec![0i8; v.len()];
+            let s = sq8_row(&v, &mut out);
+            let want: Vec<i8> = v.iter().map(|&x| Quantizer::code(x, s)).collect();
+            assert_eq!(out, want, "row {v:?}");
+        }
+    }
+
+    /// Inner-product and cosine maps get unit coarse centroids; L2 maps
+    /// keep plain means.
+    #[test]
+    fn coarse_centroids_are_unit_for_inner_product_and_cosine() {
+        for metric in METRICS {
+            let (_, pq) = setup(metric, seed(SEED));
+            let fs = pq.fast_scan().expect("4-bit sidecar");
+            let norms: Vec<f64> = fs
+                .centroids()
+                .chunks_exact(fs.dims)
+                .map(|c| {
+                    c.iter()
+                        .map(|&x| f64::from(x) * f64::from(x))
+                        .sum::<f64>()
+                        .sqrt()
+                })
+                .collect();
+            let unit = norms.iter().all(|n| (n - 1.0).abs() < 1e-5);
+            assert_eq!(unit, metric != Metric::L2, "{metric:?}: {:?}", &norms[..4]);
+        }
     }
 
     #[test]
@@ -863,7 +946,7 @@ mod tests {
 
     const FROZEN: [u64; 3] = [
         15925947871901258323,
-        7093550288860611712,
-        11335452449177701761,
+        12635158202215512979,
+        12658721354784973577,
     ];
 }

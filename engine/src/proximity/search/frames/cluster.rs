@@ -3,7 +3,7 @@
 //! two-level index over the centroids.
 
 use super::{LLOYD, TRAIN};
-use crate::numeric::kmeans::{self, Empty};
+use crate::numeric::kmeans::{self, Empty, Shape};
 use crate::proximity::search::arena::ScanArena;
 use crate::proximity::search::node::Node;
 use rayon::prelude::*;
@@ -50,6 +50,7 @@ impl Coarse {
             LLOYD,
             |x, c| nearest(x, c, d, 0..g),
             Empty::Keep,
+            Shape::Mean,
         );
         let mut members = vec![Vec::new(); g];
         for r in 0..k {
@@ -111,6 +112,7 @@ pub(super) fn cluster(
             1,
             |x, c| coarse.nearest(x, c, d),
             Empty::Keep,
+            Shape::Mean,
         );
     }
     let coarse = Coarse::build(&cent, d);
