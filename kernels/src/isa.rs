@@ -86,6 +86,18 @@ impl FromStr for Isa {
     }
 }
 
+/// Whether the AVX2 tier may also use AVX-512 VNNI on 256-bit registers
+/// (AVX2, AVX-512 VNNI and AVX-512 VL; detected once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx2")
+    })
+}
+
 /// Why an ISA could not be selected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -18,7 +18,7 @@
 //! (radii, SQ8 scales) come from [`super::math`] and the canonical kernels.
 //!
 //! The descent's argmin must equal the canonical argmin exactly, so it is
-//! computed with canonical scores only: [`ScoreBlock`] evaluates the
+//! computed with canonical scores only: `canonical::scores` evaluates the
 //! canonical score of one record against several candidates at once, with
 //! one sequential f64 accumulator per candidate. Each accumulator performs
 //! exactly the operations of `canonical::score` in the same order, so the
@@ -121,77 +121,6 @@ pub(crate) fn prepare_records(
         },
         values,
     ))
-}
-
-/// Canonical scores of one vector against several candidates at once.
-/// Bit-identical to [`canonical::score`]: every lane is its own sequential
-/// f64 accumulator fed in component order with the same operations.
-pub(crate) struct ScoreBlock;
-
-impl ScoreBlock {
-    const LANES: usize = 4;
-
-    /// `out[j] = canonical::score(metric, q, rows[j])`.
-    pub(crate) fn scores(metric: Metric, q: &[f32], rows: &[&[f32]], out: &mut Vec<f64>) {
-        out.clear();
-        let mut chunks = rows.chunks_exact(Self::LANES);
-        for c in &mut chunks {
-            let raw = match metric {
-                Metric::L2 => Self::l2_4(q, [c[0], c[1], c[2], c[3]]),
-                Metric::Cosine | Metric::InnerProduct => Self::dot_4(q, [c[0], c[1], c[2], c[3]]),
-            };
-            out.extend(raw.iter().map(|&x| Self::finish(metric, x)));
-        }
-        for r in chunks.remainder() {
-            out.push(canonical::score(metric, q, r));
-        }
-    }
-
-    fn l2_4(q: &[f32], r: [&[f32]; 4]) -> [f64; 4] {
-        let mut acc = [0.0f64; 4];
-        let n = q.len();
-        let (r0, r1, r2, r3) = (&r[0][..n], &r[1][..n], &r[2][..n], &r[3][..n]);
-        for i in 0..n {
-            let x = f64::from(q[i]);
-            let d0 = x - f64::from(r0[i]);
-            let d1 = x - f64::from(r1[i]);
-            let d2 = x - f64::from(r2[i]);
-            let d3 = x - f64::from(r3[i]);
-            acc[0] += d0 * d0;
-            acc[1] += d1 * d1;
-            acc[2] += d2 * d2;
-            acc[3] += d3 * d3;
-        }
-        acc
-    }
-
-    fn dot_4(q: &[f32], r: [&[f32]; 4]) -> [f64; 4] {
-        let mut acc = [0.0f64; 4];
-        let n = q.len();
-        let (r0, r1, r2, r3) = (&r[0][..n], &r[1][..n], &r[2][..n], &r[3][..n]);
-        for i in 0..n {
-            let x = f64::from(q[i]);
-            acc[0] += x * f64::from(r0[i]);
-            acc[1] += x * f64::from(r1[i]);
-            acc[2] += x * f64::from(r2[i]);
-            acc[3] += x * f64::from(r3[i]);
-        }
-        acc
-    }
-
-    /// Turns a raw sum into the metric's score, `+0`-normalised.
-    fn finish(metric: Metric, raw: f64) -> f64 {
-        let s = match metric {
-            Metric::L2 => raw,
-            Metric::Cosine => 1.0 - raw.clamp(-1.0, 1.0),
-            Metric::InnerProduct => -raw,
-        };
-        if s == 0.0 {
-            0.0
-        } else {
-            s
-        }
-    }
 }
 
 /// One group `G[L][path]` of section 12.4. Groups form a tree: member `c`
@@ -313,7 +242,9 @@ impl Hierarchy {
             let cands = &self.groups[g as usize].members;
             rows.clear();
             rows.extend(cands.iter().map(|&c| recs.vector(c)));
-            ScoreBlock::scores(metric, q, &rows, buf);
+            buf.clear();
+            buf.resize(rows.len(), 0.0);
+            canonical::scores(metric, q, &rows, buf);
             let mut best = 0usize;
             for j in 1..cands.len() {
                 let (s, b) = (buf[j], buf[best]);
@@ -710,33 +641,5 @@ impl<'s> ProximityMap<'s> {
         };
         let cid = store.put(&descriptor.encode()?)?;
         Ok(ProximityMap::from_parts(store, cid, descriptor))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn score_block_matches_canonical_bit_for_bit() {
-        let seed = prox_testkit::seed(0x1234_5678_9abc_def0);
-        let mut rng = prox_testkit::SplitMix64::new(seed);
-        let mut next = || 4.0 * rng.unit();
-        for d in [1usize, 3, 8, 17] {
-            let q: Vec<f32> = (0..d).map(|_| next()).collect();
-            let rows: Vec<Vec<f32>> = (0..11).map(|_| (0..d).map(|_| next()).collect()).collect();
-            let refs: Vec<&[f32]> = rows.iter().map(|r| r.as_slice()).collect();
-            let mut out = Vec::new();
-            for m in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
-                ScoreBlock::scores(m, &q, &refs, &mut out);
-                for (r, &got) in rows.iter().zip(&out) {
-                    assert_eq!(
-                        got.to_bits(),
-                        canonical::score(m, &q, r).to_bits(),
-                        "PROX_SEED={seed}"
-                    );
-                }
-            }
-        }
     }
 }

@@ -20,6 +20,8 @@
 //! the scalar model's integers exactly.
 
 use super::{scalar, SCREEN_MAX_DIMS};
+#[cfg(target_arch = "x86_64")]
+use crate::isa::vnni;
 use crate::{isa, Isa};
 
 /// Rows per group.
@@ -80,17 +82,6 @@ fn check(q: &[i8], groups: &[i8], bias: &[i32]) {
         !q.contains(&i8::MIN),
         "grouped screen: query codes must lie in -127..=127"
     );
-}
-
-/// Whether the AVX2 tier may use AVX-512 VNNI (detected once).
-#[cfg(target_arch = "x86_64")]
-fn vnni() -> bool {
-    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VNNI.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx2")
-    })
 }
 
 fn screen_on(

@@ -471,10 +471,18 @@ impl SearchGraph {
     fn rerank(&self, q: &[f32], cands: &[Scored], k: usize, depth: usize, out: &mut Vec<IdHit>) {
         out.clear();
         let take = cands.len().min(depth.max(k));
-        out.extend(cands[..take].iter().map(|c| IdHit {
-            id: c.id,
-            score: canonical::score(self.metric, q, self.vectors.row(c.id as usize)),
-        }));
+        let rows: Vec<&[f32]> = cands[..take]
+            .iter()
+            .map(|c| self.vectors.row(c.id as usize))
+            .collect();
+        let mut scores = vec![0.0; take];
+        canonical::scores(self.metric, q, &rows, &mut scores);
+        out.extend(
+            cands[..take]
+                .iter()
+                .zip(scores)
+                .map(|(c, score)| IdHit { id: c.id, score }),
+        );
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
     }

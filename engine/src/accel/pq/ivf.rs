@@ -538,10 +538,18 @@ impl Pq {
             return Ok(true);
         }
         let keep = best_with_ties(&mut ctx.rescored, k);
-        out.extend(ctx.rescored[..keep].iter().map(|&(_, id)| IdHit {
-            id,
-            score: canonical::score(self.metric, q, self.vectors.row(id as usize)),
-        }));
+        let rows: Vec<&[f32]> = ctx.rescored[..keep]
+            .iter()
+            .map(|&(_, id)| self.vectors.row(id as usize))
+            .collect();
+        let mut scores = vec![0.0; keep];
+        canonical::scores(self.metric, q, &rows, &mut scores);
+        out.extend(
+            ctx.rescored[..keep]
+                .iter()
+                .zip(scores)
+                .map(|(&(_, id), score)| IdHit { id, score }),
+        );
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
         Ok(true)

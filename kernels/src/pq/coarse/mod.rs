@@ -22,7 +22,10 @@
 //!
 //! scalar (the reference: one row at a time over the plain rows, kept in
 //! [`Blocks`] for it); AVX2 (four blocks per pass over the query pairs,
-//! 32 rows in flight). Portable and NEON use the scalar model.
+//! 32 rows in flight), or with VNNI four `u8·i8` products per lane and
+//! instruction over the biased bytes, `128·Σq` taken off at the end
+//! (wrapping `i32`: the true sum fits, so the wrapped result is exact).
+//! Portable and NEON use the scalar model.
 
 mod scalar;
 
@@ -47,6 +50,8 @@ pub struct Blocks {
     rows: Vec<i8>,
     /// `⌈n / 8⌉ · ⌈dims / 2⌉ · 16` widened entries.
     data: Vec<i16>,
+    /// `⌈n / 8⌉ · ⌈dims / 4⌉ · 32` biased bytes; empty without VNNI.
+    quads: Vec<u8>,
 }
 
 impl Blocks {
@@ -83,6 +88,11 @@ impl Blocks {
             n,
             rows: rows.to_vec(),
             data,
+            quads: if vnni_available() {
+                biased_quads(dims, rows)
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -103,7 +113,34 @@ impl Blocks {
 
     /// Heap bytes held (plain and transposed rows).
     pub fn heap_bytes(&self) -> usize {
-        self.rows.len() + 2 * self.data.len()
+        self.rows.len() + 2 * self.data.len() + self.quads.len()
+    }
+}
+
+/// The VNNI layout of `rows` (see the module docs).
+fn biased_quads(dims: usize, rows: &[i8]) -> Vec<u8> {
+    let n = rows.len() / dims;
+    let quads = dims.div_ceil(4);
+    let mut out = vec![128u8; n.div_ceil(ROWS) * quads * 4 * ROWS];
+    for (i, row) in rows.chunks_exact(dims).enumerate() {
+        let (b, r) = (i / ROWS, i % ROWS);
+        for (d, &x) in row.iter().enumerate() {
+            let (p, t) = (d / 4, d % 4);
+            out[(b * quads + p) * 4 * ROWS + 4 * r + t] = (x as u8) ^ 0x80;
+        }
+    }
+    out
+}
+
+/// Whether this CPU runs the VNNI tier of [`dots`].
+fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::isa::vnni()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -121,6 +158,13 @@ fn check(q: &[i8], blocks: &Blocks, out: &[i32]) {
 
 fn dots_on(isa: Isa, q: &[i8], blocks: &Blocks, out: &mut [i32]) {
     match isa {
+        // SAFETY: `isa` is available, so AVX2 is present; `quads` is only
+        // built when VNNI and VL are present too; `check` held and `quads`
+        // has the documented length.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if !blocks.quads.is_empty() => unsafe {
+            x86::dots_vnni(q, &blocks.quads, blocks.n, out)
+        },
         // SAFETY: `isa` is available, so AVX2 is present; `check` held and
         // `data` has the documented length.
         #[cfg(target_arch = "x86_64")]
@@ -173,16 +217,38 @@ mod tests {
                     assert!(dots_with(isa, &q, &blocks, &mut got));
                     assert_eq!(got, want, "{isa} dims {dims} n {n} (PROX_SEED={seed})");
                 }
+                // Both AVX2 kernels, whichever `dots` picks here.
+                #[cfg(target_arch = "x86_64")]
+                if Isa::Avx2.is_available() {
+                    let mut got = vec![7i32; n];
+                    // SAFETY: AVX2 is present; `data` is as documented.
+                    unsafe { x86::dots(&q, &blocks.data, n, &mut got) };
+                    assert_eq!(got, want, "avx2 dims {dims} n {n} (PROX_SEED={seed})");
+                    if vnni_available() {
+                        let mut got = vec![7i32; n];
+                        // SAFETY: VNNI is present; `quads` is as documented.
+                        unsafe { x86::dots_vnni(&q, &blocks.quads, n, &mut got) };
+                        assert_eq!(got, want, "vnni dims {dims} n {n} (PROX_SEED={seed})");
+                    }
+                }
             }
         }
-        // Extremes: every product at its largest magnitude.
-        let rows = vec![-127i8; 3 * 384];
-        let q = vec![-127i8; 384];
-        let blocks = Blocks::new(384, &rows).unwrap();
-        for isa in crate::available_isas() {
-            let mut got = vec![0i32; 3];
-            assert!(dots_with(isa, &q, &blocks, &mut got));
-            assert_eq!(got, vec![127 * 127 * 384; 3], "{isa}");
+        // Extremes: every product at its largest magnitude, including
+        // -128 rows (the biased byte 0) against -127 and 127 queries.
+        for (r, qv, want) in [
+            (-127i8, -127i8, 127 * 127),
+            (-128, -127, 128 * 127),
+            (-128, 127, -128 * 127),
+            (127, 127, 127 * 127),
+        ] {
+            let rows = vec![r; 3 * 384];
+            let q = vec![qv; 384];
+            let blocks = Blocks::new(384, &rows).unwrap();
+            for isa in crate::available_isas() {
+                let mut got = vec![0i32; 3];
+                assert!(dots_with(isa, &q, &blocks, &mut got));
+                assert_eq!(got, vec![want * 384; 3], "{isa}");
+            }
         }
         assert!(Blocks::new(0, &[]).is_err());
         assert!(Blocks::new(3, &[1, 2]).is_err());

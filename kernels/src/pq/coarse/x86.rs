@@ -52,3 +52,55 @@ pub(crate) unsafe fn dots(q: &[i8], data: &[i16], n: usize, out: &mut [i32]) {
         b += group;
     }
 }
+
+/// The query quad `p` as four `i8` in one `i32` (low byte = component
+/// `4p`; zero past the end).
+#[inline]
+fn quad(q: &[i8], p: usize) -> i32 {
+    (0..4).fold(0i32, |acc, t| {
+        let x = q.get(4 * p + t).map_or(0, |&x| i32::from(x as u8));
+        acc | (x << (8 * t))
+    })
+}
+
+/// Dots of `q` against `n` rows in biased quad blocks (`vpdpbusd`).
+///
+/// # Safety
+/// The CPU must support AVX2, AVX-512 VNNI and AVX-512 VL; `data.len() ==
+/// ⌈n / 8⌉ · ⌈q.len() / 4⌉ · 32` and `out.len() == n`.
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+pub(crate) unsafe fn dots_vnni(q: &[i8], data: &[u8], n: usize, out: &mut [i32]) {
+    let quads = q.len().div_ceil(4);
+    let stride = quads * 4 * ROWS;
+    let nblocks = n.div_ceil(ROWS);
+    debug_assert_eq!(data.len(), nblocks * stride);
+    // Σ (c + 128)·q = Σ c·q + 128·Σq, wrapping; the true dot fits in i32.
+    let shift = 128i32.wrapping_mul(q.iter().map(|&x| i32::from(x)).sum::<i32>());
+    let mut b = 0;
+    while b < nblocks {
+        let group = (nblocks - b).min(4);
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let base = data.as_ptr();
+        for p in 0..quads {
+            let qv = _mm256_set1_epi32(quad(q, p));
+            for (g, acc) in acc.iter_mut().enumerate().take(group) {
+                // SAFETY: block b + g < nblocks and p < quads, so these 32
+                // bytes lie inside `data`.
+                let c =
+                    unsafe { _mm256_loadu_si256(base.add((b + g) * stride + p * 4 * ROWS).cast()) };
+                *acc = _mm256_dpbusd_epi32(*acc, c, qv);
+            }
+        }
+        for (g, acc) in acc.iter().enumerate().take(group) {
+            let mut lanes = [0i32; ROWS];
+            // SAFETY: `lanes` holds 8 i32.
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *acc) };
+            let r0 = (b + g) * ROWS;
+            let len = (n - r0).min(ROWS);
+            for (o, &l) in out[r0..r0 + len].iter_mut().zip(&lanes) {
+                *o = l.wrapping_sub(shift);
+            }
+        }
+        b += group;
+    }
+}
