@@ -891,6 +891,45 @@ fn nprobe_reaches_the_pq_fast_scan_path() {
 }
 
 #[test]
+fn pq_sweep_crosses_nprobe_with_rerank() {
+    let f = fixture(&["--pq", "subquantizers=4,centroids=16"]);
+    let recs = json_lines(&bench(&f, &["--path", "pq", "--sweep"]));
+    let modes: Vec<&str> = recs.iter().filter_map(|r| r["mode"].as_str()).collect();
+    assert_eq!(modes.len(), 14 * 4, "{modes:?}");
+    assert!(recs.iter().all(|r| r["path"] == "pq"), "{recs:?}");
+    for want in [
+        "nprobe=1,rerank=2",
+        "nprobe=24,rerank=8",
+        "nprobe=256,rerank=16",
+    ] {
+        assert!(modes.contains(&want), "no {want} in {modes:?}");
+    }
+    let recall = |mode: &str| {
+        recs.iter()
+            .find(|r| r["mode"] == mode)
+            .and_then(|r| r["recall"].as_f64())
+            .unwrap_or_else(|| panic!("no {mode}"))
+    };
+    // Every list probed and a deep rerank find at least what one list does.
+    assert!(recall("nprobe=256,rerank=16") >= recall("nprobe=1,rerank=2"));
+    assert!(recall("nprobe=256,rerank=16") >= 0.9, "seed {}", seed());
+    // Without --sweep the rerank varies at the default lists.
+    let short = json_lines(&bench(&f, &["--path", "pq"]));
+    let modes: Vec<&str> = short.iter().filter_map(|r| r["mode"].as_str()).collect();
+    assert_eq!(
+        modes,
+        [
+            "rerank=1",
+            "rerank=2",
+            "rerank=4",
+            "rerank=8",
+            "rerank=16",
+            "rerank=32"
+        ]
+    );
+}
+
+#[test]
 fn probes_set_the_native_leaves_scanned() {
     // Chunks of ~8 records: the 400-record map has dozens of leaves.
     let f = fixture(&["--log-chunk-size", "3"]);
