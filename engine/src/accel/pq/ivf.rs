@@ -19,8 +19,8 @@
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
 //!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
 //!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
-//!   `−q·c`; the `nprobe` best are selected by a partial sort, ties to the
-//!   lower list. The query's `m × 16` f32 table comes from
+//!   `−q·c`; the `nprobe` best are selected (a sorted insertion pass, or a
+//!   partial sort for large `nprobe`), ties to the lower list. The query's `m × 16` f32 table comes from
 //!   `fastscan::table` (SIMD over the 16 centroid slots, the same
 //!   operations per entry on every ISA) and is quantised to u8 in one
 //!   vectorised pass (`Lut::requantize`); the `nprobe` lists are scanned
@@ -367,38 +367,73 @@ impl FastScan {
             + 4 * self.books_t.len()
     }
 
-    /// Coarse ranking of every list for `q`: `ctx.coarse` gets `(score,
-    /// list)` of every list (lower is better), its first `nprobe` entries
-    /// the best of them ascending by `(score, list)` (a total order, so
-    /// they equal the first `nprobe` of the fully sorted ranking).
+    /// Coarse ranking of every list for `q`: `ctx.scores` gets every
+    /// list's score (lower is better) and `ctx.coarse` the `nprobe` best
+    /// `(score, list)` ascending (ties to the lower list; a total order,
+    /// so they are the first `nprobe` of the full ranking).
     fn coarse(&self, q: &[f32], nprobe: usize, ctx: &mut IvfContext) {
         ctx.q8.resize(self.dims, 0);
         let sq = sq8_row(q, &mut ctx.q8);
         ctx.dots.resize(self.nlist, 0);
         coarse::dots(&ctx.q8, &self.codes8, &mut ctx.dots);
-        ctx.coarse.clear();
-        let metric = self.metric;
-        ctx.coarse.extend(
-            ctx.dots
-                .iter()
-                .zip(self.scales8.iter().zip(&self.norms))
-                .enumerate()
-                .map(|(l, (&dot, (&sc, &norm)))| {
-                    let qc = sq * sc * dot as f32;
-                    let score = match metric {
-                        Metric::L2 => norm - 2.0 * qc,
-                        Metric::Cosine | Metric::InnerProduct => -qc,
-                    };
-                    (score, l as u32)
-                }),
-        );
-        let nprobe = nprobe.clamp(1, ctx.coarse.len());
-        if nprobe < ctx.coarse.len() {
-            ctx.coarse.select_nth_unstable_by(nprobe - 1, rescored_cmp);
+        ctx.scores.clear();
+        let parts = ctx.dots.iter().zip(self.scales8.iter().zip(&self.norms));
+        match self.metric {
+            Metric::L2 => ctx
+                .scores
+                .extend(parts.map(|(&dot, (&sc, &norm))| norm - 2.0 * (sq * sc * dot as f32))),
+            Metric::Cosine | Metric::InnerProduct => ctx
+                .scores
+                .extend(parts.map(|(&dot, (&sc, _))| -(sq * sc * dot as f32))),
         }
-        ctx.coarse[..nprobe].sort_unstable_by(rescored_cmp);
+        let nprobe = nprobe.clamp(1, self.nlist);
+        let probe = &mut ctx.coarse;
+        probe.clear();
+        if nprobe > SELECT_BY_INSERTION {
+            probe.extend(ctx.scores.iter().enumerate().map(|(l, &s)| (s, l as u32)));
+            if nprobe < probe.len() {
+                probe.select_nth_unstable_by(nprobe - 1, rescored_cmp);
+                probe.truncate(nprobe);
+            }
+            probe.sort_unstable_by(rescored_cmp);
+            return;
+        }
+        // A sorted array of the best so far; once full, a list enters only
+        // if it beats the last (lists arrive in ascending id order, so an
+        // equal score sorts after the ones present).
+        // `worst` (the last score once full) rejects most lists with one
+        // float comparison: `s > worst` implies `s` sorts after it.
+        let mut worst = f32::NAN;
+        for (l, &s) in ctx.scores.iter().enumerate() {
+            if s > worst {
+                continue;
+            }
+            let e = (s, l as u32);
+            if probe.len() == nprobe {
+                if rescored_cmp(&e, &probe[nprobe - 1]).is_ge() {
+                    continue;
+                }
+                probe.pop();
+            }
+            let at = probe.partition_point(|x| rescored_cmp(x, &e).is_le());
+            probe.insert(at, e);
+            if probe.len() == nprobe {
+                worst = probe[nprobe - 1].0;
+            }
+        }
+    }
+
+    /// Extends `coarse` (the `nprobe` probed lists) to the full ranking of
+    /// every list by its `scores`, for a filtered search that probes on.
+    fn rank_all(scores: &[f32], coarse: &mut Vec<(f32, u32)>) {
+        coarse.clear();
+        coarse.extend(scores.iter().enumerate().map(|(l, &s)| (s, l as u32)));
+        coarse.sort_unstable_by(rescored_cmp);
     }
 }
+
+/// Largest `nprobe` selected by insertion; larger ones use a partial sort.
+const SELECT_BY_INSERTION: usize = 64;
 
 /// Per-thread buffers of the IVF fast-scan search.
 #[derive(Debug, Default, Clone)]
@@ -407,6 +442,7 @@ pub(super) struct IvfContext {
     lut: Option<Lut>,
     q8: Vec<i8>,
     dots: Vec<i32>,
+    scores: Vec<f32>,
     coarse: Vec<(f32, u32)>,
     sums: Vec<u16>,
     cands: Vec<(u16, u32)>,
@@ -489,7 +525,7 @@ impl Pq {
                 // Under-filled by a filter: probe on in coarse order. The
                 // full order's first `nprobe` entries are the ones probed
                 // (a total order), so probing resumes at position `nprobe`.
-                ctx.coarse[nprobe..].sort_unstable_by(rescored_cmp);
+                FastScan::rank_all(&ctx.scores, &mut ctx.coarse);
             }
             let l = ctx.coarse[probed].1 as usize;
             probed += 1;
@@ -682,6 +718,29 @@ mod tests {
             let s = sq8_row(&v, &mut out);
             let want: Vec<i8> = v.iter().map(|&x| Quantizer::code(x, s)).collect();
             assert_eq!(out, want, "row {v:?}");
+        }
+    }
+
+    /// Both selections (insertion up to 64 lists, partial sort above) give
+    /// the first `nprobe` lists of the full ranking, and `rank_all` extends
+    /// them to it.
+    #[test]
+    fn coarse_selection_is_a_prefix_of_the_full_ranking() {
+        let (data, pq) = setup(Metric::L2, seed(SEED));
+        let fs = pq.fast_scan().expect("4-bit sidecar");
+        let mut ctx = IvfContext::default();
+        for q in queries(8, seed(SEED), Metric::L2, &data) {
+            fs.coarse(&q, fs.nlist(), &mut ctx);
+            let full = ctx.coarse.clone();
+            assert_eq!(full.len(), fs.nlist());
+            assert!(full.windows(2).all(|w| rescored_cmp(&w[0], &w[1]).is_lt()));
+            for nprobe in [1, 2, 7, 63, 64, 65, 100, fs.nlist() - 1, fs.nlist() + 5] {
+                fs.coarse(&q, nprobe, &mut ctx);
+                let n = nprobe.min(fs.nlist());
+                assert_eq!(ctx.coarse, full[..n], "nprobe {nprobe}");
+                FastScan::rank_all(&ctx.scores, &mut ctx.coarse);
+                assert_eq!(ctx.coarse, full, "nprobe {nprobe}");
+            }
         }
     }
 
