@@ -895,7 +895,7 @@ fn pq_sweep_crosses_nprobe_with_rerank() {
     let f = fixture(&["--pq", "subquantizers=4,centroids=16"]);
     let recs = json_lines(&bench(&f, &["--path", "pq", "--sweep"]));
     let modes: Vec<&str> = recs.iter().filter_map(|r| r["mode"].as_str()).collect();
-    assert_eq!(modes.len(), 16 * 4, "{modes:?}");
+    assert_eq!(modes.len(), 16 * 6, "{modes:?}");
     assert!(recs.iter().all(|r| r["path"] == "pq"), "{recs:?}");
     for want in [
         "nprobe=1,rerank=2",

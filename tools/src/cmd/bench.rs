@@ -222,7 +222,7 @@ const PROBES_LONG: &[usize] = &[8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 5
 const RERANK: &[usize] = &[1, 2, 4, 8, 16, 32];
 /// PQ coarse lists and rerank depths of the long sweep.
 const PQ_PROBES_LONG: &[usize] = &[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
-const PQ_RERANK_LONG: &[usize] = &[2, 4, 8, 16];
+const PQ_RERANK_LONG: &[usize] = &[2, 4, 6, 8, 12, 16];
 
 fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
     let k = args.k;

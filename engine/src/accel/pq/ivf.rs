@@ -563,6 +563,8 @@ impl Pq {
         // candidate tied with the `k`-th, ordered by `(score, key)`.
         for &(_, id) in &ctx.cands {
             prefetch::prefetch_read(self.vectors.row(id as usize));
+            // The key's heap pointer, read when the hits are handed out.
+            prefetch::prefetch_index(&self.keys, id as usize);
         }
         ctx.rescored.clear();
         for &(_, id) in &ctx.cands {
@@ -574,6 +576,11 @@ impl Pq {
             return Ok(true);
         }
         let keep = best_with_ties(&mut ctx.rescored, k);
+        // The hits' key bytes (one scattered allocation each) load while
+        // the canonical scores run.
+        for &(_, id) in &ctx.rescored[..keep] {
+            prefetch::prefetch_first(&self.keys[id as usize]);
+        }
         let rows: Vec<&[f32]> = ctx.rescored[..keep]
             .iter()
             .map(|&(_, id)| self.vectors.row(id as usize))
