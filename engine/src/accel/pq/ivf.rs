@@ -19,8 +19,8 @@
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
 //!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
 //!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
-//!   `−q·c`; the `nprobe` best are selected (a sorted insertion pass, or a
-//!   partial sort for large `nprobe`), ties to the lower list. The query's `m × 16` f32 table comes from
+//!   `−q·c`; the `nprobe` best are selected by an integer partial sort of
+//!   `(score, list)` keys, ties to the lower list. The query's `m × 16` f32 table comes from
 //!   `fastscan::table` (SIMD over the 16 centroid slots, the same
 //!   operations per entry on every ISA) and is quantised to u8 in one
 //!   vectorised pass (`Lut::requantize`); the `nprobe` lists are scanned
@@ -387,40 +387,22 @@ impl FastScan {
                 .extend(parts.map(|(&dot, (&sc, _))| -(sq * sc * dot as f32))),
         }
         let nprobe = nprobe.clamp(1, self.nlist);
-        let probe = &mut ctx.coarse;
-        probe.clear();
-        if nprobe > SELECT_BY_INSERTION {
-            probe.extend(ctx.scores.iter().enumerate().map(|(l, &s)| (s, l as u32)));
-            if nprobe < probe.len() {
-                probe.select_nth_unstable_by(nprobe - 1, rescored_cmp);
-                probe.truncate(nprobe);
-            }
-            probe.sort_unstable_by(rescored_cmp);
-            return;
+        ctx.order.clear();
+        ctx.order.extend(
+            ctx.scores
+                .iter()
+                .enumerate()
+                .map(|(l, &s)| order_key(s, l as u32)),
+        );
+        if nprobe < ctx.order.len() {
+            ctx.order.select_nth_unstable(nprobe - 1);
         }
-        // A sorted array of the best so far; once full, a list enters only
-        // if it beats the last (lists arrive in ascending id order, so an
-        // equal score sorts after the ones present).
-        // `worst` (the last score once full) rejects most lists with one
-        // float comparison: `s > worst` implies `s` sorts after it.
-        let mut worst = f32::NAN;
-        for (l, &s) in ctx.scores.iter().enumerate() {
-            if s > worst {
-                continue;
-            }
-            let e = (s, l as u32);
-            if probe.len() == nprobe {
-                if rescored_cmp(&e, &probe[nprobe - 1]).is_ge() {
-                    continue;
-                }
-                probe.pop();
-            }
-            let at = probe.partition_point(|x| rescored_cmp(x, &e).is_le());
-            probe.insert(at, e);
-            if probe.len() == nprobe {
-                worst = probe[nprobe - 1].0;
-            }
-        }
+        ctx.order[..nprobe].sort_unstable();
+        ctx.coarse.clear();
+        ctx.coarse.extend(ctx.order[..nprobe].iter().map(|&o| {
+            let l = o as u32;
+            (ctx.scores[l as usize], l)
+        }));
     }
 
     /// Extends `coarse` (the `nprobe` probed lists) to the full ranking of
@@ -432,8 +414,15 @@ impl FastScan {
     }
 }
 
-/// Largest `nprobe` selected by insertion; larger ones use a partial sort.
-const SELECT_BY_INSERTION: usize = 64;
+/// `(score, list)` as one integer in the same total order as
+/// `rescored_cmp` (`f32::total_cmp`, then the list): the score's
+/// total-order key in the high half, the list in the low half.
+#[inline]
+fn order_key(score: f32, list: u32) -> u64 {
+    let b = score.to_bits() as i32;
+    let t = b ^ ((((b >> 31) as u32) >> 1) as i32);
+    (u64::from(t as u32 ^ 0x8000_0000) << 32) | u64::from(list)
+}
 
 /// Per-thread buffers of the IVF fast-scan search.
 #[derive(Debug, Default, Clone)]
@@ -443,6 +432,7 @@ pub(super) struct IvfContext {
     q8: Vec<i8>,
     dots: Vec<i32>,
     scores: Vec<f32>,
+    order: Vec<u64>,
     coarse: Vec<(f32, u32)>,
     sums: Vec<u16>,
     cands: Vec<(u16, u32)>,
@@ -728,11 +718,33 @@ mod tests {
         }
     }
 
-    /// Both selections (insertion up to 64 lists, partial sort above) give
-    /// the first `nprobe` lists of the full ranking, and `rank_all` extends
-    /// them to it.
+    /// The selection gives the first `nprobe` lists of the full ranking,
+    /// and `rank_all` extends them to it; the integer keys order like
+    /// `rescored_cmp`, signed zeros, ties and NaN included.
     #[test]
     fn coarse_selection_is_a_prefix_of_the_full_ranking() {
+        let odd = [
+            f32::NEG_INFINITY,
+            -1.5,
+            -0.0,
+            0.0,
+            f32::MIN_POSITIVE,
+            1.5,
+            f32::INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ];
+        for &a in &odd {
+            for &b in &odd {
+                for (la, lb) in [(0u32, 1u32), (1, 0), (3, 3)] {
+                    assert_eq!(
+                        order_key(a, la).cmp(&order_key(b, lb)),
+                        rescored_cmp(&(a, la), &(b, lb)),
+                        "{a} {la} vs {b} {lb}"
+                    );
+                }
+            }
+        }
         let (data, pq) = setup(Metric::L2, seed(SEED));
         let fs = pq.fast_scan().expect("4-bit sidecar");
         let mut ctx = IvfContext::default();
