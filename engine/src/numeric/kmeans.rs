@@ -97,21 +97,28 @@ pub(crate) fn normalize(cent: &mut [f32], d: usize) {
 
 /// `rounds` Lloyd rounds over `rows` (indexes read through `row`, summed in
 /// the order given) on the centroids `cent` (`k × d`, initialised by the
-/// caller). `assign(row, cent)` names the cluster of a row; empty clusters
-/// follow `empty`; `shape` says what becomes of each mean.
+/// caller). Each round first calls `prepare(cent)` once (an index of the
+/// current centroids, or `()`), then `assign(&prepared, row, cent)` names
+/// the cluster of every row; empty clusters follow `empty`; `shape` says
+/// what becomes of each mean.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn lloyd<'a>(
+pub(crate) fn lloyd<'a, P: Sync>(
     rows: &[usize],
     row: &(impl Fn(usize) -> &'a [f32] + Sync),
     cent: &mut [f32],
     d: usize,
     rounds: usize,
-    assign: impl Fn(&[f32], &[f32]) -> u32 + Sync,
+    prepare: impl Fn(&[f32]) -> P,
+    assign: impl Fn(&P, &[f32], &[f32]) -> u32 + Sync,
     empty: Empty,
     shape: Shape,
 ) {
     for _ in 0..rounds {
-        let of: Vec<u32> = rows.par_iter().map(|&r| assign(row(r), cent)).collect();
+        let prepared = prepare(cent);
+        let of: Vec<u32> = rows
+            .par_iter()
+            .map(|&r| assign(&prepared, row(r), cent))
+            .collect();
         let mut counts = update(
             rows.iter().zip(&of).map(|(&r, &a)| (a as usize, row(r))),
             cent,
@@ -301,7 +308,8 @@ mod tests {
             &mut cent,
             2,
             3,
-            nearest,
+            |_| (),
+            |_, x, c| nearest(x, c),
             Empty::Keep,
             Shape::Mean,
         );
@@ -321,7 +329,8 @@ mod tests {
             &mut cent,
             2,
             1,
-            |_, _| 0,
+            |_| (),
+            |_, _, _| 0,
             Empty::Keep,
             Shape::Mean,
         );
@@ -332,7 +341,8 @@ mod tests {
             &mut cent,
             2,
             1,
-            |_, _| 0,
+            |_| (),
+            |_, _, _| 0,
             Empty::SplitLargest,
             Shape::Mean,
         );
@@ -353,7 +363,8 @@ mod tests {
             &mut cent,
             2,
             1,
-            assign,
+            |_| (),
+            |_, x, c| assign(x, c),
             Empty::Keep,
             Shape::Unit,
         );

@@ -48,7 +48,8 @@ impl Coarse {
             &mut gc,
             d,
             LLOYD,
-            |x, c| nearest(x, c, d, 0..g),
+            |_| (),
+            |_, x, c| nearest(x, c, d, 0..g),
             Empty::Keep,
             Shape::Mean,
         );
@@ -110,7 +111,8 @@ pub(super) fn cluster(
             &mut cent,
             d,
             1,
-            |x, c| coarse.nearest(x, c, d),
+            |_| (),
+            |_, x, c| coarse.nearest(x, c, d),
             Empty::Keep,
             Shape::Mean,
         );
