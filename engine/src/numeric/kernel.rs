@@ -56,9 +56,79 @@ pub(crate) fn fast_l2sq(a: &[f32], b: &[f32]) -> f32 {
     prox_kernels::f32::l2sq(a, b)
 }
 
+/// Canonical scores of `q` against the rows of `ids` (read through `row`),
+/// four sequential chains at a time (`prox_kernels::canonical::scores`,
+/// bit-identical to scoring one by one), handed to `each(id, score)` in
+/// order. Works in fixed stack buffers: no allocation per query.
+pub(crate) fn canonical_each<'a>(
+    metric: Metric,
+    q: &[f32],
+    ids: impl IntoIterator<Item = u32>,
+    row: impl Fn(u32) -> &'a [f32],
+    mut each: impl FnMut(u32, f64),
+) {
+    const CHUNK: usize = 16;
+    let mut rows: [&[f32]; CHUNK] = [&[]; CHUNK];
+    let mut idx = [0u32; CHUNK];
+    let mut out = [0f64; CHUNK];
+    let mut n = 0;
+    let mut flush = |n: usize, rows: &[&[f32]], idx: &[u32], out: &mut [f64]| {
+        prox_kernels::canonical::scores(metric, q, &rows[..n], &mut out[..n]);
+        for (&id, &s) in idx[..n].iter().zip(&out[..n]) {
+            each(id, s);
+        }
+    };
+    for id in ids {
+        rows[n] = row(id);
+        idx[n] = id;
+        n += 1;
+        if n == CHUNK {
+            flush(n, &rows, &idx, &mut out);
+            n = 0;
+        }
+    }
+    if n > 0 {
+        flush(n, &rows, &idx, &mut out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `canonical_each` hands every id its canonical score, in order, for
+    /// counts around the 16-row buffer.
+    #[test]
+    fn canonical_each_equals_canonical_score() {
+        let mut rng = prox_testkit::SplitMix64::new(prox_testkit::seed(0xca_0e));
+        let rows: Vec<Vec<f32>> = (0..40)
+            .map(|_| (0..13).map(|_| rng.unit()).collect())
+            .collect();
+        let q: Vec<f32> = (0..13).map(|_| rng.unit()).collect();
+        for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
+            for n in [0usize, 1, 15, 16, 17, 33, 40] {
+                let ids: Vec<u32> = (0..n as u32).rev().collect();
+                let mut got = Vec::new();
+                canonical_each(
+                    metric,
+                    &q,
+                    ids.iter().copied(),
+                    |i| &rows[i as usize],
+                    |i, s| got.push((i, s.to_bits())),
+                );
+                let want: Vec<(u32, u64)> = ids
+                    .iter()
+                    .map(|&i| {
+                        (
+                            i,
+                            prox_kernels::canonical::score(metric, &q, &rows[i as usize]).to_bits(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(got, want, "{metric:?} n={n}");
+            }
+        }
+    }
 
     /// The dispatched form must equal the plain 16-lane array form bit for
     /// bit (the order the persisted fast build depends on).

@@ -290,29 +290,43 @@ mod tests {
         assert_eq!(round_div(-254, 2), -127);
     }
 
+    /// `rounds` of [`lloyd`] over the 2-d `rows` (all of them, in order)
+    /// with `assign(row, centroids)` and no per-round index.
+    fn run(
+        rows: &[[f32; 2]],
+        cent: &mut [f32],
+        rounds: usize,
+        assign: impl Fn(&[f32], &[f32]) -> u32 + Sync,
+        empty: Empty,
+        shape: Shape,
+    ) {
+        let order: Vec<usize> = (0..rows.len()).collect();
+        let row = |r: usize| &rows[r][..];
+        lloyd(
+            &order,
+            &row,
+            cent,
+            2,
+            rounds,
+            |_| (),
+            |_, x, c| assign(x, c),
+            empty,
+            shape,
+        );
+    }
+
     /// Two separated groups of rows, seeded with one row of each: the
     /// rounds move each centroid to its group's mean.
     #[test]
     fn lloyd_converges_to_group_means() {
-        let rows: Vec<[f32; 2]> = vec![[0.0, 0.0], [0.0, 2.0], [10.0, 0.0], [10.0, 2.0]];
-        let row = |r: usize| &rows[r][..];
+        let rows = [[0.0, 0.0], [0.0, 2.0], [10.0, 0.0], [10.0, 2.0]];
         let nearest = |x: &[f32], c: &[f32]| {
             let d0 = prox_kernels::det::l2sq(x, &c[..2]);
             let d1 = prox_kernels::det::l2sq(x, &c[2..]);
             u32::from(d1 < d0)
         };
         let mut cent = vec![0.0, 0.0, 10.0, 0.0];
-        lloyd(
-            &[0, 1, 2, 3],
-            &row,
-            &mut cent,
-            2,
-            3,
-            |_| (),
-            |_, x, c| nearest(x, c),
-            Empty::Keep,
-            Shape::Mean,
-        );
+        run(&rows, &mut cent, 3, nearest, Empty::Keep, Shape::Mean);
         assert_eq!(cent, vec![0.0, 1.0, 10.0, 1.0]);
     }
 
@@ -320,29 +334,15 @@ mod tests {
     /// perturbation; with `Keep` it stays where it was.
     #[test]
     fn empty_clusters_keep_or_split() {
-        let rows: Vec<[f32; 2]> = vec![[4.0, 8.0]; 4];
-        let row = |r: usize| &rows[r][..];
+        let rows = [[4.0, 8.0]; 4];
         let mut cent = vec![4.0, 8.0, 100.0, 100.0];
-        lloyd(
-            &[0, 1, 2, 3],
-            &row,
-            &mut cent,
-            2,
-            1,
-            |_| (),
-            |_, _, _| 0,
-            Empty::Keep,
-            Shape::Mean,
-        );
+        run(&rows, &mut cent, 1, |_, _| 0, Empty::Keep, Shape::Mean);
         assert_eq!(cent, vec![4.0, 8.0, 100.0, 100.0]);
-        lloyd(
-            &[0, 1, 2, 3],
-            &row,
+        run(
+            &rows,
             &mut cent,
-            2,
             1,
-            |_| (),
-            |_, _, _| 0,
+            |_, _| 0,
             Empty::SplitLargest,
             Shape::Mean,
         );
@@ -353,21 +353,10 @@ mod tests {
     /// `Shape::Unit` scales each mean to unit norm; a zero mean stays zero.
     #[test]
     fn unit_shape_normalizes_every_mean() {
-        let rows: Vec<[f32; 2]> = vec![[3.0, 4.0], [6.0, 8.0], [1.0, -1.0], [-1.0, 1.0]];
-        let row = |r: usize| &rows[r][..];
+        let rows = [[3.0, 4.0], [6.0, 8.0], [1.0, -1.0], [-1.0, 1.0]];
         let mut cent = vec![3.0, 4.0, 1.0, -1.0];
         let assign = |x: &[f32], _: &[f32]| u32::from(x[0] * x[1] < 0.0);
-        lloyd(
-            &[0, 1, 2, 3],
-            &row,
-            &mut cent,
-            2,
-            1,
-            |_| (),
-            |_, x, c| assign(x, c),
-            Empty::Keep,
-            Shape::Unit,
-        );
+        run(&rows, &mut cent, 1, assign, Empty::Keep, Shape::Unit);
         assert_eq!(cent, vec![0.6, 0.8, 0.0, 0.0]);
     }
 

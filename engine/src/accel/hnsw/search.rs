@@ -13,9 +13,9 @@ use crate::accel::vectors::check_vector;
 use crate::deadline::Watch;
 use crate::error::Result;
 use crate::keys::Filter;
-use crate::numeric::kernel::fast_score;
+use crate::numeric::kernel::{canonical_each, fast_score};
 use prox_kernels::prefetch::{prefetch_first, prefetch_read};
-use prox_kernels::{canonical, Metric};
+use prox_kernels::Metric;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -471,17 +471,12 @@ impl SearchGraph {
     fn rerank(&self, q: &[f32], cands: &[Scored], k: usize, depth: usize, out: &mut Vec<IdHit>) {
         out.clear();
         let take = cands.len().min(depth.max(k));
-        let rows: Vec<&[f32]> = cands[..take]
-            .iter()
-            .map(|c| self.vectors.row(c.id as usize))
-            .collect();
-        let mut scores = vec![0.0; take];
-        canonical::scores(self.metric, q, &rows, &mut scores);
-        out.extend(
-            cands[..take]
-                .iter()
-                .zip(scores)
-                .map(|(c, score)| IdHit { id: c.id, score }),
+        canonical_each(
+            self.metric,
+            q,
+            cands[..take].iter().map(|c| c.id),
+            |id| self.vectors.row(id as usize),
+            |id, score| out.push(IdHit { id, score }),
         );
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
@@ -555,6 +550,7 @@ mod tests {
     use super::*;
     use crate::accel::hnsw::Hnsw;
     use crate::accel::HnswParams;
+    use prox_kernels::canonical;
     use prox_testkit::{seed, SplitMix64};
 
     /// The default seed (`PROX_SEED` overrides it).

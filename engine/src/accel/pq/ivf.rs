@@ -42,7 +42,7 @@
 
 use prox_kernels::pq::coarse;
 use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES, MAX_SUBSPACES};
-use prox_kernels::{canonical, prefetch, Metric};
+use prox_kernels::{prefetch, Metric};
 use rayon::prelude::*;
 
 use super::Pq;
@@ -51,7 +51,7 @@ use crate::accel::vectors::Arena;
 use crate::deadline::Watch;
 use crate::error::Result;
 use crate::numeric::fastscan::query_lut;
-use crate::numeric::kernel::{det_l2sq, det_score};
+use crate::numeric::kernel::{canonical_each, det_l2sq, det_score};
 use crate::numeric::kmeans::{self, Empty, Shape};
 use crate::numeric::topk::{best_with_ties, rescored_cmp, shrink};
 
@@ -675,17 +675,12 @@ impl Pq {
         for &(_, id) in &ctx.rescored[..keep] {
             prefetch::prefetch_first(&self.keys[id as usize]);
         }
-        let rows: Vec<&[f32]> = ctx.rescored[..keep]
-            .iter()
-            .map(|&(_, id)| self.vectors.row(id as usize))
-            .collect();
-        let mut scores = vec![0.0; keep];
-        canonical::scores(self.metric, q, &rows, &mut scores);
-        out.extend(
-            ctx.rescored[..keep]
-                .iter()
-                .zip(scores)
-                .map(|(&(_, id), score)| IdHit { id, score }),
+        canonical_each(
+            self.metric,
+            q,
+            ctx.rescored[..keep].iter().map(|&(_, id)| id),
+            |id| self.vectors.row(id as usize),
+            |id, score| out.push(IdHit { id, score }),
         );
         out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
         out.truncate(k);
@@ -699,6 +694,7 @@ mod tests {
     use super::*;
     use crate::accel::hnsw::Filter;
     use crate::accel::params::PqParams;
+    use prox_kernels::canonical;
     use prox_testkit::{seed, SplitMix64};
 
     type Records = Vec<(Vec<u8>, Vec<f32>)>;
