@@ -927,6 +927,35 @@ fn pq_sweep_crosses_nprobe_with_rerank() {
             "rerank=32"
         ]
     );
+    // More passes per setting change the timing, never the answers; zero
+    // passes is refused.
+    let recalls =
+        |recs: &[Value]| -> Vec<f64> { recs.iter().filter_map(|r| r["recall"].as_f64()).collect() };
+    let once = json_lines(&bench(&f, &["--path", "pq", "--reps", "1"]));
+    let four = json_lines(&bench(&f, &["--path", "pq", "--reps", "4"]));
+    assert_eq!(recalls(&once), recalls(&short));
+    assert_eq!(recalls(&four), recalls(&short));
+    let (q, gt) = (f.data.join("query.fvecs"), f.data.join("gt.ivecs"));
+    let o = run(&[
+        "bench",
+        "--store",
+        s(&f.store),
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--gt",
+        s(&gt),
+        "--path",
+        "pq",
+        "--reps",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--reps"),
+        "{o:?}"
+    );
 }
 
 #[test]
