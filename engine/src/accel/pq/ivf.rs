@@ -237,9 +237,10 @@ fn assign(v: &[f32], metric: Metric, codes: &CoarseCodes) -> u32 {
 /// Seeded Lloyd k-means over `sample` rows of `vectors` (the first `nlist`
 /// seed the centroids; sums in ascending record order; empty lists split
 /// the largest one); returns `nlist × dims` centroids. Inner-product and
-/// cosine maps get unit centroids (spherical k-means), so the list a record
-/// joins (nearest by L2) is the one with its largest inner product, the
-/// order the query probes in. Rows are assigned with [`assign`].
+/// cosine maps get unit centroids (spherical k-means), so ranking lists by
+/// inner product (as queries do) also ranks them by distance. Rows are
+/// assigned with [`assign`], each round against that round's
+/// [`CoarseCodes`].
 fn kmeans(
     vectors: &Arena,
     sample: &[u32],
