@@ -184,6 +184,7 @@ pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -
         arena,
         adaptive,
         ivf,
+        profile: None,
     })
 }
 

@@ -42,19 +42,23 @@
 mod batch;
 mod open;
 mod plan;
+mod profile;
 mod rebase;
 mod request;
 mod response;
 mod route;
 mod run;
+mod tune;
 mod write;
 
 pub use batch::{Batch, CanonicalHnsw, Upsert, WriteOptions, MAX_KEY_LEN};
 pub use open::{Index, Options, Scratch};
+pub use profile::{Choice, Measured, Profile, Setting};
 pub use rebase::{Written, DEFAULT_REBASES, LEASE_WAIT};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
-pub use write::{Applied, DropReason, SidecarWrite, WriteReport};
+pub use tune::{DEFAULT_PROFILE_QUERIES, PROFILE_K};
+pub use write::{Applied, DropReason, SidecarWrite, WriteReport, PROFILE_STALE_FRACTION};
 
 // Building and publishing a map from records.
 mod build;

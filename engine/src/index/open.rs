@@ -1,6 +1,7 @@
 //! Opening an [`Index`]: the map, its sidecars and the native layouts,
 //! loaded once over a shared store handle.
 
+use super::profile::Profile;
 use crate::accel::{self, AccelContext, Accelerators, Path};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -11,6 +12,11 @@ use crate::secondary::FieldIndexes;
 use crate::store::BlockStore;
 use prox_kernels::Metric;
 use std::sync::Arc;
+
+/// The map's dimensions.
+fn metric_dims(cell: &Cell) -> usize {
+    cell.borrow_dependent().map.dims() as usize
+}
 
 /// The map handles that borrow the store, kept next to their owner.
 pub(super) struct Loaded<'s> {
@@ -90,6 +96,9 @@ pub struct Index {
     /// The persisted search layouts in use (republished by
     /// [`Index::commit`] while the descriptor is unchanged).
     pub(super) layouts: Layouts,
+    /// The recall profile `recall` requests choose from, when the root
+    /// names one measured on this map's sidecars.
+    pub(super) profile: Option<Arc<Profile>>,
     pub(super) cell: Cell,
 }
 
@@ -211,6 +220,14 @@ impl Index {
                 accel.pq = Some(pq);
             }
         }
+        let profile = match layouts.profile {
+            Some(cid) => {
+                let p = Profile::load(store, cid, descriptor, metric_dims(&cell))?;
+                // A profile of other sidecars (rebuilt since) is stale.
+                p.matches(named.hnsw, named.pq).then(|| Arc::new(p))
+            }
+            None => None,
+        };
         let index = Index {
             descriptor,
             sidecars,
@@ -218,6 +235,7 @@ impl Index {
             accel,
             fields: None,
             layouts: *layouts,
+            profile,
             cell,
         };
         // Read on first native use (a sidecar-only caller reads nothing).
@@ -270,6 +288,12 @@ impl Index {
     /// The sidecar manifests loaded with the map.
     pub fn sidecars(&self) -> Sidecars {
         self.sidecars
+    }
+
+    /// The recall profile `recall` requests choose from, if the root names
+    /// one measured on the sidecars it publishes.
+    pub fn profile(&self) -> Option<&Profile> {
+        self.profile.as_deref()
     }
 
     /// The persisted search layouts loaded with the map.

@@ -115,7 +115,7 @@ impl std::fmt::Display for PathChoice {
 
 /// One query's parameters, minus its vector. The same type for the CLI,
 /// the HTTP server and the library; [`Request::new`] gives the defaults.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// Hits wanted (>= 1).
     pub k: usize,
@@ -137,6 +137,12 @@ pub struct Request {
     /// PQ: candidates reranked exactly per hit (`None`: `ef`, else the
     /// manifest's).
     pub rerank: Option<usize>,
+    /// Target recall@10 in `(0, 1]`: the fastest path and setting of the
+    /// map's recall profile measured to reach it runs
+    /// ([`crate::index::Profile::choose`]; reported in
+    /// [`crate::index::Response::tuned`]). Only with path and mode `auto`
+    /// and no `ef`, `nprobe`, `rerank` or budget.
+    pub recall: Option<f64>,
     /// Eligible keys; `None`: every record.
     pub filter: Option<Filter>,
     /// Return each hit's value.
@@ -167,6 +173,7 @@ impl Request {
             ef: None,
             nprobe: None,
             rerank: None,
+            recall: None,
             filter: None,
             with_values: false,
             with_vectors: false,
@@ -189,6 +196,13 @@ impl Request {
     /// The same request with a distance-evaluation budget.
     pub fn budget(mut self, budget: u64) -> Request {
         self.budget = Some(budget);
+        self
+    }
+
+    /// The same request aiming at recall@10 `target` (see
+    /// [`Request::recall`](Request#structfield.recall)).
+    pub fn recall(mut self, target: f64) -> Request {
+        self.recall = Some(target);
         self
     }
 
@@ -225,6 +239,21 @@ impl Request {
         }
         if self.rerank == Some(0) {
             return bad("rerank", "must be at least 1");
+        }
+        if let Some(r) = self.recall {
+            if !(r > 0.0 && r <= 1.0) {
+                return bad("recall", "must be a number in (0, 1]");
+            }
+            let knobs = self.ef.is_some() || self.nprobe.is_some() || self.rerank.is_some();
+            if self.path != PathChoice::Auto || self.mode != QueryMode::Auto {
+                return bad("recall", "picks the path and mode itself: leave both auto");
+            }
+            if knobs || self.budget.is_some() {
+                return bad(
+                    "recall",
+                    "picks the setting itself: no ef, nprobe, rerank or budget with it",
+                );
+            }
         }
         let sidecar = matches!(self.path, PathChoice::Hnsw | PathChoice::Pq);
         if sidecar && self.mode == QueryMode::Exact {
@@ -281,5 +310,20 @@ mod tests {
         let unsorted = Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()]);
         assert_eq!(field(Request::new(3).filter(unsorted)), "filter");
         assert!(Request::new(3).budget(5).validate().is_ok());
+        for bad in [0.0, -0.1, 1.01, f64::NAN, f64::INFINITY] {
+            assert_eq!(field(Request::new(3).recall(bad)), "recall");
+        }
+        assert_eq!(
+            field(Request::new(3).recall(0.9).path(PathChoice::Hnsw)),
+            "recall"
+        );
+        assert_eq!(
+            field(Request::new(3).recall(0.9).mode(QueryMode::High)),
+            "recall"
+        );
+        let mut r = Request::new(3).recall(0.9);
+        r.ef = Some(40);
+        assert_eq!(field(r), "recall");
+        assert!(Request::new(3).recall(1.0).validate().is_ok());
     }
 }

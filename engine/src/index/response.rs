@@ -1,5 +1,6 @@
 //! [`Response`]: the answer to one query, whatever path ran.
 
+use super::profile::Choice;
 use crate::accel::Path;
 use crate::proximity::search::Completion;
 
@@ -39,6 +40,9 @@ pub struct Response {
     pub path: Path,
     /// Work done.
     pub counters: Counters,
+    /// The setting a `recall` request chose from the recall profile, with
+    /// its measured recall and time (`None` without a `recall` target).
+    pub tuned: Option<Choice>,
 }
 
 impl Default for Response {
@@ -48,6 +52,7 @@ impl Default for Response {
             completion: Completion::Exact,
             path: Path::Native,
             counters: Counters::default(),
+            tuned: None,
         }
     }
 }

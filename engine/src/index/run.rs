@@ -3,7 +3,8 @@
 
 use super::open::{Index, Scratch};
 use super::plan;
-use super::request::Request;
+use super::profile::{no_profile, Choice};
+use super::request::{PathChoice, Request};
 use super::response::{Counters, Neighbour, Response};
 use super::route::{route, Route};
 use crate::accel::Path;
@@ -101,11 +102,44 @@ impl Index {
         }
         out.completion = Completion::Exact;
         out.path = Path::Native;
+        out.tuned = None;
         out.counters = Counters {
             nodes: 0,
             distance_evals: r.stats.rescored,
         };
         self.finish(scratch, n, req, out, true)
+    }
+
+    /// The request a `recall` target turns `req` into (the profile's
+    /// choice, with path, mode and knobs set) and that choice.
+    fn tune(&self, req: &Request, target: f64) -> Result<(Request, Choice)> {
+        let profile = self.profile.as_deref().ok_or_else(|| {
+            no_profile(if self.layouts.profile.is_some() {
+                "the map's recall profile was measured on other sidecars"
+            } else {
+                "the map has no recall profile"
+            })
+        })?;
+        let choice = profile
+            .choose(target, |p| match p {
+                Path::Native => true,
+                Path::Hnsw => self.accel.hnsw.is_some(),
+                Path::Pq => self.accel.pq.is_some(),
+            })
+            .ok_or_else(|| no_profile("no path of the map's recall profile is loaded"))?;
+        let s = choice.setting;
+        let mut r = req.clone();
+        r.recall = None;
+        r.mode = s.mode;
+        r.path = match s.path {
+            Path::Native => PathChoice::Native,
+            Path::Hnsw => PathChoice::Hnsw,
+            Path::Pq => PathChoice::Pq,
+        };
+        r.ef = (s.ef > 0).then_some(s.ef as usize);
+        r.nprobe = (s.nprobe > 0).then_some(s.nprobe as usize);
+        r.rerank = (s.rerank > 0).then_some(s.rerank as usize);
+        Ok((r, choice))
     }
 
     /// `vector`'s dimension and finiteness.
@@ -134,6 +168,17 @@ impl Index {
     ) -> Result<()> {
         let dims = self.dims();
         let mut n = 0;
+        let tuned;
+        out.tuned = None;
+        let req = match req.recall {
+            None => req,
+            Some(target) => {
+                let (r, choice) = self.tune(req, target)?;
+                tuned = r;
+                out.tuned = Some(choice);
+                &tuned
+            }
+        };
         match route(req, &self.accel, self.len() as usize)? {
             Route::Native { mode, probes } => {
                 let mut native = SearchRequest::new(req.k).mode(mode);

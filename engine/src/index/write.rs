@@ -25,6 +25,7 @@
 
 use super::batch::{Batch, CanonicalHnsw, WriteOptions};
 use super::open::{Cell, Index, Loaded};
+use super::profile::Profile;
 use crate::accel::{self, hnsw::GraphEdit, Accelerators, Hnsw, HnswParams};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
@@ -76,7 +77,15 @@ pub enum DropReason {
     /// builds its own when opened (or persists it again with `prox accel
     /// build --layout`).
     Derived,
+    /// The recall profile: the records changed since it was measured
+    /// passed [`PROFILE_STALE_FRACTION`] of the map (measure it again with
+    /// [`Index::measure_profile`], `prox accel build --profile`).
+    Stale,
 }
+
+/// A carried recall profile is dropped once the records changed since it
+/// was measured pass this fraction of the map.
+pub const PROFILE_STALE_FRACTION: f64 = 0.1;
 
 /// What [`Index::apply`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +118,9 @@ pub struct WriteReport {
     /// The persisted fast-scan lists of a 4-bit PQ sidecar (carried with
     /// the sidecar and persisted again; dropped with it).
     pub ivf: SidecarWrite,
+    /// The recall profile (carried, rebound to the new snapshot, until it
+    /// is [`DropReason::Stale`]).
+    pub profile: SidecarWrite,
     /// Time carrying the sidecars (within `elapsed`).
     pub sidecar_time: Duration,
     /// Wall time of the whole apply.
@@ -319,9 +331,49 @@ impl Index {
             ),
         };
         layouts.ivf = ivf_layout;
+        let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
+        let records = self.len() + inserted - deleted;
+        let (carried, profile) = match &self.profile {
+            None => (None, SidecarWrite::Absent),
+            Some(p) if unchanged => (Some(Arc::clone(p)), SidecarWrite::Unchanged),
+            Some(p) => {
+                let edits = p.edits + inserted + moved + deleted;
+                if edits as f64 > PROFILE_STALE_FRACTION * records as f64 {
+                    (None, SidecarWrite::Dropped(DropReason::Stale))
+                } else {
+                    let mut next = Profile {
+                        edits,
+                        hnsw: sidecars.hnsw,
+                        pq: sidecars.pq,
+                        ..(**p).clone()
+                    };
+                    // Entries of a sidecar the write dropped go with it.
+                    next.entries.retain(|e| match e.setting.path {
+                        accel::Path::Native => true,
+                        accel::Path::Hnsw => next.hnsw.is_some(),
+                        accel::Path::Pq => next.pq.is_some(),
+                    });
+                    let write = if structural {
+                        SidecarWrite::Updated {
+                            inserted: plan.inserted.len(),
+                            removed: plan.removed.len(),
+                            relinked: 0,
+                        }
+                    } else {
+                        SidecarWrite::Rebound
+                    };
+                    (Some(Arc::new(next)), write)
+                }
+            }
+        };
+        layouts.profile = match &carried {
+            Some(_) if unchanged => self.layouts.profile,
+            Some(p) => Some(p.persist(&counting, descriptor, dims, records)?),
+            None => None,
+        };
         let mut index = assemble(store, descriptor, sidecars, accel, &layouts, options)?;
         index.fields = fields;
-        let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
+        index.profile = carried;
         Ok(Applied {
             index,
             report: WriteReport {
@@ -337,6 +389,7 @@ impl Index {
                 pq,
                 layout,
                 ivf,
+                profile,
                 sidecar_time,
                 elapsed: start.elapsed(),
             },
@@ -479,6 +532,7 @@ fn assemble(
         accel,
         fields: None,
         layouts: *layouts,
+        profile: None,
         cell,
     };
     // Read on first native use (a sidecar-only caller reads nothing).

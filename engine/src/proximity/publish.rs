@@ -295,6 +295,8 @@ pub struct Layouts {
     /// The coarse lists of a 4-bit PQ sidecar's fast-scan index
     /// (`prox.layout.ivf`).
     pub ivf: Option<Cid>,
+    /// The recall profile `--recall` chooses from (`prox.layout.profile`).
+    pub profile: Option<Cid>,
 }
 
 impl Layouts {
@@ -315,6 +317,7 @@ impl Layouts {
             arena: get(super::format::META_LAYOUT_ARENA)?,
             adaptive: get(super::format::META_LAYOUT_ADAPTIVE)?,
             ivf: get(super::format::META_LAYOUT_IVF)?,
+            profile: get(super::format::META_LAYOUT_PROFILE)?,
         })
     }
 
@@ -330,12 +333,18 @@ impl Layouts {
         if let Some(c) = self.ivf {
             m.insert(super::format::META_LAYOUT_IVF.to_vec(), c.0.to_vec());
         }
+        if let Some(c) = self.profile {
+            m.insert(super::format::META_LAYOUT_PROFILE.to_vec(), c.0.to_vec());
+        }
         m
     }
 
     /// True when no layout is named.
     pub fn is_empty(&self) -> bool {
-        self.arena.is_none() && self.adaptive.is_none() && self.ivf.is_none()
+        self.arena.is_none()
+            && self.adaptive.is_none()
+            && self.ivf.is_none()
+            && self.profile.is_none()
     }
 
     /// True when a native search layout (arena or adaptive) is named.

@@ -16,6 +16,7 @@ mod ivf_layout;
 mod layouts;
 mod mutate;
 mod planner;
+mod profile;
 mod prolly;
 mod proximity;
 mod search;

@@ -37,6 +37,9 @@ pub enum LayoutKind {
     /// 3: the coarse lists of a 4-bit PQ sidecar's IVF fast-scan index
     /// (centroids and every record's list).
     IvfLists,
+    /// 4: the recall profile: each search path's measured recall and time
+    /// per setting, the table `--recall` chooses from.
+    RecallProfile,
 }
 
 impl LayoutKind {
@@ -46,6 +49,7 @@ impl LayoutKind {
             LayoutKind::ScanArena => 1,
             LayoutKind::Adaptive => 2,
             LayoutKind::IvfLists => 3,
+            LayoutKind::RecallProfile => 4,
         }
     }
 
@@ -55,6 +59,7 @@ impl LayoutKind {
             1 => Some(LayoutKind::ScanArena),
             2 => Some(LayoutKind::Adaptive),
             3 => Some(LayoutKind::IvfLists),
+            4 => Some(LayoutKind::RecallProfile),
             _ => None,
         }
     }
@@ -65,6 +70,7 @@ impl LayoutKind {
             LayoutKind::ScanArena => META_LAYOUT_ARENA,
             LayoutKind::Adaptive => META_LAYOUT_ADAPTIVE,
             LayoutKind::IvfLists => META_LAYOUT_IVF,
+            LayoutKind::RecallProfile => META_LAYOUT_PROFILE,
         }
     }
 }
@@ -75,6 +81,8 @@ pub const META_LAYOUT_ARENA: &[u8] = b"prox.layout.arena";
 pub const META_LAYOUT_ADAPTIVE: &[u8] = b"prox.layout.adaptive";
 /// `CRMF` metadata key naming the map's IVF-lists `PRLY` manifest.
 pub const META_LAYOUT_IVF: &[u8] = b"prox.layout.ivf";
+/// `CRMF` metadata key naming the map's recall-profile `PRLY` manifest.
+pub const META_LAYOUT_PROFILE: &[u8] = b"prox.layout.profile";
 /// Prefix of every layout metadata key.
 pub const META_LAYOUT_PREFIX: &[u8] = b"prox.layout.";
 
