@@ -508,10 +508,13 @@ async fn healthz(State(st): State<Arc<Shared>>) -> Json<serde_json::Value> {
 /// `GET /openapi.json` (no token needed): the document for this server's
 /// limits, tokens and the maps it serves now.
 async fn openapi(State(st): State<Arc<Shared>>) -> Response {
-    let served = api::openapi::Served::of(st.maps.snapshots().iter().map(|s| {
+    let snapshots = st.maps.snapshots();
+    let mut served = api::openapi::Served::of(snapshots.iter().map(|s| {
         let side = s.sidecars();
         (s.dims(), side.hnsw.is_some(), side.pq.is_some())
     }));
+    served.profile =
+        !snapshots.is_empty() && snapshots.iter().all(|s| s.index().profile().is_some());
     let facts = api::openapi::Facts {
         served,
         ..st.openapi

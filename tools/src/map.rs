@@ -81,3 +81,61 @@ pub fn open_published(
 pub fn key_to_id(key: &[u8]) -> Option<u64> {
     <[u8; 8]>::try_from(key).ok().map(u64::from_be_bytes)
 }
+
+/// A recall profile measured and published by [`profile`].
+pub struct Profiled {
+    /// Its `PRLY` manifest.
+    pub cid: Cid,
+    /// The table.
+    pub profile: index::Profile,
+    /// Seconds spent opening the map and measuring.
+    pub seconds: f64,
+}
+
+/// Measures the recall profile of the map published under `name` on
+/// `queries` of its records and publishes it beside the map
+/// ([`Index::measure_profile`], [`Index::publish_profile`]); `None` when
+/// `queries` is 0 or the map is too small to profile (fewer than
+/// [`index::PROFILE_K`]` + 2` records).
+pub fn profile(store: Arc<dyn BlockStore>, name: &str, queries: usize) -> Result<Option<Profiled>> {
+    if queries == 0 {
+        return Ok(None);
+    }
+    let sp = crate::progress::spinner("measuring the recall profile");
+    let t = std::time::Instant::now();
+    let ix = open(store, name, &index::Options::default())?;
+    if ix.len() < index::PROFILE_K as u64 + 2 {
+        sp.finish_and_clear();
+        return Ok(None);
+    }
+    let measured = ix
+        .measure_profile(queries)
+        .and_then(|p| Ok((ix.publish_profile(name, &p)?, p)));
+    sp.finish_and_clear();
+    let (cid, profile) = measured.with_context(|| format!("recall profile of map {name:?}"))?;
+    Ok(Some(Profiled {
+        cid,
+        profile,
+        seconds: t.elapsed().as_secs_f64(),
+    }))
+}
+
+/// The profile as JSON: its counts and one object per measured setting.
+pub fn profile_json(p: &index::Profile) -> serde_json::Value {
+    let entries: Vec<serde_json::Value> = p
+        .entries
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "path": e.setting.path.name(),
+                "setting": e.setting.to_string(),
+                "recall": p.recall(e),
+                "stderr": p.stderr(e),
+                "micros": e.micros,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "k": p.k, "queries": p.queries, "edits": p.edits, "entries": entries,
+    })
+}

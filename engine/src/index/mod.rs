@@ -53,7 +53,7 @@ mod write;
 
 pub use batch::{Batch, CanonicalHnsw, Upsert, WriteOptions, MAX_KEY_LEN};
 pub use open::{Index, Options, Scratch};
-pub use profile::{Choice, Measured, Profile, Setting};
+pub use profile::{Choice, Measured, Profile, Setting, RECALL_Z};
 pub use rebase::{Written, DEFAULT_REBASES, LEASE_WAIT};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};

@@ -99,6 +99,8 @@ pub struct Index {
     /// The recall profile `recall` requests choose from, when the root
     /// names one measured on this map's sidecars.
     pub(super) profile: Option<Arc<Profile>>,
+    /// Why the profile the root names did not load, if it did not.
+    pub(super) profile_error: Option<String>,
     pub(super) cell: Cell,
 }
 
@@ -220,13 +222,14 @@ impl Index {
                 accel.pq = Some(pq);
             }
         }
-        let profile = match layouts.profile {
-            Some(cid) => {
-                let p = Profile::load(store, cid, descriptor, metric_dims(&cell))?;
-                // A profile of other sidecars (rebuilt since) is stale.
-                p.matches(named.hnsw, named.pq).then(|| Arc::new(p))
-            }
-            None => None,
+        // A profile that does not load fails only the `recall` requests
+        // (with its error); one of other sidecars (rebuilt since) is stale.
+        let (profile, profile_error) = match layouts.profile {
+            Some(cid) => match Profile::load(store, cid, descriptor, metric_dims(&cell)) {
+                Ok(p) => (p.matches(named.hnsw, named.pq).then(|| Arc::new(p)), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            None => (None, None),
         };
         let index = Index {
             descriptor,
@@ -236,6 +239,7 @@ impl Index {
             fields: None,
             layouts: *layouts,
             profile,
+            profile_error,
             cell,
         };
         // Read on first native use (a sidecar-only caller reads nothing).

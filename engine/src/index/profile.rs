@@ -10,8 +10,11 @@
 //! with bit 1)`. Payload: `uv entries`, then per entry `u8 path (0
 //! native, 1 hnsw, 2 pq) | u8 mode (native: 0 exact, 1 fast, 2 balanced,
 //! 3 high; 0 on a sidecar) | uv ef | uv nprobe | uv rerank | uv found |
-//! f32 micros`, where `found <= k · queries` neighbours of the exact
-//! answers were returned and `micros` is the mean single-thread time per
+//! uv found_sq | f32 micros`. Each sample record asks for `k + 1` hits
+//! and is compared without itself (recall@k): `found <= k · queries`
+//! neighbours of the exact answers were returned, `found_sq` is the sum
+//! over the queries of each one's found count squared (the spread of the
+//! per-query recall), and `micros` is the mean single-thread time per
 //! query. `edits` counts the records changed by writes since the profile
 //! was measured (it is carried forward by [`super::Index::apply`]).
 //!
@@ -106,14 +109,21 @@ pub struct Measured {
     pub setting: Setting,
     /// Neighbours of the exact answers it returned (of `k · queries`).
     pub found: u64,
+    /// The sum over the sample queries of each one's found count squared.
+    pub found_sq: u64,
     /// Mean time per query on one thread, µs.
     pub micros: f32,
 }
 
+/// A setting qualifies for a target when its measured recall less this
+/// many standard errors of the sample mean reaches the target.
+pub const RECALL_Z: f64 = 2.0;
+
 /// A map's recall profile (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
-    /// Hits per query measured (recall@k).
+    /// Neighbours compared per sample query (recall@k, the query's own
+    /// record left out).
     pub k: u32,
     /// Sample queries.
     pub queries: u32,
@@ -132,8 +142,10 @@ pub struct Profile {
 pub struct Choice {
     /// The setting that runs.
     pub setting: Setting,
-    /// Its measured recall@k.
+    /// Its measured recall (mean over the sample queries).
     pub recall: f64,
+    /// The standard error of that mean.
+    pub stderr: f64,
     /// Its measured time per query, µs.
     pub micros: f64,
     /// False when no setting reached the target (the most accurate one
@@ -151,20 +163,35 @@ impl Profile {
         e.found as f64 / wanted as f64
     }
 
-    /// The fastest setting whose measured recall is at least `target`
-    /// (ties: the earlier entry); when none reaches it, the most accurate
-    /// (then fastest) one with `reached` false. Only entries whose path
-    /// `available` admits are considered. `None` when no entry is.
+    /// The standard error of the measured recall of `e` (the sample
+    /// standard deviation of the per-query recall over √queries).
+    pub fn stderr(&self, e: &Measured) -> f64 {
+        let (s, per) = (f64::from(self.queries), f64::from(self.k));
+        if s < 2.0 || per == 0.0 {
+            return 0.0;
+        }
+        let mean = e.found as f64 / (s * per);
+        let square = e.found_sq as f64 / (s * per * per);
+        let var = ((square - mean * mean) * s / (s - 1.0)).max(0.0);
+        (var / s).sqrt()
+    }
+
+    /// The fastest setting whose measured recall less [`RECALL_Z`]
+    /// standard errors is at least `target` (ties: the earlier entry); when
+    /// none reaches it, the most accurate (then fastest) one with `reached`
+    /// false. Only entries whose path `available` admits are considered.
+    /// `None` when no entry is.
     pub fn choose(&self, target: f64, available: impl Fn(Path) -> bool) -> Option<Choice> {
         let usable = || self.entries.iter().filter(|e| available(e.setting.path));
         let best = |reached: bool, e: &Measured| Choice {
             setting: e.setting,
             recall: self.recall(e),
+            stderr: self.stderr(e),
             micros: f64::from(e.micros),
             reached,
         };
         let fastest = usable()
-            .filter(|e| self.recall(e) >= target)
+            .filter(|e| self.recall(e) - RECALL_Z * self.stderr(e) >= target)
             .min_by(|a, b| a.micros.total_cmp(&b.micros));
         if let Some(e) = fastest {
             return Some(best(true, e));
@@ -203,6 +230,7 @@ impl Profile {
                 put_uv(&mut out, u64::from(v));
             }
             put_uv(&mut out, e.found);
+            put_uv(&mut out, e.found_sq);
             put_f32(&mut out, OBJ, e.micros)?;
         }
         Ok((head, out))
@@ -235,28 +263,34 @@ impl Profile {
             let (path, mode) = (r.u8()?, r.u8()?);
             let (ef, nprobe, rerank) = (r.uv32()?, r.uv32()?, r.uv32()?);
             let found = r.uv()?;
+            let found_sq = r.uv()?;
             let micros = r.f32()?;
-            let setting =
-                match (path, mode) {
-                    (0, m) if ef == 0 && nprobe == 0 && rerank == 0 => Setting::native(match m {
-                        0 => QueryMode::Exact,
-                        1 => QueryMode::Fast,
-                        2 => QueryMode::Balanced,
-                        3 => QueryMode::High,
-                        _ => return Err(mismatch(cid, format!("native mode {m}"))),
-                    }),
-                    (1, 0) if ef > 0 && nprobe == 0 && rerank == 0 && hnsw.is_some() => {
-                        Setting::hnsw(ef)
-                    }
-                    (2, 0) if ef == 0 && rerank > 0 && pq.is_some() => Setting::pq(nprobe, rerank),
-                    _ => return Err(mismatch(
+            let setting = match (path, mode) {
+                (0, m) if ef == 0 && nprobe == 0 && rerank == 0 => Setting::native(match m {
+                    0 => QueryMode::Exact,
+                    1 => QueryMode::Fast,
+                    2 => QueryMode::Balanced,
+                    3 => QueryMode::High,
+                    _ => return Err(mismatch(cid, format!("native mode {m}"))),
+                }),
+                (1, 0) if ef > 0 && nprobe == 0 && rerank == 0 && hnsw.is_some() => {
+                    Setting::hnsw(ef)
+                }
+                (2, 0) if ef == 0 && rerank > 0 && pq.is_some() => Setting::pq(nprobe, rerank),
+                _ => {
+                    return Err(mismatch(
                         cid,
                         format!(
                             "entry path {path} mode {mode} ef {ef} nprobe {nprobe} rerank {rerank}"
                         ),
-                    )),
-                };
-            if found > wanted || !micros.is_finite() || micros < 0.0 {
+                    ))
+                }
+            };
+            // Per query 0 <= f <= k, so found² / queries <= found_sq
+            // <= k · found.
+            let spread = u128::from(found_sq) * u128::from(queries) >= u128::from(found).pow(2)
+                && u128::from(found_sq) <= u128::from(k) * u128::from(found);
+            if found > wanted || !spread || !micros.is_finite() || micros < 0.0 {
                 return Err(mismatch(
                     cid,
                     format!("entry {setting}: {found} of {wanted} found in {micros} µs"),
@@ -265,6 +299,7 @@ impl Profile {
             entries.push(Measured {
                 setting,
                 found,
+                found_sq,
                 micros,
             });
         }
@@ -340,9 +375,11 @@ mod tests {
     use crate::MemStore;
 
     fn sample() -> Profile {
-        let m = |setting, found, micros| Measured {
+        // Every query finds the same count (no spread), except where noted.
+        let m = |setting, found: u64, micros| Measured {
             setting,
             found,
+            found_sq: (found * found).div_ceil(100),
             micros,
         };
         Profile {
@@ -373,6 +410,19 @@ mod tests {
         assert_eq!(pick(0.99).setting, Setting::native(QueryMode::Balanced));
         assert!(pick(1.0).reached && pick(1.0).setting == Setting::native(QueryMode::Exact));
         assert_eq!(pick(0.95).recall, 0.95);
+        assert_eq!(pick(0.95).stderr, 0.0);
+        // The same mean with a spread (half the queries find all 10, half
+        // 9) is short of 0.95 by a standard error.
+        let mut spread = p.clone();
+        spread.entries[4].found_sq = 50 * 100 + 50 * 81;
+        let c = spread.choose(0.95, all).unwrap();
+        assert_eq!(c.setting, Setting::hnsw(64));
+        let e = &spread.entries[4];
+        assert!(
+            (spread.stderr(e) - 0.005).abs() < 1e-4,
+            "{}",
+            spread.stderr(e)
+        );
         // Without the HNSW sidecar its entries are not candidates.
         let c = p.choose(0.98, |path| path != Path::Hnsw).unwrap();
         assert_eq!(c.setting, Setting::native(QueryMode::Balanced));

@@ -110,23 +110,39 @@ impl Index {
         self.finish(scratch, n, req, out, true)
     }
 
-    /// The request a `recall` target turns `req` into (the profile's
-    /// choice, with path, mode and knobs set) and that choice.
-    fn tune(&self, req: &Request, target: f64) -> Result<(Request, Choice)> {
-        let profile = self.profile.as_deref().ok_or_else(|| {
-            no_profile(if self.layouts.profile.is_some() {
-                "the map's recall profile was measured on other sidecars"
-            } else {
-                "the map has no recall profile"
-            })
-        })?;
-        let choice = profile
+    /// The setting a request with recall `target` runs: the fastest entry
+    /// of the recall profile measured to reach it, among the loaded paths
+    /// ([`super::Profile::choose`]). [`Error::InvalidRequest`] on `recall`
+    /// when the map has no usable profile.
+    pub fn choose(&self, target: f64) -> Result<Choice> {
+        let profile = match (&self.profile, self.layouts.profile, &self.profile_error) {
+            (Some(p), _, _) => p,
+            (None, Some(cid), Some(reason)) => {
+                return Err(Error::Corrupt {
+                    cid,
+                    reason: format!("recall profile: {reason}"),
+                })
+            }
+            (None, Some(_), None) => {
+                return Err(no_profile(
+                    "the map's recall profile was measured on other sidecars",
+                ))
+            }
+            (None, None, _) => return Err(no_profile("the map has no recall profile")),
+        };
+        profile
             .choose(target, |p| match p {
                 Path::Native => true,
                 Path::Hnsw => self.accel.hnsw.is_some(),
                 Path::Pq => self.accel.pq.is_some(),
             })
-            .ok_or_else(|| no_profile("no path of the map's recall profile is loaded"))?;
+            .ok_or_else(|| no_profile("no path of the map's recall profile is loaded"))
+    }
+
+    /// The request a `recall` target turns `req` into (the profile's
+    /// choice, with path, mode and knobs set) and that choice.
+    fn tune(&self, req: &Request, target: f64) -> Result<(Request, Choice)> {
+        let choice = self.choose(target)?;
         let s = choice.setting;
         let mut r = req.clone();
         r.recall = None;

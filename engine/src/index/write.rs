@@ -533,6 +533,7 @@ fn assemble(
         fields: None,
         layouts: *layouts,
         profile: None,
+        profile_error: None,
         cell,
     };
     // Read on first native use (a sidecar-only caller reads nothing).

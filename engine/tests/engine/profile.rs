@@ -7,7 +7,7 @@
 use prox_engine::accel::{HnswParams, Path, PqParams};
 use prox_engine::index::{
     self, Batch, Build, DropReason, Index, Options, PathChoice, QueryMode, Request, Scratch,
-    SidecarWrite, WriteOptions, PROFILE_K,
+    SidecarWrite, WriteOptions, PROFILE_K, RECALL_Z,
 };
 use prox_engine::proximity::ProximityConfig;
 use prox_engine::{BlockStore, Error, MemStore};
@@ -128,11 +128,12 @@ fn measured_published_and_chosen_from() {
             "{target}: {t:?} (seed {s})"
         );
         assert_eq!(r.path, t.setting.path);
-        // The choice is the fastest setting that reaches the target.
+        // The choice is the fastest setting that reaches the target with
+        // its margin.
         let fastest = p
             .entries
             .iter()
-            .filter(|e| p.recall(e) >= target)
+            .filter(|e| p.recall(e) - RECALL_Z * p.stderr(e) >= target)
             .map(|e| e.micros)
             .fold(f32::INFINITY, f32::min);
         assert_eq!(t.micros, f64::from(fastest));
@@ -259,5 +260,41 @@ fn tiny_maps_and_bad_targets_are_typed_errors() {
                 ..
             })
         ));
+    }
+}
+
+#[test]
+fn a_damaged_profile_fails_only_recall_requests() {
+    let s = seed();
+    let store = store_with_map(s);
+    let ix = open(&store);
+    let mut p = ix.measure_profile(40).unwrap();
+    // More neighbours found than the sample has: decodes as corrupt.
+    p.entries[1].found = u64::from(p.k) * u64::from(p.queries) + 1;
+    let bad = p.persist(&*store, ix.descriptor(), DIMS, ix.len()).unwrap();
+    let mut layouts = ix.layouts();
+    layouts.profile = Some(bad);
+    let map = prox_engine::proximity::ProximityMap::load(&*store, ix.descriptor()).unwrap();
+    prox_engine::proximity::publish_with(
+        &*store,
+        "m",
+        &map,
+        &ix.sidecars(),
+        &layouts.to_metadata(),
+    )
+    .unwrap();
+    let ix = open(&store);
+    let q = points(s, 4, 1).remove(0);
+    let mut sc = Scratch::default();
+    assert_eq!(
+        ix.search(&mut sc, &q, &Request::new(10))
+            .unwrap()
+            .hits
+            .len(),
+        10
+    );
+    match ix.search(&mut sc, &q, &Request::new(10).recall(0.9)) {
+        Err(Error::Corrupt { cid, .. }) => assert_eq!(cid, bad),
+        other => panic!("expected the profile's corruption, got {other:?} (seed {s})"),
     }
 }

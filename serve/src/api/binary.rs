@@ -4,7 +4,7 @@
 //! decimal text at all.
 //!
 //! The query string carries the same options as a JSON body, one per name
-//! (`k`, `mode`, `path`, `budget`, `ef`, `rerank`, `nprobe`, `with_values`,
+//! (`k`, `mode`, `path`, `budget`, `ef`, `rerank`, `nprobe`, `recall`, `with_values`,
 //! `with_vectors`, and `filter` as its JSON text); each value is read as
 //! the JSON member of that name would be, by the same checks. With a JSON
 //! body the query string may carry options too; each replaces the body's
@@ -59,6 +59,7 @@ pub(crate) fn overlay(
             "ef" => q.ef = from.ef,
             "rerank" => q.rerank = from.rerank,
             "nprobe" => q.nprobe = from.nprobe,
+            "recall" => q.recall = from.recall,
             "filter" => q.filter = from.filter.clone(),
             "with_values" => q.with_values = from.with_values,
             "with_vectors" => q.with_vectors = from.with_vectors,

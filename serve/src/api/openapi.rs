@@ -104,6 +104,8 @@ pub(crate) struct Served {
     pub(crate) hnsw: bool,
     /// Every one has a PQ sidecar (`path` may be `pq`).
     pub(crate) pq: bool,
+    /// Every one has a recall profile (`recall` is an option).
+    pub(crate) profile: bool,
 }
 
 impl Served {
@@ -122,8 +124,14 @@ impl Served {
                 dims: None,
                 hnsw: true,
                 pq: true,
+                profile: false,
             },
-            Some((dims, hnsw, pq)) => Served { dims, hnsw, pq },
+            Some((dims, hnsw, pq)) => Served {
+                dims,
+                hnsw,
+                pq,
+                profile: false,
+            },
         }
     }
 
@@ -278,7 +286,7 @@ fn schemas(f: &Facts) -> Value {
         vector["minItems"] = json!(d);
         vector["maxItems"] = json!(d);
     }
-    let options = json!({
+    let mut options = json!({
         "k": {"type": "integer", "minimum": 1, "maximum": f.max_k, "default": 10},
         "mode": {"type": "string", "enum": ["auto", "exact", "fast", "balanced", "high"]},
         "path": {"type": "string", "enum": f.served.paths(),
@@ -291,15 +299,42 @@ fn schemas(f: &Facts) -> Value {
         "with_values": {"type": "boolean"},
         "with_vectors": {"type": "boolean"},
     });
+    if f.served.profile {
+        options["recall"] = recall_schema();
+    }
     let with = |field: &str, schema: Value| {
         let mut p = options.clone();
         p[field] = schema;
         let mut s = json!({"type": "object", "required": [field], "additionalProperties": false, "properties": p});
+        let mut forbidden = Vec::new();
         if f.served.hnsw || f.served.pq {
             // A sidecar path takes neither mode exact nor a budget.
-            s["not"] = json!({"required": ["path"], "properties": {"path": {"enum": ["hnsw", "pq"]}},
+            forbidden.push(json!({"required": ["path"], "properties": {"path": {"enum": ["hnsw", "pq"]}},
                 "anyOf": [{"required": ["mode"], "properties": {"mode": {"enum": ["exact"]}}},
-                          {"required": ["budget"], "properties": {"budget": {"type": "integer"}}}]});
+                          {"required": ["budget"], "properties": {"budget": {"type": "integer"}}}]}));
+        }
+        if f.served.profile {
+            // `recall` picks path, mode and knobs itself.
+            let number = json!({"type": "number"});
+            forbidden.push(
+                json!({"required": ["recall", "path"], "properties": {"recall": number,
+                "path": {"enum": ["native", "hnsw", "pq"]}}}),
+            );
+            forbidden.push(
+                json!({"required": ["recall", "mode"], "properties": {"recall": number,
+                "mode": {"enum": ["exact", "fast", "balanced", "high"]}}}),
+            );
+            for knob in ["ef", "nprobe", "rerank", "budget"] {
+                forbidden.push(
+                    json!({"required": ["recall", knob], "properties": {"recall": number,
+                    knob: {"type": "integer"}}}),
+                );
+            }
+        }
+        match forbidden.len() {
+            0 => {}
+            1 => s["not"] = forbidden.remove(0),
+            _ => s["not"] = json!({"anyOf": forbidden}),
         }
         s
     };
@@ -311,6 +346,12 @@ fn schemas(f: &Facts) -> Value {
         "completion": {"type": "string", "enum": ["exact", "approximate", "budget_exhausted"]},
         "path": {"type": "string", "enum": ["native", "hnsw", "pq"]},
         "results": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+        "tuned": {"type": "object", "additionalProperties": false,
+            "required": ["setting", "recall", "stderr", "micros", "reached"],
+            "description": "with `recall`: the setting the map's recall profile chose, its measured recall@10 \
+                (and standard error) and single-thread time per query, and whether it reaches the target",
+            "properties": {"setting": {"type": "string"}, "recall": number, "stderr": number,
+                "micros": number, "reached": {"type": "boolean"}}},
     });
     let count = json!({"type": "integer", "minimum": 0});
     let sidecar = json!({"type": "string", "pattern": "^[0-9a-f]{64}$", "nullable": true});
@@ -395,6 +436,14 @@ fn schemas(f: &Facts) -> Value {
     })
 }
 
+/// The `recall` option: listed when every served map has a recall profile.
+fn recall_schema() -> Value {
+    json!({"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1,
+        "description": "target recall@10: the fastest path and setting the map's recall profile measured \
+            to reach it runs (reported in `tuned`); only with path and mode auto and no ef, nprobe, rerank \
+            or budget (docs/search.md, \"Choosing by recall\")"})
+}
+
 /// The search options as query parameters, for binary bodies.
 fn query_options(f: &Facts) -> Vec<Value> {
     let only = "the option for an application/octet-stream body; with a JSON body it replaces the \
@@ -408,10 +457,12 @@ fn query_options(f: &Facts) -> Vec<Value> {
         ("ef", int(1 << 16)),
         ("rerank", int(1 << 16)),
         ("nprobe", int(1 << 20)),
+        ("recall", recall_schema()),
         ("with_values", json!({"type": "boolean"})),
         ("with_vectors", json!({"type": "boolean"})),
     ]
     .into_iter()
+    .filter(|(name, _)| *name != "recall" || f.served.profile)
     .map(|(name, schema)| json!({"name": name, "in": "query", "required": false, "schema": schema, "description": only}))
     .chain(std::iter::once(json!({"name": "filter", "in": "query", "required": false, "description": only,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Filter"}}}})))

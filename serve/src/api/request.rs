@@ -87,6 +87,16 @@ pub(super) fn query(
     q.rerank = positive(m, "rerank", 1 << 16)?.map(|x| x as usize);
     q.nprobe = positive(m, "nprobe", 1 << 20)?.map(|x| x as usize);
     q.budget = positive(m, "budget", u64::MAX)?;
+    match m.remove("recall") {
+        None | Some(Value::Null) => {}
+        Some(v) => {
+            q.recall = Some(
+                v.as_f64()
+                    .filter(|r| *r > 0.0 && *r <= 1.0)
+                    .ok_or_else(|| ApiError::field("recall", "must be a number in (0, 1]"))?,
+            )
+        }
+    }
     if let Some(v) = m.remove("filter") {
         if !v.is_null() {
             q.filter = Some(filter_from_json(&v)?);

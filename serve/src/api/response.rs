@@ -14,17 +14,36 @@ pub(crate) struct WireHit {
     score: f64,
 }
 
+/// The setting a `recall` request ran (the profile's choice).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WireTuned {
+    setting: String,
+    recall: f64,
+    stderr: f64,
+    micros: f64,
+    reached: bool,
+}
+
 /// One query's answer on the wire.
 #[derive(Debug, Serialize)]
 pub(crate) struct WireAnswer {
     completion: &'static str,
     path: &'static str,
     results: Vec<WireHit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tuned: Option<WireTuned>,
 }
 
 impl From<Response> for WireAnswer {
     fn from(a: Response) -> Self {
         WireAnswer {
+            tuned: a.tuned.map(|t| WireTuned {
+                setting: t.setting.to_string(),
+                recall: t.recall,
+                stderr: t.stderr,
+                micros: t.micros,
+                reached: t.reached,
+            }),
             completion: a.completion.name(),
             path: a.path.name(),
             results: a
@@ -51,6 +70,8 @@ pub(crate) struct SearchResponse {
     completion: &'static str,
     path: &'static str,
     results: Vec<WireHit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tuned: Option<WireTuned>,
     took_us: u64,
 }
 
@@ -65,6 +86,7 @@ impl SearchResponse {
             completion: a.completion,
             path: a.path,
             results: a.results,
+            tuned: a.tuned,
             took_us,
         }
     }

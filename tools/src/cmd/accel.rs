@@ -9,6 +9,7 @@ use prox_engine::accel::{build_layouts, build_sidecars_and_lists, HnswParams, Pq
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Cid};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Examples shown by `prox accel --help`.
 pub const EXAMPLES: &str = "\
@@ -59,6 +60,12 @@ pub struct AccelBuildArgs {
     /// opens without building them.
     #[arg(long)]
     pub layout: bool,
+    /// Measure the map's recall profile on this many of its records and
+    /// publish it (what `--recall` chooses from); 0: none. Default: 400
+    /// when --hnsw or --pq builds a sidecar of a named map (the old
+    /// profile measured other sidecars), else none. Needs --name.
+    #[arg(long, value_name = "QUERIES")]
+    pub profile: Option<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -83,16 +90,28 @@ pub fn run(args: &AccelArgs) -> Result<()> {
 }
 
 fn run_build(args: &AccelBuildArgs) -> Result<()> {
-    if args.hnsw.is_none() && args.pq.is_none() && !args.layout {
-        bail!("nothing to build: pass --hnsw, --pq and/or --layout");
+    let sidecar = args.hnsw.is_some() || args.pq.is_some();
+    let profile = args.profile.unwrap_or(if sidecar {
+        prox_engine::index::DEFAULT_PROFILE_QUERIES
+    } else {
+        0
+    });
+    if !sidecar && !args.layout && profile == 0 {
+        bail!("nothing to build: pass --hnsw, --pq, --layout and/or --profile");
+    }
+    if args.profile.is_some_and(|q| q > 0) && args.name.is_none() {
+        bail!("--profile publishes beside a named map: pass --name");
     }
     if args.store.to_str().is_some_and(prox_s3::is_s3_url) {
         bail!("accel build needs a store directory, not a bucket");
     }
-    let store = MmapStore::open(&args.store)
-        .with_context(|| format!("opening store {}", args.store.display()))?;
+    let store: Arc<dyn BlockStore> = Arc::new(
+        MmapStore::open(&args.store)
+            .with_context(|| format!("opening store {}", args.store.display()))?,
+    );
+    let profile_only = !sidecar && !args.layout;
     let published = match &args.name {
-        Some(n) => Some(crate::map::resolve(&store, n)?),
+        Some(n) => Some(crate::map::resolve(&*store, n)?),
         None => None,
     };
     let descriptor = match (&args.descriptor, &published) {
@@ -101,8 +120,11 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         (None, None) => bail!("pass --name or --descriptor"),
     };
     let t = std::time::Instant::now();
+    if profile_only {
+        return report_profile(store, args, profile, t);
+    }
     let (side, fresh_lists) = build_sidecars_and_lists(
-        &store,
+        &*store,
         descriptor,
         args.hnsw.as_ref(),
         args.pq.as_ref(),
@@ -118,7 +140,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                 .filter(|p| p.descriptor == descriptor)
                 .and_then(|p| p.pq),
         };
-        let mut l = build_layouts(&store, descriptor, stored_pq)
+        let mut l = build_layouts(&*store, descriptor, stored_pq)
             .with_context(|| format!("building the search layouts of {descriptor}"))?;
         l.ivf = l.ivf.or(fresh_lists);
         l
@@ -146,11 +168,19 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                             c.centroids <= 16 && c.subquantizers <= 256
                         })
                     })),
+                    // A profile measured other sidecars.
+                    profile: p.layouts.profile.filter(|_| !sidecar),
                 },
             };
-            crate::map::publish(&store, name, &attached)?;
+            crate::map::publish(&*store, name, &attached)?;
         }
     }
+    let profiled = match (&args.name, published) {
+        (Some(name), Some(p)) if p.descriptor == descriptor => {
+            crate::map::profile(Arc::clone(&store), name, profile)?
+        }
+        _ => None,
+    };
     let secs = t.elapsed().as_secs_f64();
     let hnsw = side.hnsw.as_ref().map(|s| s.manifest_cid.to_string());
     let pq = side.pq.as_ref().map(|s| s.manifest_cid.to_string());
@@ -165,6 +195,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
             "layout_arena": layouts.arena.map(|c| c.to_string()),
             "layout_adaptive": layouts.adaptive.map(|c| c.to_string()),
             "layout_ivf": layouts.ivf.map(|c| c.to_string()),
+            "profile": profiled.as_ref().map(|p| p.cid.to_string()),
             "seconds": secs,
         });
         out.json(&v)?;
@@ -184,6 +215,40 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         if let Some(a) = layouts.ivf {
             out.line(format!("layout.ivf {a}"))?;
         }
+        if let Some(p) = &profiled {
+            out.line(format!("layout.profile {}", p.cid))?;
+        }
+    }
+    out.flush()
+}
+
+/// `prox accel build --name N --profile Q` alone: measure and publish the
+/// recall profile of the published map.
+fn report_profile(
+    store: Arc<dyn BlockStore>,
+    args: &AccelBuildArgs,
+    queries: usize,
+    t: std::time::Instant,
+) -> Result<()> {
+    let name = args
+        .name
+        .as_deref()
+        .context("--profile publishes beside a named map: pass --name")?;
+    let p = crate::map::profile(store, name, queries)?.with_context(|| {
+        format!(
+            "map {name:?} has fewer than {} records: too small to profile",
+            prox_engine::index::PROFILE_K + 2
+        )
+    })?;
+    let mut out = crate::out::Stdout::new();
+    if args.json {
+        out.json(&serde_json::json!({
+            "profile": p.cid.to_string(),
+            "table": crate::map::profile_json(&p.profile),
+            "seconds": t.elapsed().as_secs_f64(),
+        }))?;
+    } else {
+        out.line(format!("layout.profile {}", p.cid))?;
     }
     out.flush()
 }

@@ -81,6 +81,11 @@ pub struct MapBenchArgs {
     /// PQ fast-scan partitions probed per query on the PQ path (default: the index's).
     #[arg(long)]
     pub nprobe: Option<usize>,
+    /// Target recalls (comma-separated, each in (0, 1]): instead of the
+    /// path sweep, run each as `prox query --recall` does (the setting the
+    /// map's recall profile picks) and report the recall reached.
+    #[arg(long, value_delimiter = ',')]
+    pub recall: Vec<f64>,
     /// Search threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -226,6 +231,18 @@ const PQ_RERANK_LONG: &[usize] = &[2, 4, 6, 8, 12, 16];
 
 fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
     let k = args.k;
+    if !args.recall.is_empty() {
+        return args
+            .recall
+            .iter()
+            .map(|&r| Setting {
+                spec: Request::new(k).recall(r),
+                mode: format!("recall={r}"),
+                ef: None,
+                budget: None,
+            })
+            .collect();
+    }
     let base = Request {
         nprobe: args.nprobe,
         ..Request::new(k).path(PathChoice::Native)
@@ -370,11 +387,15 @@ fn measure(
     completions.sort_unstable();
     completions.dedup();
     let native = path == Path::Native;
+    let mode = match answers.first().and_then(|a| a.tuned) {
+        Some(t) => format!("{}: {}", s.mode, t.setting),
+        None => s.mode.clone(),
+    };
     Ok(BenchRecord {
         engine: "prox".into(),
         path: path.name().into(),
         dataset: dataset.into(),
-        mode: s.mode.clone(),
+        mode,
         ef: s.ef,
         recall: crate::gmm::recall_at(&found, truth, s.spec.k),
         qps: queries.len() as f64 / secs.max(1e-9),
@@ -423,6 +444,9 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
             args.k
         );
     }
+    for r in &args.recall {
+        Request::new(args.k).recall(*r).validate()?;
+    }
     let store = super::query::open_shared(&args.store)?;
     let published = crate::map::resolve(store.as_ref(), name)?;
     let mut paths = args.path.clone();
@@ -465,6 +489,12 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
             .unwrap_or_else(|| "unnamed".into())
     });
     let all = settings(args, &paths);
+    if !args.recall.is_empty() && index.profile().is_none() {
+        bail!(
+            "map {name:?} has no recall profile for --recall: measure one with \
+             `prox accel build --name {name} --profile 400`"
+        );
+    }
     let threads = args.threads.unwrap_or_else(rayon::current_num_threads) as u32;
     let mut out = Stdout::new();
     let mut records = Vec::new();

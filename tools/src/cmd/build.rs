@@ -14,6 +14,7 @@ use prox_engine::proximity::{InputRecord, ProximityConfig};
 use prox_engine::BlockStore;
 use prox_kernels::Metric;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Examples for `prox build --help`.
@@ -127,6 +128,10 @@ pub struct BuildArgs {
     /// time it is opened.
     #[arg(long)]
     pub no_layout: bool,
+    /// Measure the recall profile (what `prox query --recall` chooses
+    /// from) on this many of the map's records; 0: none.
+    #[arg(long, value_name = "QUERIES", default_value_t = index::DEFAULT_PROFILE_QUERIES)]
+    pub profile: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -521,6 +526,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         streamed(args, &*store, &phases)
             .with_context(|| format!("building {} from {}", args.name, args.input.display()))?
     };
+    let profiled = crate::map::profile(Arc::clone(&store), &args.name, args.profile)?;
     let read_seconds = report.read_seconds;
     let store_written = sysmem::dir_bytes(&args.store.store).saturating_sub(store_before);
     let peak = sysmem::peak_rss();
@@ -544,6 +550,8 @@ pub fn run(args: &BuildArgs) -> Result<()> {
                 "ivf": p.layouts.ivf.map(|c| c.to_hex()),
             },
             "layout_seconds": built.layout_seconds,
+            "profile": profiled.as_ref().map(|p| p.cid.to_hex()),
+            "profile_seconds": profiled.as_ref().map(|p| p.seconds),
             "phases": report.phases,
             "memory_limit_bytes": report.limit,
             "peak_rss_bytes": peak,
@@ -567,7 +575,10 @@ pub fn run(args: &BuildArgs) -> Result<()> {
                 String::new()
             } else {
                 format!(", +{:.1}s layouts", built.layout_seconds)
-            }
+            } + &profiled.as_ref().map_or(String::new(), |p| format!(
+                ", +{:.1}s recall profile",
+                p.seconds
+            ))
         ));
         if !report.phases.is_empty() {
             let per: Vec<String> = report
@@ -597,6 +608,9 @@ pub fn run(args: &BuildArgs) -> Result<()> {
             if let Some(c) = cid {
                 out.line(format_args!("layout.{kind} {c}"))?;
             }
+        }
+        if let Some(p) = &profiled {
+            out.line(format_args!("layout.profile {}", p.cid))?;
         }
         out.line(p.descriptor)?;
     }

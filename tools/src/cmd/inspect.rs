@@ -94,6 +94,9 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         if let Some(ix) = field_indexes(s.as_ref(), name)? {
             m.insert("field_indexes".into(), ix);
         }
+        if let Some(p) = recall_profile(s.as_ref(), name)? {
+            m.insert("recall_profile".into(), p);
+        }
     }
     if let Value::Object(m) = &mut value {
         let mut head = Map::new();
@@ -123,6 +126,21 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         out.line(text.trim_end())?;
     }
     out.flush()
+}
+
+/// The recall profile a map's root publishes (every measured setting with
+/// its recall and time), or `None` for a root without one.
+fn recall_profile(store: &dyn BlockStore, name: &str) -> Result<Option<Value>> {
+    let Ok(Some((descriptor, _))) = prox_engine::proximity::resolve(store, name) else {
+        return Ok(None);
+    };
+    let Some(cid) = prox_engine::proximity::resolve_layouts(store, name)?.profile else {
+        return Ok(None);
+    };
+    let dims = prox_engine::proximity::ProximityMap::load(store, descriptor)?.dims() as usize;
+    let p = prox_engine::index::Profile::load(store, cid, descriptor, dims)
+        .with_context(|| format!("recall profile {cid}"))?;
+    Ok(Some(crate::map::profile_json(&p)))
 }
 
 /// The payload field indexes a map's root publishes (field, type, tree

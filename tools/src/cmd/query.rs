@@ -67,6 +67,12 @@ pub struct QueryArgs {
     /// by the adaptive presets (default: the preset's count).
     #[arg(long)]
     pub nprobe: Option<usize>,
+    /// Target recall@10 in (0, 1]: run the fastest path and setting the
+    /// map's recall profile measured to reach it (with --path and --mode
+    /// auto, no --ef/--rerank/--nprobe/--budget; docs/search.md, "Choosing
+    /// by recall").
+    #[arg(long)]
+    pub recall: Option<f64>,
     /// Search threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -126,6 +132,7 @@ impl QueryArgs {
             ef: self.ef,
             nprobe: self.nprobe,
             rerank: self.rerank,
+            recall: self.recall,
             filter,
             with_values: self.with_values || self.json,
             with_vectors: false,
@@ -189,6 +196,13 @@ pub fn may_run_native(index: &Index, req: &Request) -> bool {
     match req.path {
         PathChoice::Native => true,
         PathChoice::Hnsw | PathChoice::Pq => false,
+        PathChoice::Auto if req.recall.is_some() => {
+            req.filter.is_some()
+                || req
+                    .recall
+                    .and_then(|r| index.choose(r).ok())
+                    .is_some_and(|c| c.setting.path == prox_engine::accel::Path::Native)
+        }
         PathChoice::Auto => {
             req.mode != QueryMode::Auto
                 || req.budget.is_some()
@@ -266,6 +280,19 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         qps,
         paths.into_iter().collect::<Vec<_>>().join(",")
     );
+    if let Some(t) = answers.first().and_then(|a| a.tuned) {
+        note.push_str(&format!(
+            ", chosen for recall {}: {} (measured recall {:.3}{})",
+            req.recall.unwrap_or(0.0),
+            t.setting,
+            t.recall,
+            if t.reached {
+                ""
+            } else {
+                ", below the target: the best measured"
+            }
+        ));
+    }
     if let Some(l) = load {
         let what = if args.warm {
             "every node"
@@ -313,9 +340,15 @@ pub fn run(args: &QueryArgs) -> Result<()> {
                     })
                 })
                 .collect();
+            let tuned = a.tuned.map(|t| {
+                serde_json::json!({
+                    "setting": t.setting.to_string(), "recall": t.recall,
+                    "micros": t.micros, "reached": t.reached,
+                })
+            });
             out.json(&serde_json::json!({
                 "query": i, "path": a.path.name(), "completion": a.completion.name(),
-                "results": results,
+                "tuned": tuned, "results": results,
             }))?;
         }
     } else if args.out.is_none() {

@@ -79,6 +79,11 @@ pub struct UpdateArgs {
     /// version (the default: a batch sets its keys' final state).
     #[arg(long)]
     pub no_rebase: bool,
+    /// When the writes made the map's recall profile stale (a tenth of
+    /// the records changed since it was measured), measure it again on this
+    /// many records at the end; 0: leave the map without one.
+    #[arg(long, value_name = "QUERIES", default_value_t = prox_engine::index::DEFAULT_PROFILE_QUERIES)]
+    pub profile: usize,
     /// One JSON line per batch and a summary line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -283,6 +288,10 @@ fn sidecar(w: &SidecarWrite) -> (&'static str, String) {
         SidecarWrite::Rebuilt => ("rebuilt", "rebuilt canonically".into()),
         SidecarWrite::Dropped(DropReason::Requested) => ("dropped", "dropped (as asked)".into()),
         SidecarWrite::Dropped(DropReason::Empty) => ("dropped", "dropped (map empty)".into()),
+        SidecarWrite::Dropped(DropReason::Stale) => (
+            "dropped",
+            "dropped (a tenth of the map changed since it was measured)".into(),
+        ),
         SidecarWrite::Dropped(DropReason::Derived) => (
             "dropped",
             "dropped (derived from the old hierarchy; `prox accel build --layout` persists it again)"
@@ -311,6 +320,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
     let mut out = Stdout::new();
     let mut totals = Totals::default();
     let (mut batches, mut edits) = (0u64, 0u64);
+    let mut stale = false;
     let started = Instant::now();
     loop {
         let batch = source.next_batch(args.batch_size)?;
@@ -338,6 +348,8 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         let (pq, pq_text) = sidecar(&r.pq);
         let (layout, layout_text) = sidecar(&r.layout);
         let (ivf, ivf_text) = sidecar(&r.ivf);
+        let (profile, profile_text) = sidecar(&r.profile);
+        stale |= r.profile == SidecarWrite::Dropped(DropReason::Stale);
         if args.json {
             out.json(&serde_json::json!({
                 "batch": batches,
@@ -353,6 +365,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 "pq": pq,
                 "layout": layout,
                 "ivf_layout": ivf,
+                "profile": profile,
                 "apply_seconds": apply_seconds,
                 "sidecar_seconds": r.sidecar_time.as_secs_f64(),
                 "map_nodes_encoded": r.map.nodes_encoded,
@@ -369,7 +382,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
                 n => format!(" (re-applied {n}x: another writer published meanwhile)"),
             };
             progress::note(format_args!(
-                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}, layout {layout_text}, ivf layout {ivf_text}; {} records",
+                "{}: batch {batches}: {} edits ({} inserted, {} moved, {} value-only, {} deleted) in {seconds:.3}s (apply {apply_seconds:.3}s){rebased}, {} blocks / {} bytes written; hnsw {hnsw_text}, pq {pq_text}, layout {layout_text}, ivf layout {ivf_text}, recall profile {profile_text}; {} records",
                 args.name,
                 batch.len(),
                 r.inserted,
@@ -386,9 +399,16 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         edits += batch.len() as u64;
         index = applied.index;
     }
+    // Writes carried the recall profile until it went stale: measure the
+    // published snapshot again.
+    let profiled = match stale && index.profile().is_none() {
+        true => crate::map::profile(Arc::clone(&store), &args.name, args.profile)?,
+        false => None,
+    };
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
         out.json(&serde_json::json!({
+            "profile_remeasured": profiled.as_ref().map(|p| p.cid.to_hex()),
             "name": args.name,
             "batches": batches,
             "edits": edits,
@@ -408,10 +428,14 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         }))?;
     } else {
         progress::note(format_args!(
-            "{}: {edits} edits in {batches} batches, {seconds:.2}s; {} bytes written; {} records",
+            "{}: {edits} edits in {batches} batches, {seconds:.2}s; {} bytes written; {} records{}",
             args.name,
             totals.bytes_written,
-            index.len()
+            index.len(),
+            profiled.as_ref().map_or(String::new(), |p| format!(
+                "; recall profile measured again in {:.1}s",
+                p.seconds
+            ))
         ));
         out.line(index.descriptor())?;
     }

@@ -96,10 +96,20 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
         };
         // Sidecars, and the persisted layouts read as a search would read
         // them (each checked against the map and its own counts).
-        let layouts = [p.layouts.arena, p.layouts.adaptive, p.layouts.ivf]
-            .iter()
-            .flatten()
-            .count();
+        let layouts = [
+            p.layouts.arena,
+            p.layouts.adaptive,
+            p.layouts.ivf,
+            p.layouts.profile,
+        ]
+        .iter()
+        .flatten()
+        .count();
+        if let Some(cid) = p.layouts.profile {
+            let dims = prox_engine::proximity::ProximityMap::load(&*store, p.descriptor)?.dims();
+            prox_engine::index::Profile::load(&*store, cid, p.descriptor, dims as usize)
+                .with_context(|| format!("recall profile of map {:?} is broken", args.name))?;
+        }
         if p.hnsw.is_some() || p.pq.is_some() || layouts > 0 {
             let options = index::Options {
                 warm: false,
