@@ -34,6 +34,7 @@ class Index:
         threads: Optional[int] = None,
         warm: bool = False,
         layouts: bool = False,
+        profile: int = 500,
     ) -> "Index": ...
     @staticmethod
     def open(
@@ -56,6 +57,7 @@ class Index:
         nprobe: Optional[int] = None,
         rerank: Optional[int] = None,
         budget: Optional[int] = None,
+        recall: Optional[float] = None,
         filter: Optional[Filter] = None,
         with_values: bool = False,
         timeout: Optional[float] = None,
@@ -87,6 +89,9 @@ class Index:
     def sidecars(self) -> Dict[str, Optional[str]]: ...
     @property
     def layouts(self) -> Dict[str, Optional[str]]: ...
+    @property
+    def profile(self) -> Optional[Dict[str, Any]]: ...
+    def choose(self, target: float) -> Dict[str, Any]: ...
     @property
     def key_type(self) -> Literal["int", "bytes"]: ...
     @property

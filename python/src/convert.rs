@@ -223,6 +223,7 @@ pub(crate) struct Options<'a, 'py> {
     pub(crate) nprobe: Option<usize>,
     pub(crate) rerank: Option<usize>,
     pub(crate) budget: Option<u64>,
+    pub(crate) recall: Option<f64>,
     pub(crate) filter: Option<&'a Bound<'py, PyAny>>,
     pub(crate) with_values: bool,
     pub(crate) timeout: Option<f64>,
@@ -251,6 +252,7 @@ impl Options<'_, '_> {
         req.nprobe = self.nprobe;
         req.rerank = self.rerank;
         req.budget = self.budget;
+        req.recall = self.recall;
         req.with_values = self.with_values;
         if let Some(f) = self.filter.filter(|f| !f.is_none()) {
             req.filter = Some(filter(f)?);

@@ -181,7 +181,10 @@ impl PyIndex {
     /// ``layouts``: also persist the search layouts with the map (scan
     /// arena, adaptive lists, a 4-bit PQ sidecar's fast-scan lists; what
     /// ``prox build`` does by default), so a later ``Index.open`` reads
-    /// them instead of building them. The GIL is released while building.
+    /// them instead of building them. ``profile``: measure the recall
+    /// profile that ``search(recall=...)`` chooses from on this many of the
+    /// records (published with the map in a store; 0: none; maps of fewer
+    /// than 12 records get none). The GIL is released while building.
     ///
     /// >>> import numpy as np, prox
     /// >>> x = np.random.default_rng(0).random((1000, 16), dtype=np.float32)
@@ -190,7 +193,7 @@ impl PyIndex {
     /// >>> keys[:, 0].tolist()
     /// [0, 1]
     #[staticmethod]
-    #[pyo3(signature = (vectors, keys=None, values=None, *, metric="l2", sq8=None, hnsw=None, pq=None, store=None, name=None, threads=None, warm=false, layouts=false))]
+    #[pyo3(signature = (vectors, keys=None, values=None, *, metric="l2", sq8=None, hnsw=None, pq=None, store=None, name=None, threads=None, warm=false, layouts=false, profile=index::DEFAULT_PROFILE_QUERIES))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -206,6 +209,7 @@ impl PyIndex {
         threads: Option<usize>,
         warm: bool,
         layouts: bool,
+        profile: usize,
     ) -> PyResult<PyIndex> {
         let m = Matrix::extract(vectors, "vectors")?;
         if m.single {
@@ -294,13 +298,23 @@ impl PyIndex {
                     warm,
                     ..index::Options::default()
                 };
-                Index::load_with_layouts(
+                let ix = Index::load_with_layouts(
                     store_handle,
                     built.descriptor,
                     built.sidecars,
                     &built.layouts,
                     &options,
-                )
+                )?;
+                // The recall profile `search(recall=...)` chooses from
+                // (none for maps too small to profile).
+                if profile > 0 && ix.len() >= index::PROFILE_K as u64 + 2 {
+                    let p = ix.measure_profile(profile)?;
+                    if let Some(root) = root {
+                        ix.publish_profile(root, &p)?;
+                    }
+                    ix.set_profile(p)?;
+                }
+                Ok(ix)
             })
             .map_err(error::engine)?;
         Ok(PyIndex {
@@ -397,12 +411,16 @@ impl PyIndex {
     ///
     /// ``mode``: ``auto``, ``exact``, ``fast``, ``balanced``, ``high``;
     /// ``path``: ``auto``, ``native``, ``hnsw``, ``pq``; ``ef``, ``nprobe``,
-    /// ``rerank``, ``budget`` as in ``prox query``; ``filter``: one of
+    /// ``rerank``, ``budget`` as in ``prox query``; ``recall``: a target
+    /// recall@10 in (0, 1], run on the fastest setting the map's recall
+    /// profile measured to reach it (``choose`` tells which; only with
+    /// mode and path ``auto``, no ``ef``/``nprobe``/``rerank``/``budget``);
+    /// ``filter``: one of
     /// ``{"prefix": key}``, ``{"range": (start, end or None)}``,
     /// ``{"keys": [key, ...]}`` with int or bytes keys; ``timeout``:
     /// seconds before the search is stopped (``DeadlineExceededError``).
     /// The GIL is released while searching.
-    #[pyo3(signature = (queries, k=10, *, mode="auto", path="auto", ef=None, nprobe=None, rerank=None, budget=None, filter=None, with_values=false, timeout=None, threads=None))]
+    #[pyo3(signature = (queries, k=10, *, mode="auto", path="auto", ef=None, nprobe=None, rerank=None, budget=None, recall=None, filter=None, with_values=false, timeout=None, threads=None))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
@@ -415,6 +433,7 @@ impl PyIndex {
         nprobe: Option<usize>,
         rerank: Option<usize>,
         budget: Option<u64>,
+        recall: Option<f64>,
         filter: Option<&Bound<'py, PyAny>>,
         with_values: bool,
         timeout: Option<f64>,
@@ -428,6 +447,7 @@ impl PyIndex {
             nprobe,
             rerank,
             budget,
+            recall,
             filter,
             with_values,
             timeout,
@@ -670,6 +690,54 @@ impl PyIndex {
         d.set_item("arena", l.arena.map(|c| c.to_hex()))?;
         d.set_item("adaptive", l.adaptive.map(|c| c.to_hex()))?;
         d.set_item("ivf", l.ivf.map(|c| c.to_hex()))?;
+        Ok(d)
+    }
+
+    /// The recall profile ``search(recall=...)`` chooses from (measured by
+    /// ``build`` and ``prox build``), or ``None``: ``{"k", "queries",
+    /// "edits", "entries": [{"path", "setting", "recall", "stderr",
+    /// "micros"}, ...]}``.
+    #[getter]
+    fn profile<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let current = self.current();
+        let Some(p) = current.profile() else {
+            return Ok(None);
+        };
+        let entries = PyList::empty(py);
+        for e in &p.entries {
+            let d = PyDict::new(py);
+            d.set_item("path", e.setting.path.name())?;
+            d.set_item("setting", e.setting.to_string())?;
+            d.set_item("recall", p.recall(e))?;
+            d.set_item("stderr", p.stderr(e))?;
+            d.set_item("micros", e.micros)?;
+            entries.append(d)?;
+        }
+        let d = PyDict::new(py);
+        d.set_item("k", p.k)?;
+        d.set_item("queries", p.queries)?;
+        d.set_item("edits", p.edits)?;
+        d.set_item("entries", entries)?;
+        Ok(Some(d))
+    }
+
+    /// The setting ``search(recall=target)`` runs: ``{"path", "setting",
+    /// "recall", "stderr", "micros", "reached"}`` (``reached`` is false
+    /// when no measured setting reaches the target: the most accurate one
+    /// runs). ``InvalidRequestError`` without a profile.
+    fn choose<'py>(&self, py: Python<'py>, target: f64) -> PyResult<Bound<'py, PyDict>> {
+        prox_engine::index::Request::new(10)
+            .recall(target)
+            .validate()
+            .map_err(error::engine)?;
+        let c = self.current().choose(target).map_err(error::engine)?;
+        let d = PyDict::new(py);
+        d.set_item("path", c.setting.path.name())?;
+        d.set_item("setting", c.setting.to_string())?;
+        d.set_item("recall", c.recall)?;
+        d.set_item("stderr", c.stderr)?;
+        d.set_item("micros", c.micros)?;
+        d.set_item("reached", c.reached)?;
         Ok(d)
     }
 

@@ -312,3 +312,30 @@ def test_help_reads_well():
     assert "scores" in doc and "filter" in doc
     assert "Index.build" in prox.__doc__ and prox.Index.build.__doc__
     assert prox.sync.pull.__doc__
+
+
+def test_recall_targets_choose_from_the_measured_profile(rng, tmp_path):
+    centres = rng.standard_normal((12, D)).astype(np.float32) * 3
+    x = (centres[rng.integers(0, 12, 3000)] + rng.standard_normal((3000, D))).astype(np.float32)
+    q = (centres[rng.integers(0, 12, 50)] + rng.standard_normal((50, D))).astype(np.float32)
+    pq = {"subquantizers": 4, "centroids": 16}
+    index = prox.Index.build(x, store=tmp_path / "db", name="m", hnsw=True, pq=pq, profile=200)
+    p = index.profile
+    assert p["k"] == 10 and p["queries"] == 200
+    assert {e["path"] for e in p["entries"]} == {"native", "hnsw", "pq"}
+    ids, _ = brute_force(x, q, 10, "l2")
+    for target in (0.8, 0.95, 1.0):
+        c = index.choose(target)
+        assert c["reached"] and c["recall"] - 2 * c["stderr"] >= target, c
+        _, keys = index.search(q, k=10, recall=target)
+        assert recall(keys, ids) >= target - 0.06, (target, c, f"PROX_SEED={seed()}")
+    # Published with the map: a reopened index chooses the same way.
+    again = prox.Index.open(tmp_path / "db", "m")
+    assert again.profile == p and again.choose(0.95) == index.choose(0.95)
+    for bad in ({"recall": 1.5}, {"recall": 0.9, "path": "hnsw"}, {"recall": 0.9, "ef": 40}):
+        with pytest.raises(prox.InvalidInputError, match="recall"):
+            index.search(q, k=10, **bad)
+    plain = prox.Index.build(x, profile=0)
+    assert plain.profile is None
+    with pytest.raises(prox.InvalidInputError, match="recall profile"):
+        plain.search(q[0], k=10, recall=0.9)

@@ -9,6 +9,11 @@
 //! Searches keep running on the previous snapshot until the swap. A root
 //! moved meanwhile by another writer (a sync pull) is a 409; `If-Match:
 //! <descriptor>` that does not name the served descriptor is a 412.
+//!
+//! A write that leaves the map's recall profile stale (a tenth of the
+//! records changed since it was measured) starts a background measurement
+//! on the write pool; the new profile is published beside the served
+//! version and used by `recall` searches once done (`remeasure`).
 
 use crate::api::{self, openapi, ApiError};
 use crate::snapshot::Snapshot;
@@ -76,6 +81,9 @@ struct WriteResponse {
     bytes_written: u64,
     hnsw: &'static str,
     pq: &'static str,
+    /// The recall profile: carried, or dropped as stale (measured again in
+    /// the background).
+    profile: &'static str,
     took_us: u64,
 }
 
@@ -241,6 +249,9 @@ async fn apply(
     let generation = st
         .maps
         .publish(&name, Snapshot::new(Arc::new(applied.index)));
+    if report.profile == SidecarWrite::Dropped(index::DropReason::Stale) {
+        tokio::spawn(remeasure(Arc::clone(&st), name.clone()));
+    }
     Ok(answer(
         StatusCode::OK,
         &WriteResponse {
@@ -256,10 +267,67 @@ async fn apply(
             bytes_written: report.bytes_written,
             hnsw: sidecar_word(report.hnsw),
             pq: sidecar_word(report.pq),
+            profile: sidecar_word(report.profile),
             took_us: micros(t),
         },
     ))
 }
+
+/// Measures the recall profile of the served version of `name` on the
+/// write pool and publishes it beside that version (its root must still
+/// name it) for `recall` searches. When a write replaced the version
+/// meanwhile, starts over on the new one (at most [`REMEASURE_TRIES`]
+/// times); stops when the served version has a profile.
+async fn remeasure(st: Arc<Shared>, name: String) {
+    for _ in 0..REMEASURE_TRIES {
+        let Some(snap) = st.maps.get(&name) else {
+            return;
+        };
+        let index = Arc::clone(snap.index());
+        if index.profile().is_some() {
+            return;
+        }
+        let ix = Arc::clone(&index);
+        let measured = on_write_pool(&st, move || {
+            ix.measure_profile(index::DEFAULT_PROFILE_QUERIES)
+                .map_err(write_error)
+        })
+        .await;
+        let profile = match measured {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(map = %name, error = %e.message, "recall profile not measured");
+                return;
+            }
+        };
+        let Ok(w) = writer(&st) else {
+            return;
+        };
+        let lock = w.lock_for(&name);
+        let _serial = lock.lock().await;
+        let still = st
+            .maps
+            .get(&name)
+            .is_some_and(|s| Arc::ptr_eq(s.index(), &index));
+        if !still {
+            continue;
+        }
+        let (ix, n) = (Arc::clone(&index), name.clone());
+        let done = on_write_pool(&st, move || {
+            ix.publish_profile(&n, &profile).map_err(write_error)?;
+            ix.set_profile(profile).map_err(write_error)
+        })
+        .await;
+        if let Err(e) = done {
+            tracing::warn!(map = %name, error = %e.message, "recall profile not published");
+        }
+        return;
+    }
+}
+
+/// Versions [`remeasure`] tries before leaving a busy map to the next
+/// stale write.
+const REMEASURE_TRIES: usize = 3;
 
 /// A write's list `field` holds 1 to `max` items.
 fn bounded(n: usize, field: &str, max: usize) -> std::result::Result<(), ApiError> {
@@ -474,6 +542,7 @@ pub(crate) async fn create(
             bytes_written: 0,
             hnsw: "absent",
             pq: "absent",
+            profile: "absent",
             took_us: micros(t),
         },
     ))

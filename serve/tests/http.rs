@@ -1181,3 +1181,89 @@ fn payload_field_filters() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn recall_targets_run_the_profiled_setting_and_say_which() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let (d, side) = build(&*store, 800, s, true, true);
+    publish(&*store, "m", d, side);
+    // Before a profile: no `recall` in the contract, and a 400 naming it.
+    let srv = served(store.clone(), Config::default());
+    let mut c = srv.client();
+    let doc = c.get("/openapi.json").unwrap().json().unwrap();
+    assert!(doc["components"]["schemas"]["SearchRequest"]["properties"]
+        .get("recall")
+        .is_none());
+    let q = Rng::new(s ^ 9).vector();
+    let (status, body) = post_json(
+        &mut c,
+        "/v1/maps/m/search",
+        &json!({"vector": q, "recall": 0.9}),
+    );
+    assert_eq!(
+        (status, body["error"]["field"].clone()),
+        (400, json!("recall"))
+    );
+    drop(srv);
+
+    let ix = prox_engine::Index::open(store.clone(), "m", &Default::default()).unwrap();
+    let p = ix.measure_profile(100).unwrap();
+    ix.publish_profile("m", &p).unwrap();
+    let ix = prox_engine::Index::open(store.clone(), "m", &Default::default()).unwrap();
+    let srv = served(store.clone(), Config::default());
+    let mut c = srv.client();
+    let doc = c.get("/openapi.json").unwrap().json().unwrap();
+    assert_eq!(
+        doc["components"]["schemas"]["SearchRequest"]["properties"]["recall"]["maximum"],
+        json!(1)
+    );
+    for target in [0.5, 0.9, 0.99] {
+        let (status, body) = post_json(
+            &mut c,
+            "/v1/maps/m/search",
+            &json!({"vector": q, "k": 10, "recall": target}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let chosen = ix.choose(target).unwrap();
+        assert_eq!(body["tuned"]["setting"], json!(chosen.setting.to_string()));
+        assert_eq!(body["tuned"]["reached"], json!(true));
+        assert_eq!(body["path"], json!(chosen.setting.path.name()));
+        // The same hits as the library's recall request.
+        let mut sc = prox_engine::index::Scratch::default();
+        let lib = ix
+            .search(
+                &mut sc,
+                &q,
+                &prox_engine::index::Request::new(10).recall(target),
+            )
+            .unwrap();
+        let want: Vec<(String, f64)> = lib
+            .hits
+            .iter()
+            .map(|h| (hex::encode(&h.key), h.score))
+            .collect();
+        assert_eq!(keys_scores(&body), want, "seed {s}");
+    }
+    // In a batch, and refused with the knobs it sets itself.
+    let (status, body) = post_json(
+        &mut c,
+        "/v1/maps/m/search:batch",
+        &json!({"vectors": [q, q], "recall": 0.9}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body["results"][1]["tuned"]["setting"].is_string());
+    for bad in [
+        json!({"vector": q, "recall": 1.5}),
+        json!({"vector": q, "recall": "high"}),
+        json!({"vector": q, "recall": 0.9, "path": "hnsw"}),
+        json!({"vector": q, "recall": 0.9, "ef": 40}),
+    ] {
+        let (status, body) = post_json(&mut c, "/v1/maps/m/search", &bad);
+        assert_eq!(
+            (status, body["error"]["field"].clone()),
+            (400, json!("recall")),
+            "{bad}"
+        );
+    }
+}

@@ -487,3 +487,72 @@ fn concurrent_writers_serialize_and_lose_nothing() {
     let map = ProximityMap::load(&*store, cid).unwrap();
     assert_eq!(map.descriptor().record_count, 300 + writers * rounds);
 }
+
+#[test]
+fn writes_carry_the_recall_profile_and_measure_a_stale_one_again() {
+    let store = store_with_map();
+    let ix = prox_engine::Index::open(store.clone(), "m", &Default::default()).unwrap();
+    let p = ix.measure_profile(50).unwrap();
+    ix.publish_profile("m", &p).unwrap();
+    drop(ix);
+    let srv = Running::start(store.clone(), Some(WRITE));
+    let mut c = srv.client(Some(WRITE));
+    let mut rng = SplitMix64::new(0x9f0);
+    let q = vector(&mut rng);
+    let search = json!({"vector": q, "recall": 0.9});
+    // 10 new points: under a tenth of 300, carried.
+    let pts: Vec<Value> = (0..10)
+        .map(|i| point(1000 + i, &vector(&mut rng)))
+        .collect();
+    let (status, body) = send(
+        &mut c,
+        "POST",
+        "/v1/maps/m/points:upsert",
+        &json!({"points": pts}),
+        &[],
+    );
+    assert_eq!(
+        (status, body["profile"].clone()),
+        (200, json!("updated")),
+        "{body}"
+    );
+    let (status, body) = send(&mut c, "POST", "/v1/maps/m/search", &search, &[]);
+    assert_eq!(status, 200, "{body}");
+    // 40 more: 50 edits of 350 records, stale; measured again in the
+    // background and published beside the new version.
+    let pts: Vec<Value> = (0..40)
+        .map(|i| point(2000 + i, &vector(&mut rng)))
+        .collect();
+    let (status, body) = send(
+        &mut c,
+        "POST",
+        "/v1/maps/m/points:upsert",
+        &json!({"points": pts}),
+        &[],
+    );
+    assert_eq!(
+        (status, body["profile"].clone()),
+        (200, json!("dropped")),
+        "{body}"
+    );
+    let descriptor: Cid = body["descriptor"].as_str().unwrap().parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = send(&mut c, "POST", "/v1/maps/m/search", &search, &[]);
+        if status == 200 {
+            assert!(body["tuned"]["setting"].is_string(), "{body}");
+            break;
+        }
+        assert_eq!(body["error"]["field"], json!("recall"), "{body}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no profile after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let reopened = prox_engine::Index::open(store.clone(), "m", &Default::default()).unwrap();
+    assert_eq!(reopened.descriptor(), descriptor);
+    let fresh = reopened.profile().expect("published with the new version");
+    // Every record of the 350 (fewer than the default sample).
+    assert_eq!((fresh.edits, fresh.queries), (0, 350));
+}

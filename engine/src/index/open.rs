@@ -11,7 +11,7 @@ use crate::refs::META_SECONDARY_PREFIX;
 use crate::secondary::FieldIndexes;
 use crate::store::BlockStore;
 use prox_kernels::Metric;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// The map's dimensions.
 fn metric_dims(cell: &Cell) -> usize {
@@ -98,7 +98,7 @@ pub struct Index {
     pub(super) layouts: Layouts,
     /// The recall profile `recall` requests choose from, when the root
     /// names one measured on this map's sidecars.
-    pub(super) profile: Option<Arc<Profile>>,
+    pub(super) profile: RwLock<Option<Arc<Profile>>>,
     /// Why the profile the root names did not load, if it did not.
     pub(super) profile_error: Option<String>,
     pub(super) cell: Cell,
@@ -238,7 +238,7 @@ impl Index {
             accel,
             fields: None,
             layouts: *layouts,
-            profile,
+            profile: RwLock::new(profile),
             profile_error,
             cell,
         };
@@ -296,8 +296,11 @@ impl Index {
 
     /// The recall profile `recall` requests choose from, if the root names
     /// one measured on the sidecars it publishes.
-    pub fn profile(&self) -> Option<&Profile> {
-        self.profile.as_deref()
+    pub fn profile(&self) -> Option<Arc<Profile>> {
+        self.profile
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The persisted search layouts loaded with the map.

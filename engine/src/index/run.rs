@@ -115,7 +115,7 @@ impl Index {
     /// ([`super::Profile::choose`]). [`Error::InvalidRequest`] on `recall`
     /// when the map has no usable profile.
     pub fn choose(&self, target: f64) -> Result<Choice> {
-        let profile = match (&self.profile, self.layouts.profile, &self.profile_error) {
+        let profile = match (self.profile(), self.layouts.profile, &self.profile_error) {
             (Some(p), _, _) => p,
             (None, Some(cid), Some(reason)) => {
                 return Err(Error::Corrupt {

@@ -156,6 +156,22 @@ impl Index {
         })
     }
 
+    /// Uses `profile` (measured on this index's sidecars, else
+    /// [`Error::InvalidArgument`]) for `recall` requests from now on, also
+    /// on an index already shared and searched. It is not persisted here:
+    /// [`Index::publish_profile`] names it from a root, and a later write
+    /// from this index carries it.
+    pub fn set_profile(&self, profile: Profile) -> Result<()> {
+        if !profile.matches(self.sidecars.hnsw, self.sidecars.pq) {
+            return Err(Error::InvalidArgument(
+                "the profile was measured on other sidecars than this index has".into(),
+            ));
+        }
+        *self.profile.write().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::sync::Arc::new(profile));
+        Ok(())
+    }
+
     /// Persists `profile` (measured on this index) and names it from the
     /// root `name` beside what it already publishes, by compare-and-swap.
     /// The root must still publish this descriptor

@@ -333,7 +333,7 @@ impl Index {
         layouts.ivf = ivf_layout;
         let [inserted, moved, value_only, deleted, absent_deletes] = plan.report_counts;
         let records = self.len() + inserted - deleted;
-        let (carried, profile) = match &self.profile {
+        let (carried, profile) = match &self.profile() {
             None => (None, SidecarWrite::Absent),
             Some(p) if unchanged => (Some(Arc::clone(p)), SidecarWrite::Unchanged),
             Some(p) => {
@@ -367,13 +367,17 @@ impl Index {
             }
         };
         layouts.profile = match &carried {
-            Some(_) if unchanged => self.layouts.profile,
+            // Set after the snapshot was published: persisted now.
+            Some(p) if unchanged => match self.layouts.profile {
+                Some(c) => Some(c),
+                None => Some(p.persist(&counting, descriptor, dims, records)?),
+            },
             Some(p) => Some(p.persist(&counting, descriptor, dims, records)?),
             None => None,
         };
         let mut index = assemble(store, descriptor, sidecars, accel, &layouts, options)?;
         index.fields = fields;
-        index.profile = carried;
+        index.profile = std::sync::RwLock::new(carried);
         Ok(Applied {
             index,
             report: WriteReport {
@@ -532,7 +536,7 @@ fn assemble(
         accel,
         fields: None,
         layouts: *layouts,
-        profile: None,
+        profile: std::sync::RwLock::new(None),
         profile_error: None,
         cell,
     };

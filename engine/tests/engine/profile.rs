@@ -116,7 +116,7 @@ fn measured_published_and_chosen_from() {
     let cid = ix.publish_profile("m", &p).unwrap();
     let ix = open(&store);
     assert_eq!(ix.layouts().profile, Some(cid));
-    assert_eq!(ix.profile(), Some(&p));
+    assert_eq!(ix.profile().as_deref(), Some(&p));
 
     let fresh = points(s, 2, 100);
     for target in [0.5, 0.8, 0.9, 0.95, 0.99, 1.0] {
@@ -199,13 +199,13 @@ fn writes_carry_the_profile_until_it_is_stale() {
         "{:?}",
         applied.report.profile
     );
-    let carried = applied.index.profile().unwrap().clone();
+    let carried = (*applied.index.profile().unwrap()).clone();
     assert_eq!(carried.edits, 150);
     assert_eq!(carried.hnsw, applied.index.sidecars().hnsw);
     assert_eq!(carried.entries, p.entries);
     applied.index.commit("m", Some(ix.descriptor())).unwrap();
     let ix2 = open(&store);
-    assert_eq!(ix2.profile(), Some(&carried));
+    assert_eq!(ix2.profile().as_deref(), Some(&carried));
     let q = &new[400];
     let mut sc = Scratch::default();
     let r = ix2

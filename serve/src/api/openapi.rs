@@ -426,11 +426,14 @@ fn schemas(f: &Facts) -> Value {
                 "sq8_group_size": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "nullable": true}}},
         "WriteResponse": {"type": "object", "additionalProperties": false,
             "required": ["name", "descriptor", "generation", "inserted", "moved", "value_only", "deleted",
-                         "absent_deletes", "blocks_written", "bytes_written", "hnsw", "pq", "took_us"],
+                         "absent_deletes", "blocks_written", "bytes_written", "hnsw", "pq", "profile", "took_us"],
             "properties": {"name": {"type": "string"}, "descriptor": cid, "generation": count,
                 "inserted": count, "moved": count, "value_only": count, "deleted": count,
                 "absent_deletes": count, "blocks_written": count, "bytes_written": count,
-                "hnsw": {"type": "string"}, "pq": {"type": "string"}, "took_us": count}},
+                "hnsw": {"type": "string"}, "pq": {"type": "string"},
+                "profile": {"type": "string", "description": "the recall profile: dropped when a tenth of \
+                    the records changed since it was measured (then measured again in the background)"},
+                "took_us": count}},
         "Dropped": {"type": "object", "required": ["name", "dropped"], "additionalProperties": false,
             "properties": {"name": {"type": "string"}, "dropped": cid}},
     })
