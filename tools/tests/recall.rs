@@ -1,0 +1,222 @@
+//! `--recall` end to end: `prox build` measures the recall profile,
+//! `inspect` shows it, `verify` checks it, `query` and `bench` run the
+//! setting it picks (and say which), `accel build` measures it again, and
+//! a map without one is a clear error.
+
+mod common;
+
+use common::{ok, run, s, Shape};
+use serde_json::Value;
+use std::path::Path;
+
+fn seed() -> String {
+    common::seed(11)
+}
+
+fn build(store: &Path, data: &Path, extra: &[&str]) -> String {
+    let base = data.join("base.fvecs");
+    let mut args = vec![
+        "build",
+        "--store",
+        s(store),
+        "--name",
+        "m",
+        "--input",
+        s(&base),
+    ];
+    args.extend_from_slice(extra);
+    ok(&args)
+}
+
+/// The `--json` lines of `prox bench` (stdout).
+fn records(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn build_profiles_and_recall_picks_a_setting_that_reaches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, store) = (dir.path().join("data"), dir.path().join("store"));
+    let shape = Shape {
+        n: 3000,
+        dim: 16,
+        queries: 40,
+        k: 10,
+    };
+    common::datagen(&data, shape, &seed(), &[]);
+    let out = build(
+        &store,
+        &data,
+        &[
+            "--hnsw",
+            "--pq",
+            "subquantizers=4,centroids=16",
+            "--profile",
+            "300",
+        ],
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("layout.profile ")),
+        "{out}"
+    );
+    let root = ok(&["inspect", "--store", s(&store), "--root", "m", "--json"]);
+    let root: Value = serde_json::from_str(&root).unwrap();
+    let table = &root["recall_profile"];
+    assert_eq!(
+        (table["k"].as_u64(), table["queries"].as_u64()),
+        (Some(10), Some(300))
+    );
+    let paths: Vec<&str> = table["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    for p in ["native", "hnsw", "pq"] {
+        assert!(paths.contains(&p), "{p} measured: {table}");
+    }
+    ok(&["verify", "--store", s(&store), "m"]);
+
+    // prox query says what it chose.
+    let (q, gt) = (data.join("query.fvecs"), data.join("gt.ivecs"));
+    let o = run(&[
+        "query",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--gt",
+        s(&gt),
+        "--recall",
+        "0.9",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("chosen for recall 0.9: "), "{err}");
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    assert!(first["tuned"]["setting"].is_string(), "{first}");
+    assert_eq!(first["tuned"]["reached"], Value::Bool(true));
+
+    // prox bench measures the recall each target reaches.
+    let bench = ok(&[
+        "bench",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--queries",
+        s(&q),
+        "--gt",
+        s(&gt),
+        "--recall",
+        "0.8,0.95,1",
+        "--threads",
+        "1",
+        "--reps",
+        "1",
+    ]);
+    let recs = records(&bench);
+    assert_eq!(recs.len(), 3, "{bench}");
+    for (r, target) in recs.iter().zip([0.8, 0.95, 1.0]) {
+        let mode = r["mode"].as_str().unwrap();
+        assert!(mode.starts_with(&format!("recall={target}: ")), "{mode}");
+        let got = r["recall"].as_f64().unwrap();
+        assert!(
+            got >= target - 0.08,
+            "{mode}: recall {got} (seed {})",
+            seed()
+        );
+    }
+
+    // Out-of-range targets and conflicting knobs are usage errors naming
+    // the option.
+    for bad in [
+        &["--recall", "1.5"][..],
+        &["--recall", "0.9", "--ef", "40"][..],
+    ] {
+        let mut args = vec![
+            "query",
+            "--store",
+            s(&store),
+            "--name",
+            "m",
+            "--queries",
+            s(&q),
+        ];
+        args.extend_from_slice(bad);
+        let o = run(&args);
+        assert!(!o.status.success());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("recall"),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn maps_without_a_profile_say_how_to_get_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, store) = (dir.path().join("data"), dir.path().join("store"));
+    let shape = Shape {
+        n: 500,
+        dim: 8,
+        queries: 5,
+        k: 10,
+    };
+    common::datagen(&data, shape, &seed(), &[]);
+    let out = build(&store, &data, &["--profile", "0"]);
+    assert!(!out.contains("layout.profile"), "{out}");
+    let q = data.join("query.fvecs");
+    let query = |store: &Path| {
+        run(&[
+            "query",
+            "--store",
+            s(store),
+            "--name",
+            "m",
+            "--queries",
+            s(&q),
+            "--recall",
+            "0.9",
+        ])
+    };
+    let o = query(&store);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("prox accel build --profile"), "{err}");
+    // Measured afterwards, it answers.
+    let out = ok(&[
+        "accel",
+        "build",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--profile",
+        "100",
+    ]);
+    assert!(out.starts_with("layout.profile "), "{out}");
+    let o = query(&store);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Rebuilding a sidecar measures a new profile for it.
+    let out = ok(&[
+        "accel",
+        "build",
+        "--store",
+        s(&store),
+        "--name",
+        "m",
+        "--hnsw",
+    ]);
+    assert!(
+        out.lines().any(|l| l.starts_with("layout.profile ")),
+        "{out}"
+    );
+}
