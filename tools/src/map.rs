@@ -96,7 +96,9 @@ pub struct Profiled {
 /// `queries` of its records and publishes it beside the map
 /// ([`Index::measure_profile`], [`Index::publish_profile`]); `None` when
 /// `queries` is 0 or the map is too small to profile (fewer than
-/// [`index::PROFILE_K`]` + 2` records).
+/// [`index::PROFILE_K`]` + 2` records), and when another writer moved the
+/// root on meanwhile (said on stderr: the newer version is that writer's
+/// to profile).
 pub fn profile(store: Arc<dyn BlockStore>, name: &str, queries: usize) -> Result<Option<Profiled>> {
     if queries == 0 {
         return Ok(None);
@@ -112,7 +114,15 @@ pub fn profile(store: Arc<dyn BlockStore>, name: &str, queries: usize) -> Result
         .measure_profile(queries)
         .and_then(|p| Ok((ix.publish_profile(name, &p)?, p)));
     sp.finish_and_clear();
-    let (cid, profile) = measured.with_context(|| format!("recall profile of map {name:?}"))?;
+    let (cid, profile) = match measured {
+        Err(prox_engine::Error::Conflict { .. }) => {
+            crate::progress::note(format_args!(
+                "recall profile of map {name:?} not published: another writer moved the root on"
+            ));
+            return Ok(None);
+        }
+        other => other.with_context(|| format!("recall profile of map {name:?}"))?,
+    };
     Ok(Some(Profiled {
         cid,
         profile,

@@ -851,6 +851,12 @@ fn demo_runs_end_to_end_on_small_data() {
         .expect("exact row");
     assert_eq!(exact["recall"], 1.0, "{out}");
     assert!(recs.iter().any(|r| r["path"] == "hnsw"), "{out}");
+    // The recall targets run the setting the measured profile chose.
+    let tuned = recs
+        .iter()
+        .find(|r| r["mode"].as_str().unwrap().starts_with("recall=0.95: "))
+        .expect("a recall=0.95 row");
+    assert!(tuned["recall"].as_f64().unwrap() >= 0.85, "{out}");
     assert!(store.join("datasets/demo/gt.ivecs").exists());
     ok(&["verify", "--store", s(&store), "demo"]);
 }

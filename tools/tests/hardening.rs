@@ -130,7 +130,8 @@ fn verify_reads_the_persisted_layouts_and_reports_a_lost_one() {
     let (dir, store) = built_map();
     let st = s(&store);
     let v = json(&ok(&["verify", "--store", st, "m", "--json"]));
-    assert_eq!(v["layouts"], 2, "{v}");
+    // The arena, the adaptive lists and the recall profile.
+    assert_eq!(v["layouts"], 3, "{v}");
     let arena = common::root_metadata(st, "m")["prox.layout.arena"]
         .as_str()
         .expect("prox build persists the arena layout")

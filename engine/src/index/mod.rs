@@ -14,6 +14,12 @@
 //!
 //! The first rule that matches decides (the same code for every front end):
 //!
+//! R. A `recall` target ([`Request::recall`], only with path and mode
+//!    `auto` and no `ef`, `nprobe`, `rerank` or budget) is first replaced
+//!    by the setting the map's recall profile chooses for it
+//!    ([`Index::choose`], [`Profile::choose`]; reported in
+//!    [`Response::tuned`]), and that request goes through the rules below.
+//!
 //! 0. A key set (given, or a field filter resolved to one) of at most
 //!    `max(1024, 32·k)` keys without a budget is scored directly (the
 //!    filter planner, `plan.rs`; it also answers a search that returned

@@ -57,14 +57,15 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// The search settings the demo reports, in order.
-fn settings(hnsw: bool, pq: bool) -> Vec<(Request, &'static str)> {
+/// The search settings the demo reports, in order: each path's, then the
+/// recall targets the map's recall profile chooses for.
+fn settings(hnsw: bool, pq: bool, profiled: bool) -> Vec<(Request, String)> {
     let base = Request::new(10).path(PathChoice::Native);
-    let mut v = vec![
-        (base.clone().mode(QueryMode::Exact), "exact"),
-        (base.clone().mode(QueryMode::Fast), "fast"),
-        (base.clone().mode(QueryMode::Balanced), "balanced"),
-        (base.clone().mode(QueryMode::High), "high"),
+    let mut v: Vec<(Request, String)> = vec![
+        (base.clone().mode(QueryMode::Exact), "exact".into()),
+        (base.clone().mode(QueryMode::Fast), "fast".into()),
+        (base.clone().mode(QueryMode::Balanced), "balanced".into()),
+        (base.clone().mode(QueryMode::High), "high".into()),
     ];
     if hnsw {
         for (ef, label) in [(32, "ef=32"), (64, "ef=64"), (128, "ef=128")] {
@@ -72,11 +73,14 @@ fn settings(hnsw: bool, pq: bool) -> Vec<(Request, &'static str)> {
                 ef: Some(ef),
                 ..base.clone().path(PathChoice::Hnsw)
             };
-            v.push((r, label));
+            v.push((r, label.into()));
         }
     }
     if pq {
-        v.push((base.clone().path(PathChoice::Pq), "rerank=default"));
+        v.push((base.clone().path(PathChoice::Pq), "rerank=default".into()));
+    }
+    for target in [0.9, 0.95, 0.99].into_iter().filter(|_| profiled) {
+        v.push((Request::new(10).recall(target), format!("recall={target}")));
     }
     v
 }
@@ -159,22 +163,47 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 
     // 3. Search every path.
     let store: Arc<dyn BlockStore> = Arc::new(store);
-    let map = crate::map::open_published(store, &built.published, &index::Options::default())?;
+    let map = crate::map::open_published(
+        Arc::clone(&store),
+        &built.published,
+        &index::Options::default(),
+    )?;
+    // The recall profile `--recall` chooses from, as `prox build` measures
+    // and publishes it (a map too small for one gets none).
+    let profiled = map.len() >= index::PROFILE_K as u64 + 2;
+    if profiled {
+        let t = Instant::now();
+        let sp = progress::spinner("measuring the recall profile");
+        let profile = map.measure_profile(index::DEFAULT_PROFILE_QUERIES);
+        sp.finish_and_clear();
+        let profile = profile.context("measuring the recall profile")?;
+        map.publish_profile("demo", &profile)?;
+        map.set_profile(profile)?;
+        progress::note(format_args!(
+            "recall profile: {:.1}s (every path's settings on {} of the records)",
+            t.elapsed().as_secs_f64(),
+            index::DEFAULT_PROFILE_QUERIES.min(spec.n)
+        ));
+    }
     let threads = rayon::current_num_threads() as u32;
     let mut records = Vec::new();
     let mut out = Stdout::new();
     if !args.json {
         out.line(format_args!(
-            "{:<8} {:<16} {:>9} {:>10}",
+            "{:<8} {:<30} {:>9} {:>10}",
             "path", "setting", "recall@10", "QPS"
         ))?;
     }
-    for (qs, label) in settings(build.hnsw.is_some(), build.pq.is_some()) {
+    for (qs, label) in settings(build.hnsw.is_some(), build.pq.is_some(), profiled) {
         let (answers, secs) = super::query::run_all(&map, &data.queries, &qs)?;
         let found = answers
             .iter()
             .map(super::query::answer_ids)
             .collect::<Result<Vec<_>>>()?;
+        let label = match answers.first().and_then(|a| a.tuned) {
+            Some(t) => format!("{label}: {}", t.setting),
+            None => label,
+        };
         let rec = BenchRecord {
             engine: "prox".into(),
             path: answers
@@ -183,7 +212,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
                 .unwrap_or("native")
                 .into(),
             dataset: "demo".into(),
-            mode: label.into(),
+            mode: label,
             ef: qs.ef.map(|e| e as u64),
             recall: gmm::recall_at(&found, &truth, 10),
             qps: data.queries.len() as f64 / secs.max(1e-9),
@@ -202,7 +231,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             out.json(&rec)?;
         } else {
             out.line(format_args!(
-                "{:<8} {:<16} {:>9.4} {:>10.0}",
+                "{:<8} {:<30} {:>9.4} {:>10.0}",
                 rec.path, rec.mode, rec.recall, rec.qps
             ))?;
         }
