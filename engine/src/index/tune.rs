@@ -57,7 +57,7 @@ const EF: [u32; 13] = [12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768]
 const NPROBE: [u32; 16] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 
 /// Rerank multipliers with fast scan.
-const FAST_RERANK: [u32; 4] = [2, 4, 8, 16];
+const FAST_RERANK: [u32; 6] = [2, 4, 6, 8, 12, 16];
 
 /// Rerank multipliers of a flat PQ scan.
 const FLAT_RERANK: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
