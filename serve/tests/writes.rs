@@ -500,41 +500,30 @@ fn writes_carry_the_recall_profile_and_measure_a_stale_one_again() {
     let mut rng = SplitMix64::new(0x9f0);
     let q = vector(&mut rng);
     let search = json!({"vector": q, "recall": 0.9});
+    // `n` new points from key `first`: the write's answer.
+    let mut upsert = |c: &mut Client, first: u64, n: u64| {
+        let pts: Vec<Value> = (0..n)
+            .map(|i| point(first + i, &vector(&mut rng)))
+            .collect();
+        let (status, body) = send(
+            c,
+            "POST",
+            "/v1/maps/m/points:upsert",
+            &json!({"points": pts}),
+            &[],
+        );
+        assert_eq!(status, 200, "{body}");
+        body
+    };
     // 10 new points: under a tenth of 300, carried.
-    let pts: Vec<Value> = (0..10)
-        .map(|i| point(1000 + i, &vector(&mut rng)))
-        .collect();
-    let (status, body) = send(
-        &mut c,
-        "POST",
-        "/v1/maps/m/points:upsert",
-        &json!({"points": pts}),
-        &[],
-    );
-    assert_eq!(
-        (status, body["profile"].clone()),
-        (200, json!("updated")),
-        "{body}"
-    );
+    let body = upsert(&mut c, 1000, 10);
+    assert_eq!(body["profile"], json!("updated"), "{body}");
     let (status, body) = send(&mut c, "POST", "/v1/maps/m/search", &search, &[]);
     assert_eq!(status, 200, "{body}");
     // 40 more: 50 edits of 350 records, stale; measured again in the
     // background and published beside the new version.
-    let pts: Vec<Value> = (0..40)
-        .map(|i| point(2000 + i, &vector(&mut rng)))
-        .collect();
-    let (status, body) = send(
-        &mut c,
-        "POST",
-        "/v1/maps/m/points:upsert",
-        &json!({"points": pts}),
-        &[],
-    );
-    assert_eq!(
-        (status, body["profile"].clone()),
-        (200, json!("dropped")),
-        "{body}"
-    );
+    let body = upsert(&mut c, 2000, 40);
+    assert_eq!(body["profile"], json!("dropped"), "{body}");
     let descriptor: Cid = body["descriptor"].as_str().unwrap().parse().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {

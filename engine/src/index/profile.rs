@@ -24,7 +24,7 @@
 //! descriptor alone, unlike the other layouts. The choice a profile makes
 //! is the same on every machine that reads it.
 
-use super::request::QueryMode;
+use super::request::{PathChoice, QueryMode, Request};
 use crate::accel::Path;
 use crate::cid::Cid;
 use crate::codec::{put_f32, put_uv, Reader};
@@ -88,6 +88,23 @@ impl Setting {
             nprobe,
             rerank,
         }
+    }
+}
+
+impl Setting {
+    /// Sets `req`'s path, mode, `ef`, `nprobe` and `rerank` to this
+    /// setting's (a knob of 0 becomes `None`).
+    pub fn apply_to(&self, req: &mut Request) {
+        req.mode = self.mode;
+        req.path = match self.path {
+            Path::Native => PathChoice::Native,
+            Path::Hnsw => PathChoice::Hnsw,
+            Path::Pq => PathChoice::Pq,
+        };
+        let knob = |v: u32| (v > 0).then_some(v as usize);
+        req.ef = knob(self.ef);
+        req.nprobe = knob(self.nprobe);
+        req.rerank = knob(self.rerank);
     }
 }
 

@@ -4,7 +4,7 @@
 use super::open::{Index, Scratch};
 use super::plan;
 use super::profile::{no_profile, Choice};
-use super::request::{PathChoice, Request};
+use super::request::Request;
 use super::response::{Counters, Neighbour, Response};
 use super::route::{route, Route};
 use crate::accel::Path;
@@ -143,18 +143,9 @@ impl Index {
     /// choice, with path, mode and knobs set) and that choice.
     fn tune(&self, req: &Request, target: f64) -> Result<(Request, Choice)> {
         let choice = self.choose(target)?;
-        let s = choice.setting;
         let mut r = req.clone();
         r.recall = None;
-        r.mode = s.mode;
-        r.path = match s.path {
-            Path::Native => PathChoice::Native,
-            Path::Hnsw => PathChoice::Hnsw,
-            Path::Pq => PathChoice::Pq,
-        };
-        r.ef = (s.ef > 0).then_some(s.ef as usize);
-        r.nprobe = (s.nprobe > 0).then_some(s.nprobe as usize);
-        r.rerank = (s.rerank > 0).then_some(s.rerank as usize);
+        choice.setting.apply_to(&mut r);
         Ok((r, choice))
     }
 

@@ -23,8 +23,7 @@
 
 use super::open::{Index, Scratch};
 use super::profile::{Measured, Profile, Setting};
-use super::request::{PathChoice, QueryMode, Request};
-use crate::accel::Path;
+use super::request::{QueryMode, Request};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::proximity::{self, format::META_LAYOUT_PROFILE};
@@ -279,15 +278,8 @@ impl Index {
     /// it found (and their per-query squares), and the best mean µs per
     /// query of [`PASSES`] passes.
     fn run_setting(&self, sample: &Sample, setting: Setting, k: usize) -> Result<Measured> {
-        let mut req = Request::new(k + 1).mode(setting.mode);
-        req.path = match setting.path {
-            Path::Native => PathChoice::Native,
-            Path::Hnsw => PathChoice::Hnsw,
-            Path::Pq => PathChoice::Pq,
-        };
-        req.ef = (setting.ef > 0).then_some(setting.ef as usize);
-        req.nprobe = (setting.nprobe > 0).then_some(setting.nprobe as usize);
-        req.rerank = (setting.rerank > 0).then_some(setting.rerank as usize);
+        let mut req = Request::new(k + 1);
+        setting.apply_to(&mut req);
         let mut scratch = Scratch::default();
         let mut best = f64::INFINITY;
         let (mut found, mut found_sq) = (0u64, 0u64);

@@ -6,8 +6,8 @@
 
 use prox_engine::accel::{HnswParams, Path, PqParams};
 use prox_engine::index::{
-    self, Batch, Build, DropReason, Index, Options, PathChoice, QueryMode, Request, Scratch,
-    SidecarWrite, WriteOptions, PROFILE_K, RECALL_Z,
+    self, Batch, Build, DropReason, Index, Options, QueryMode, Request, Scratch, SidecarWrite,
+    WriteOptions, PROFILE_K, RECALL_Z,
 };
 use prox_engine::proximity::ProximityConfig;
 use prox_engine::{BlockStore, Error, MemStore};
@@ -138,15 +138,8 @@ fn measured_published_and_chosen_from() {
             .fold(f32::INFINITY, f32::min);
         assert_eq!(t.micros, f64::from(fastest));
         // The same answer as asking for that setting by hand.
-        let mut by_hand = Request::new(10).mode(t.setting.mode);
-        by_hand.path = match t.setting.path {
-            Path::Native => PathChoice::Native,
-            Path::Hnsw => PathChoice::Hnsw,
-            Path::Pq => PathChoice::Pq,
-        };
-        by_hand.ef = (t.setting.ef > 0).then_some(t.setting.ef as usize);
-        by_hand.nprobe = (t.setting.nprobe > 0).then_some(t.setting.nprobe as usize);
-        by_hand.rerank = (t.setting.rerank > 0).then_some(t.setting.rerank as usize);
+        let mut by_hand = Request::new(10);
+        t.setting.apply_to(&mut by_hand);
         assert_eq!(ix.search(&mut sc, &q, &by_hand).unwrap().hits, r.hits);
         // Unseen queries get about the recall the profile promised.
         let got = recall(&ix, &fresh, &req);
