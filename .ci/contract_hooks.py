@@ -10,7 +10,12 @@ replaced by 0. A binary upsert's keys come from the query string, one per
 row (`keys`) or counted from `start_key`, which JSON Schema cannot tie to
 the body either: positive binary upserts get a `start_key` that leaves room
 for their rows, and positive JSON upserts lose the binary-only options.
-Negative cases are left as generated.
+A search's `recall` picks path, mode and knobs itself; the document states
+the combinations it refuses within the body (`not`), but a query-string
+option overrides the body's member of the same name, which JSON Schema
+cannot tie to the body: positive searches with a `recall` anywhere lose the
+knobs (`ef`, `nprobe`, `rerank`, `budget`) and non-`auto` paths and modes
+from the other place. Negative cases are left as generated.
 """
 
 import math
@@ -37,6 +42,8 @@ def map_case(context, case):
     positive = meta is None or meta.generation.mode.is_positive
     if not positive:
         return case
+    if case.path.endswith("/search") or case.path.endswith("/search:batch"):
+        _recall_alone(case)
     upsert = case.path.endswith("points:upsert")
     if case.media_type == "application/octet-stream":
         body = case.body
@@ -57,3 +64,25 @@ def map_case(context, case):
             if k not in ("keys", "start_key", "canonical_hnsw")
         }
     return case
+
+
+KNOBS = ("ef", "nprobe", "rerank", "budget")
+
+
+def _recall_alone(case):
+    """A positive search with `recall` in the body or the query string
+    keeps no knob, path or mode that `recall` refuses, in either place."""
+    query = dict(case.query or {})
+    body = case.body if isinstance(case.body, dict) else None
+    if query.get("recall") is None and (body is None or body.get("recall") is None):
+        return
+    for name in KNOBS:
+        query.pop(name, None)
+        if body is not None and name in body:
+            body[name] = None
+    for name in ("path", "mode"):
+        if query.get(name) not in (None, "auto"):
+            query.pop(name)
+        if body is not None and body.get(name) not in (None, "auto"):
+            body[name] = "auto"
+    case.query = query

@@ -721,6 +721,31 @@ impl PyIndex {
         Ok(Some(d))
     }
 
+    /// Measures the recall profile again on ``queries`` of the records and
+    /// uses it from now on (after writes made it stale: ``upsert`` and
+    /// ``delete`` report ``profile_stale``); a writable index in a store
+    /// also publishes it beside the map. Returns ``profile``. Writes wait
+    /// meanwhile; searches keep running. The GIL is released.
+    #[pyo3(signature = (queries=index::DEFAULT_PROFILE_QUERIES))]
+    fn measure_profile<'py>(
+        &self,
+        py: Python<'py>,
+        queries: usize,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let name = self.name.clone().filter(|_| self.writable);
+        py.detach(|| -> prox_engine::Result<()> {
+            let _serial = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+            let current = self.current();
+            let p = current.measure_profile(queries)?;
+            if let Some(n) = &name {
+                current.publish_profile(n, &p)?;
+            }
+            current.set_profile(p)
+        })
+        .map_err(error::engine)?;
+        self.profile(py)
+    }
+
     /// The setting ``search(recall=target)`` runs: ``{"path", "setting",
     /// "recall", "stderr", "micros", "reached"}`` (``reached`` is false
     /// when no measured setting reaches the target: the most accurate one
@@ -828,6 +853,8 @@ fn report_dict<'py>(
     d.set_item("bytes_written", r.bytes_written)?;
     d.set_item("hnsw", format!("{:?}", r.hnsw))?;
     d.set_item("pq", format!("{:?}", r.pq))?;
+    d.set_item("profile", format!("{:?}", r.profile))?;
+    d.set_item("profile_stale", r.profile_stale)?;
     d.set_item("seconds", r.elapsed.as_secs_f64())?;
     Ok(d)
 }

@@ -335,6 +335,15 @@ def test_recall_targets_choose_from_the_measured_profile(rng, tmp_path):
     for bad in ({"recall": 1.5}, {"recall": 0.9, "path": "hnsw"}, {"recall": 0.9, "ef": 40}):
         with pytest.raises(prox.InvalidInputError, match="recall"):
             index.search(q, k=10, **bad)
+    # Writes carry the profile; past a tenth of the map it is stale, still
+    # answers, and measure_profile takes a new one (published in the store).
+    more = (centres[rng.integers(0, 12, 400)] + rng.standard_normal((400, D))).astype(np.float32)
+    report = index.upsert(np.arange(3000, 3400), more)
+    assert report["profile_stale"] and index.profile["edits"] == 400
+    index.search(q, k=10, recall=0.9)
+    fresh = index.measure_profile(100)
+    assert fresh["edits"] == 0 and fresh["queries"] == 100
+    assert prox.Index.open(tmp_path / "db", "m").profile == fresh
     plain = prox.Index.build(x, profile=0)
     assert plain.profile is None
     with pytest.raises(prox.InvalidInputError, match="recall profile"):

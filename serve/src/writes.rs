@@ -12,8 +12,8 @@
 //!
 //! A write that leaves the map's recall profile stale (a tenth of the
 //! records changed since it was measured) starts a background measurement
-//! on the write pool; the new profile is published beside the served
-//! version and used by `recall` searches once done (`remeasure`).
+//! on the write pool; `recall` searches use the carried profile until the
+//! new one is published beside the served version (`remeasure`).
 
 use crate::api::{self, openapi, ApiError};
 use crate::snapshot::Snapshot;
@@ -81,8 +81,8 @@ struct WriteResponse {
     bytes_written: u64,
     hnsw: &'static str,
     pq: &'static str,
-    /// The recall profile: carried, or dropped as stale (measured again in
-    /// the background).
+    /// The recall profile: carried, or `stale` (still answering; measured
+    /// again in the background).
     profile: &'static str,
     took_us: u64,
 }
@@ -249,7 +249,7 @@ async fn apply(
     let generation = st
         .maps
         .publish(&name, Snapshot::new(Arc::new(applied.index)));
-    if report.profile == SidecarWrite::Dropped(index::DropReason::Stale) {
+    if report.profile_stale {
         tokio::spawn(remeasure(Arc::clone(&st), name.clone()));
     }
     Ok(answer(
@@ -267,7 +267,10 @@ async fn apply(
             bytes_written: report.bytes_written,
             hnsw: sidecar_word(report.hnsw),
             pq: sidecar_word(report.pq),
-            profile: sidecar_word(report.profile),
+            profile: match report.profile_stale {
+                true => "stale",
+                false => sidecar_word(report.profile),
+            },
             took_us: micros(t),
         },
     ))
@@ -277,14 +280,14 @@ async fn apply(
 /// write pool and publishes it beside that version (its root must still
 /// name it) for `recall` searches. When a write replaced the version
 /// meanwhile, starts over on the new one (at most [`REMEASURE_TRIES`]
-/// times); stops when the served version has a profile.
+/// times); stops when the served version has a profile that is not stale.
 async fn remeasure(st: Arc<Shared>, name: String) {
     for _ in 0..REMEASURE_TRIES {
         let Some(snap) = st.maps.get(&name) else {
             return;
         };
         let index = Arc::clone(snap.index());
-        if index.profile().is_some() {
+        if index.profile().is_some_and(|p| !p.is_stale(index.len())) {
             return;
         }
         let ix = Arc::clone(&index);

@@ -59,12 +59,12 @@ mod write;
 
 pub use batch::{Batch, CanonicalHnsw, Upsert, WriteOptions, MAX_KEY_LEN};
 pub use open::{Index, Options, Scratch};
-pub use profile::{Choice, Measured, Profile, Setting, RECALL_Z};
+pub use profile::{Choice, Measured, Profile, Setting, PROFILE_STALE_FRACTION, RECALL_Z};
 pub use rebase::{Written, DEFAULT_REBASES, LEASE_WAIT};
 pub use request::{PathChoice, QueryMode, Request};
 pub use response::{Counters, Neighbour, Response};
 pub use tune::{DEFAULT_PROFILE_QUERIES, PROFILE_K};
-pub use write::{Applied, DropReason, SidecarWrite, WriteReport, PROFILE_STALE_FRACTION};
+pub use write::{Applied, DropReason, SidecarWrite, WriteReport};
 
 // Building and publishing a map from records.
 mod build;

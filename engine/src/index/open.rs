@@ -14,7 +14,7 @@ use prox_kernels::Metric;
 use std::sync::{Arc, RwLock};
 
 /// The map's dimensions.
-fn metric_dims(cell: &Cell) -> usize {
+fn map_dims(cell: &Cell) -> usize {
     cell.borrow_dependent().map.dims() as usize
 }
 
@@ -225,7 +225,7 @@ impl Index {
         // A profile that does not load fails only the `recall` requests
         // (with its error); one of other sidecars (rebuilt since) is stale.
         let (profile, profile_error) = match layouts.profile {
-            Some(cid) => match Profile::load(store, cid, descriptor, metric_dims(&cell)) {
+            Some(cid) => match Profile::load(store, cid, descriptor, map_dims(&cell)) {
                 Ok(p) => (p.matches(named.hnsw, named.pq).then(|| Arc::new(p)), None),
                 Err(e) => (None, Some(e.to_string())),
             },

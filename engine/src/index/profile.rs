@@ -132,6 +132,10 @@ pub struct Measured {
     pub micros: f32,
 }
 
+/// A profile is due to be measured again once the records changed since
+/// it was measured pass this fraction of the map.
+pub const PROFILE_STALE_FRACTION: f64 = 0.1;
+
 /// A setting qualifies for a target when its measured recall less this
 /// many standard errors of the sample mean reaches the target.
 pub const RECALL_Z: f64 = 2.0;
@@ -367,6 +371,13 @@ impl Profile {
                 reason: other.to_string(),
             },
         })
+    }
+
+    /// True when the records changed since the measurement (`edits`) pass
+    /// [`PROFILE_STALE_FRACTION`] of a map of `records` records: it still
+    /// answers, and should be measured again.
+    pub fn is_stale(&self, records: u64) -> bool {
+        self.edits as f64 > PROFILE_STALE_FRACTION * records as f64
     }
 
     /// True when the profile measured exactly these sidecars.

@@ -77,15 +77,7 @@ pub enum DropReason {
     /// builds its own when opened (or persists it again with `prox accel
     /// build --layout`).
     Derived,
-    /// The recall profile: the records changed since it was measured
-    /// passed [`PROFILE_STALE_FRACTION`] of the map (measure it again with
-    /// [`Index::measure_profile`], `prox accel build --profile`).
-    Stale,
 }
-
-/// A carried recall profile is dropped once the records changed since it
-/// was measured pass this fraction of the map.
-pub const PROFILE_STALE_FRACTION: f64 = 0.1;
 
 /// What [`Index::apply`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,9 +110,14 @@ pub struct WriteReport {
     /// The persisted fast-scan lists of a 4-bit PQ sidecar (carried with
     /// the sidecar and persisted again; dropped with it).
     pub ivf: SidecarWrite,
-    /// The recall profile (carried, rebound to the new snapshot, until it
-    /// is [`DropReason::Stale`]).
+    /// The recall profile (carried to the new snapshot with its count of
+    /// changed records).
     pub profile: SidecarWrite,
+    /// The carried profile is due to be measured again
+    /// ([`super::Profile::is_stale`]): the writer should call
+    /// [`Index::measure_profile`] and [`Index::publish_profile`] (`prox
+    /// update` and `prox serve` do). Until then it keeps answering.
+    pub profile_stale: bool,
     /// Time carrying the sidecars (within `elapsed`).
     pub sidecar_time: Duration,
     /// Wall time of the whole apply.
@@ -337,35 +334,31 @@ impl Index {
             None => (None, SidecarWrite::Absent),
             Some(p) if unchanged => (Some(Arc::clone(p)), SidecarWrite::Unchanged),
             Some(p) => {
-                let edits = p.edits + inserted + moved + deleted;
-                if edits as f64 > PROFILE_STALE_FRACTION * records as f64 {
-                    (None, SidecarWrite::Dropped(DropReason::Stale))
+                let mut next = Profile {
+                    edits: p.edits + inserted + moved + deleted,
+                    hnsw: sidecars.hnsw,
+                    pq: sidecars.pq,
+                    ..(**p).clone()
+                };
+                // Entries of a sidecar the write dropped go with it.
+                next.entries.retain(|e| match e.setting.path {
+                    accel::Path::Native => true,
+                    accel::Path::Hnsw => next.hnsw.is_some(),
+                    accel::Path::Pq => next.pq.is_some(),
+                });
+                let write = if structural {
+                    SidecarWrite::Updated {
+                        inserted: plan.inserted.len(),
+                        removed: plan.removed.len(),
+                        relinked: 0,
+                    }
                 } else {
-                    let mut next = Profile {
-                        edits,
-                        hnsw: sidecars.hnsw,
-                        pq: sidecars.pq,
-                        ..(**p).clone()
-                    };
-                    // Entries of a sidecar the write dropped go with it.
-                    next.entries.retain(|e| match e.setting.path {
-                        accel::Path::Native => true,
-                        accel::Path::Hnsw => next.hnsw.is_some(),
-                        accel::Path::Pq => next.pq.is_some(),
-                    });
-                    let write = if structural {
-                        SidecarWrite::Updated {
-                            inserted: plan.inserted.len(),
-                            removed: plan.removed.len(),
-                            relinked: 0,
-                        }
-                    } else {
-                        SidecarWrite::Rebound
-                    };
-                    (Some(Arc::new(next)), write)
-                }
+                    SidecarWrite::Rebound
+                };
+                (Some(Arc::new(next)), write)
             }
         };
+        let profile_stale = carried.as_ref().is_some_and(|p| p.is_stale(records));
         layouts.profile = match &carried {
             // Set after the snapshot was published: persisted now.
             Some(p) if unchanged => match self.layouts.profile {
@@ -394,6 +387,7 @@ impl Index {
                 layout,
                 ivf,
                 profile,
+                profile_stale,
                 sidecar_time,
                 elapsed: start.elapsed(),
             },

@@ -1,13 +1,13 @@
 //! The recall profile: measured on a built map, published beside it,
 //! chosen from by `recall` requests (the fastest setting whose measured
 //! recall reaches the target, reported in the response), carried by writes
-//! until stale, and refused with a typed error where it cannot answer.
+//! (saying when it is due to be measured again), and refused with a typed error where it cannot answer.
 //! Seeded (`PROX_SEED`; the seed is in every failure message).
 
 use prox_engine::accel::{HnswParams, Path, PqParams};
 use prox_engine::index::{
-    self, Batch, Build, DropReason, Index, Options, QueryMode, Request, Scratch, SidecarWrite,
-    WriteOptions, PROFILE_K, RECALL_Z,
+    self, Batch, Build, Index, Options, QueryMode, Request, Scratch, SidecarWrite, WriteOptions,
+    PROFILE_K, RECALL_Z,
 };
 use prox_engine::proximity::ProximityConfig;
 use prox_engine::{BlockStore, Error, MemStore};
@@ -170,7 +170,7 @@ fn measured_published_and_chosen_from() {
 }
 
 #[test]
-fn writes_carry_the_profile_until_it_is_stale() {
+fn writes_carry_the_profile_and_say_when_it_is_stale() {
     let s = seed();
     let store = store_with_map(s);
     let ix = open(&store);
@@ -212,21 +212,25 @@ fn writes_carry_the_profile_until_it_is_stale() {
         big.upsert((N + i as u64).to_be_bytes().to_vec(), v.clone(), Vec::new());
     }
     let applied = ix2.apply(&big, &WriteOptions::default()).unwrap();
-    assert_eq!(
-        applied.report.profile,
-        SidecarWrite::Dropped(DropReason::Stale)
-    );
-    assert!(applied.index.profile().is_none());
-    applied.index.commit("m", Some(ix2.descriptor())).unwrap();
-    let ix3 = open(&store);
-    assert_eq!(ix3.layouts().profile, None);
     assert!(matches!(
-        ix3.search(&mut sc, q, &Request::new(10).recall(0.9)),
-        Err(Error::InvalidRequest {
-            field: "recall",
-            ..
-        })
+        applied.report.profile,
+        SidecarWrite::Updated { .. }
     ));
+    assert!(applied.report.profile_stale, "550 edits of 4,050 records");
+    let stale = applied.index.profile().unwrap();
+    assert!(stale.edits == 550 && stale.is_stale(applied.index.len()));
+    applied.index.commit("m", Some(ix2.descriptor())).unwrap();
+    // A stale profile keeps answering until it is measured again.
+    let ix3 = open(&store);
+    assert_eq!(ix3.profile().unwrap().edits, 550);
+    let r = ix3
+        .search(&mut sc, q, &Request::new(10).recall(0.9))
+        .unwrap();
+    assert!(r.tuned.is_some());
+    let fresh = ix3.measure_profile(60).unwrap();
+    assert!(fresh.edits == 0 && !fresh.is_stale(ix3.len()));
+    ix3.publish_profile("m", &fresh).unwrap();
+    assert_eq!(open(&store).profile().as_deref(), Some(&fresh));
 }
 
 #[test]

@@ -431,8 +431,9 @@ fn schemas(f: &Facts) -> Value {
                 "inserted": count, "moved": count, "value_only": count, "deleted": count,
                 "absent_deletes": count, "blocks_written": count, "bytes_written": count,
                 "hnsw": {"type": "string"}, "pq": {"type": "string"},
-                "profile": {"type": "string", "description": "the recall profile: dropped when a tenth of \
-                    the records changed since it was measured (then measured again in the background)"},
+                "profile": {"type": "string", "description": "the recall profile: `stale` when a tenth of \
+                    the records changed since it was measured (it keeps answering and is measured again \
+                    in the background)"},
                 "took_us": count}},
         "Dropped": {"type": "object", "required": ["name", "dropped"], "additionalProperties": false,
             "properties": {"name": {"type": "string"}, "dropped": cid}},

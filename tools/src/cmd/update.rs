@@ -81,7 +81,7 @@ pub struct UpdateArgs {
     pub no_rebase: bool,
     /// When the writes made the map's recall profile stale (a tenth of
     /// the records changed since it was measured), measure it again on this
-    /// many records at the end; 0: leave the map without one.
+    /// many records at the end; 0: keep the carried one.
     #[arg(long, value_name = "QUERIES", default_value_t = prox_engine::index::DEFAULT_PROFILE_QUERIES)]
     pub profile: usize,
     /// One JSON line per batch and a summary line instead of text.
@@ -288,10 +288,6 @@ fn sidecar(w: &SidecarWrite) -> (&'static str, String) {
         SidecarWrite::Rebuilt => ("rebuilt", "rebuilt canonically".into()),
         SidecarWrite::Dropped(DropReason::Requested) => ("dropped", "dropped (as asked)".into()),
         SidecarWrite::Dropped(DropReason::Empty) => ("dropped", "dropped (map empty)".into()),
-        SidecarWrite::Dropped(DropReason::Stale) => (
-            "dropped",
-            "dropped (a tenth of the map changed since it was measured)".into(),
-        ),
         SidecarWrite::Dropped(DropReason::Derived) => (
             "dropped",
             "dropped (derived from the old hierarchy; `prox accel build --layout` persists it again)"
@@ -349,7 +345,7 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         let (layout, layout_text) = sidecar(&r.layout);
         let (ivf, ivf_text) = sidecar(&r.ivf);
         let (profile, profile_text) = sidecar(&r.profile);
-        stale |= r.profile == SidecarWrite::Dropped(DropReason::Stale);
+        stale = r.profile_stale;
         if args.json {
             out.json(&serde_json::json!({
                 "batch": batches,
@@ -399,9 +395,9 @@ pub fn run(args: &UpdateArgs) -> Result<()> {
         edits += batch.len() as u64;
         index = applied.index;
     }
-    // Writes carried the recall profile until it went stale: measure the
-    // published snapshot again.
-    let profiled = match stale && index.profile().is_none() {
+    // A tenth of the map changed since the recall profile was measured:
+    // measure the published snapshot again.
+    let profiled = match stale {
         true => crate::map::profile(Arc::clone(&store), &args.name, args.profile)?,
         false => None,
     };
