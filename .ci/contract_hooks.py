@@ -14,8 +14,10 @@ A search's `recall` picks path, mode and knobs itself; the document states
 the combinations it refuses within the body (`not`), but a query-string
 option overrides the body's member of the same name, which JSON Schema
 cannot tie to the body: positive searches with a `recall` anywhere lose the
-knobs (`ef`, `nprobe`, `rerank`, `budget`) and non-`auto` paths and modes
-from the other place. Negative cases are left as generated.
+valid knobs (`ef`, `nprobe`, `rerank`, `budget`) and valid non-`auto` paths
+and modes, in either place (an invalid value is kept: the stateful phase
+can hand a case with an invalid component to this hook as positive).
+Negative cases are left as generated.
 """
 
 import math
@@ -67,22 +69,34 @@ def map_case(context, case):
 
 
 KNOBS = ("ef", "nprobe", "rerank", "budget")
+REFUSED = {
+    "path": ("native", "hnsw", "pq"),
+    "mode": ("exact", "fast", "balanced", "high"),
+}
+
+
+def _valid_knob(v):
+    if isinstance(v, str) and v.isdigit():
+        v = int(v)
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
 def _recall_alone(case):
     """A positive search with `recall` in the body or the query string
-    keeps no knob, path or mode that `recall` refuses, in either place."""
+    keeps no valid knob, path or mode that `recall` refuses, in either
+    place."""
     query = dict(case.query or {})
     body = case.body if isinstance(case.body, dict) else None
     if query.get("recall") is None and (body is None or body.get("recall") is None):
         return
     for name in KNOBS:
-        query.pop(name, None)
-        if body is not None and name in body:
-            body[name] = None
-    for name in ("path", "mode"):
-        if query.get(name) not in (None, "auto"):
+        if _valid_knob(query.get(name)):
             query.pop(name)
-        if body is not None and body.get(name) not in (None, "auto"):
+        if body is not None and _valid_knob(body.get(name)):
+            body[name] = None
+    for name, refused in REFUSED.items():
+        if query.get(name) in refused:
+            query.pop(name)
+        if body is not None and body.get(name) in refused:
             body[name] = "auto"
     case.query = query

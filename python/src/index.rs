@@ -412,7 +412,7 @@ impl PyIndex {
     /// ``mode``: ``auto``, ``exact``, ``fast``, ``balanced``, ``high``;
     /// ``path``: ``auto``, ``native``, ``hnsw``, ``pq``; ``ef``, ``nprobe``,
     /// ``rerank``, ``budget`` as in ``prox query``; ``recall``: a target
-    /// recall@10 in (0, 1], run on the fastest setting the map's recall
+    /// recall@10 in [0, 1] (0: the fastest setting), run on the fastest setting the map's recall
     /// profile measured to reach it (``choose`` tells which; only with
     /// mode and path ``auto``, no ``ef``/``nprobe``/``rerank``/``budget``);
     /// ``filter``: one of

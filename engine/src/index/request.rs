@@ -137,7 +137,7 @@ pub struct Request {
     /// PQ: candidates reranked exactly per hit (`None`: `ef`, else the
     /// manifest's).
     pub rerank: Option<usize>,
-    /// Target recall@10 in `(0, 1]`: the fastest path and setting of the
+    /// Target recall@10 in `[0, 1]`: the fastest path and setting of the
     /// map's recall profile measured to reach it runs
     /// ([`crate::index::Profile::choose`]; reported in
     /// [`crate::index::Response::tuned`]). Only with path and mode `auto`
@@ -241,8 +241,8 @@ impl Request {
             return bad("rerank", "must be at least 1");
         }
         if let Some(r) = self.recall {
-            if !(r > 0.0 && r <= 1.0) {
-                return bad("recall", "must be a number in (0, 1]");
+            if !(0.0..=1.0).contains(&r) {
+                return bad("recall", "must be a number in [0, 1]");
             }
             let knobs = self.ef.is_some() || self.nprobe.is_some() || self.rerank.is_some();
             if self.path != PathChoice::Auto || self.mode != QueryMode::Auto {
@@ -310,7 +310,7 @@ mod tests {
         let unsorted = Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()]);
         assert_eq!(field(Request::new(3).filter(unsorted)), "filter");
         assert!(Request::new(3).budget(5).validate().is_ok());
-        for bad in [0.0, -0.1, 1.01, f64::NAN, f64::INFINITY] {
+        for bad in [-0.1, 1.01, f64::NAN, f64::INFINITY] {
             assert_eq!(field(Request::new(3).recall(bad)), "recall");
         }
         assert_eq!(

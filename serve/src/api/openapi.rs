@@ -347,10 +347,10 @@ fn schemas(f: &Facts) -> Value {
         "path": {"type": "string", "enum": ["native", "hnsw", "pq"]},
         "results": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
         "tuned": {"type": "object", "additionalProperties": false,
-            "required": ["setting", "recall", "stderr", "micros", "reached"],
+            "required": ["setting", "measured_recall", "stderr", "micros", "reached"],
             "description": "with `recall`: the setting the map's recall profile chose, its measured recall@10 \
                 (and standard error) and single-thread time per query, and whether it reaches the target",
-            "properties": {"setting": {"type": "string"}, "recall": number, "stderr": number,
+            "properties": {"setting": {"type": "string"}, "measured_recall": number, "stderr": number,
                 "micros": number, "reached": {"type": "boolean"}}},
     });
     let count = json!({"type": "integer", "minimum": 0});
@@ -442,7 +442,7 @@ fn schemas(f: &Facts) -> Value {
 
 /// The `recall` option: listed when every served map has a recall profile.
 fn recall_schema() -> Value {
-    json!({"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1,
+    json!({"type": "number", "minimum": 0, "maximum": 1,
         "description": "target recall@10: the fastest path and setting the map's recall profile measured \
             to reach it runs (reported in `tuned`); only with path and mode auto and no ef, nprobe, rerank \
             or budget (docs/search.md, \"Choosing by recall\")"})

@@ -92,8 +92,8 @@ pub(super) fn query(
         Some(v) => {
             q.recall = Some(
                 v.as_f64()
-                    .filter(|r| *r > 0.0 && *r <= 1.0)
-                    .ok_or_else(|| ApiError::field("recall", "must be a number in (0, 1]"))?,
+                    .filter(|r| (0.0..=1.0).contains(r))
+                    .ok_or_else(|| ApiError::field("recall", "must be a number in [0, 1]"))?,
             )
         }
     }

@@ -18,7 +18,8 @@ pub(crate) struct WireHit {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct WireTuned {
     setting: String,
-    recall: f64,
+    /// The profile's measured recall (not the target).
+    measured_recall: f64,
     stderr: f64,
     micros: f64,
     reached: bool,
@@ -39,7 +40,7 @@ impl From<Response> for WireAnswer {
         WireAnswer {
             tuned: a.tuned.map(|t| WireTuned {
                 setting: t.setting.to_string(),
-                recall: t.recall,
+                measured_recall: t.recall,
                 stderr: t.stderr,
                 micros: t.micros,
                 reached: t.reached,

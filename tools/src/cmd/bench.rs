@@ -81,7 +81,7 @@ pub struct MapBenchArgs {
     /// PQ fast-scan partitions probed per query on the PQ path (default: the index's).
     #[arg(long)]
     pub nprobe: Option<usize>,
-    /// Target recalls (comma-separated, each in (0, 1]): instead of the
+    /// Target recalls (comma-separated, each in [0, 1]): instead of the
     /// path sweep, run each as `prox query --recall` does (the setting the
     /// map's recall profile picks) and report the recall reached.
     #[arg(long, value_delimiter = ',')]

@@ -67,7 +67,7 @@ pub struct QueryArgs {
     /// by the adaptive presets (default: the preset's count).
     #[arg(long)]
     pub nprobe: Option<usize>,
-    /// Target recall@10 in (0, 1]: run the fastest path and setting the
+    /// Target recall@10 in [0, 1] (0: the fastest setting): run the fastest path and setting the
     /// map's recall profile measured to reach it (with --path and --mode
     /// auto, no --ef/--rerank/--nprobe/--budget; docs/search.md, "Choosing
     /// by recall").
