@@ -7,7 +7,7 @@ mod common;
 
 use common::{ok, run, s, Shape};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn seed() -> String {
     common::seed(11)
@@ -28,6 +28,21 @@ fn build(store: &Path, data: &Path, extra: &[&str]) -> String {
     ok(&args)
 }
 
+/// A generated dataset of `n` x `dim` with `queries` queries in a fresh
+/// directory: (the directory, its data folder, a store path beside it).
+fn dataset(n: usize, dim: usize, queries: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, store) = (dir.path().join("data"), dir.path().join("store"));
+    let shape = Shape {
+        n,
+        dim,
+        queries,
+        k: 10,
+    };
+    common::datagen(&data, shape, &seed(), &[]);
+    (dir, data, store)
+}
+
 /// The `--json` lines of `prox bench` (stdout).
 fn records(text: &str) -> Vec<Value> {
     text.lines()
@@ -37,15 +52,7 @@ fn records(text: &str) -> Vec<Value> {
 
 #[test]
 fn build_profiles_and_recall_picks_a_setting_that_reaches_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, store) = (dir.path().join("data"), dir.path().join("store"));
-    let shape = Shape {
-        n: 3000,
-        dim: 16,
-        queries: 40,
-        k: 10,
-    };
-    common::datagen(&data, shape, &seed(), &[]);
+    let (_dir, data, store) = dataset(3000, 16, 40);
     let out = build(
         &store,
         &data,
@@ -162,15 +169,7 @@ fn build_profiles_and_recall_picks_a_setting_that_reaches_it() {
 
 #[test]
 fn maps_without_a_profile_say_how_to_get_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, store) = (dir.path().join("data"), dir.path().join("store"));
-    let shape = Shape {
-        n: 500,
-        dim: 8,
-        queries: 5,
-        k: 10,
-    };
-    common::datagen(&data, shape, &seed(), &[]);
+    let (_dir, data, store) = dataset(500, 8, 5);
     let out = build(&store, &data, &["--profile", "0"]);
     assert!(!out.contains("layout.profile"), "{out}");
     let q = data.join("query.fvecs");
