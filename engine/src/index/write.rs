@@ -359,12 +359,10 @@ impl Index {
             }
         };
         let profile_stale = carried.as_ref().is_some_and(|p| p.is_stale(records));
+        // Persisted from the profile in use, which `set_profile` may have
+        // replaced since the snapshot was opened (an equal one is the same
+        // block).
         layouts.profile = match &carried {
-            // Set after the snapshot was published: persisted now.
-            Some(p) if unchanged => match self.layouts.profile {
-                Some(c) => Some(c),
-                None => Some(p.persist(&counting, descriptor, dims, records)?),
-            },
             Some(p) => Some(p.persist(&counting, descriptor, dims, records)?),
             None => None,
         };

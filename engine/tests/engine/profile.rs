@@ -295,3 +295,37 @@ fn a_damaged_profile_fails_only_recall_requests() {
         other => panic!("expected the profile's corruption, got {other:?} (seed {s})"),
     }
 }
+
+#[test]
+fn a_profile_set_on_a_served_index_is_what_its_next_write_publishes() {
+    let s = seed();
+    let store = store_with_map(s);
+    let ix = open(&store);
+    let old = ix.measure_profile(40).unwrap();
+    ix.publish_profile("m", &old).unwrap();
+    let ix = open(&store);
+    // A newer profile handed to the open index, as prox serve does after
+    // measuring again (here: published, so the root names it).
+    let new = ix.measure_profile(60).unwrap();
+    ix.publish_profile("m", &new).unwrap();
+    ix.set_profile(new.clone()).unwrap();
+    // A batch that leaves the descriptor unchanged (an absent key deleted),
+    // then one that changes it: each publishes the profile in use.
+    let mut absent = Batch::new();
+    absent.delete(u64::MAX.to_be_bytes().to_vec());
+    let applied = ix.apply(&absent, &WriteOptions::default()).unwrap();
+    assert_eq!(applied.index.descriptor(), ix.descriptor());
+    applied.index.commit("m", Some(ix.descriptor())).unwrap();
+    assert_eq!(open(&store).profile().as_deref(), Some(&new), "seed {s}");
+    let ix = open(&store);
+    let mut one = Batch::new();
+    one.upsert(
+        N.to_be_bytes().to_vec(),
+        points(s, 5, 1).remove(0),
+        Vec::new(),
+    );
+    let applied = ix.apply(&one, &WriteOptions::default()).unwrap();
+    applied.index.commit("m", Some(ix.descriptor())).unwrap();
+    let carried = open(&store).profile().unwrap();
+    assert_eq!((carried.queries, carried.edits), (60, 1), "seed {s}");
+}
