@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, prox, run, s, succeeds, Shape};
+use common::{map_cmd, ok, prox, run, s, succeeds, Shape};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -30,19 +30,6 @@ fn fails(args: &[&str], code: i32) -> String {
 
 /// `prox VERB --store STORE --name NAME FLAG FILE EXTRA...`: the shape of
 /// every map command (build/query/update) in these tests.
-fn map_cmd<'a>(
-    verb: &'a str,
-    store: &'a Path,
-    name: &'a str,
-    flag: &'a str,
-    file: &'a Path,
-    extra: &[&'a str],
-) -> Vec<&'a str> {
-    let mut v = vec![verb, "--store", s(store), "--name", name, flag, s(file)];
-    v.extend_from_slice(extra);
-    v
-}
-
 fn is_cid(line: &str) -> bool {
     line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -942,21 +929,14 @@ fn pq_sweep_crosses_nprobe_with_rerank() {
     assert_eq!(recalls(&once), recalls(&short));
     assert_eq!(recalls(&four), recalls(&short));
     let (q, gt) = (f.data.join("query.fvecs"), f.data.join("gt.ivecs"));
-    let o = run(&[
+    let o = run(&map_cmd(
         "bench",
-        "--store",
-        s(&f.store),
-        "--name",
+        &f.store,
         "m",
         "--queries",
-        s(&q),
-        "--gt",
-        s(&gt),
-        "--path",
-        "pq",
-        "--reps",
-        "0",
-    ]);
+        &q,
+        &["--gt", s(&gt), "--path", "pq", "--reps", "0"],
+    ));
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--reps"),

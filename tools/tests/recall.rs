@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, run, s, Shape};
+use common::{map_cmd, ok, run, s, Shape};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -14,18 +14,14 @@ fn seed() -> String {
 }
 
 fn build(store: &Path, data: &Path, extra: &[&str]) -> String {
-    let base = data.join("base.fvecs");
-    let mut args = vec![
+    ok(&map_cmd(
         "build",
-        "--store",
-        s(store),
-        "--name",
+        store,
         "m",
         "--input",
-        s(&base),
-    ];
-    args.extend_from_slice(extra);
-    ok(&args)
+        &data.join("base.fvecs"),
+        extra,
+    ))
 }
 
 /// A generated dataset of `n` x `dim` with `queries` queries in a fresh
@@ -88,20 +84,14 @@ fn build_profiles_and_recall_picks_a_setting_that_reaches_it() {
 
     // prox query says what it chose.
     let (q, gt) = (data.join("query.fvecs"), data.join("gt.ivecs"));
-    let o = run(&[
+    let o = run(&map_cmd(
         "query",
-        "--store",
-        s(&store),
-        "--name",
+        &store,
         "m",
         "--queries",
-        s(&q),
-        "--gt",
-        s(&gt),
-        "--recall",
-        "0.9",
-        "--json",
-    ]);
+        &q,
+        &["--gt", s(&gt), "--recall", "0.9", "--json"],
+    ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("chosen for recall 0.9: "), "{err}");
@@ -111,23 +101,23 @@ fn build_profiles_and_recall_picks_a_setting_that_reaches_it() {
     assert_eq!(first["tuned"]["reached"], Value::Bool(true));
 
     // prox bench measures the recall each target reaches.
-    let bench = ok(&[
+    let bench = ok(&map_cmd(
         "bench",
-        "--store",
-        s(&store),
-        "--name",
+        &store,
         "m",
         "--queries",
-        s(&q),
-        "--gt",
-        s(&gt),
-        "--recall",
-        "0.8,0.95,1",
-        "--threads",
-        "1",
-        "--reps",
-        "1",
-    ]);
+        &q,
+        &[
+            "--gt",
+            s(&gt),
+            "--recall",
+            "0.8,0.95,1",
+            "--threads",
+            "1",
+            "--reps",
+            "1",
+        ],
+    ));
     let recs = records(&bench);
     assert_eq!(recs.len(), 3, "{bench}");
     for (r, target) in recs.iter().zip([0.8, 0.95, 1.0]) {
@@ -147,17 +137,7 @@ fn build_profiles_and_recall_picks_a_setting_that_reaches_it() {
         &["--recall", "1.5"][..],
         &["--recall", "0.9", "--ef", "40"][..],
     ] {
-        let mut args = vec![
-            "query",
-            "--store",
-            s(&store),
-            "--name",
-            "m",
-            "--queries",
-            s(&q),
-        ];
-        args.extend_from_slice(bad);
-        let o = run(&args);
+        let o = run(&map_cmd("query", &store, "m", "--queries", &q, bad));
         assert!(!o.status.success());
         assert!(
             String::from_utf8_lossy(&o.stderr).contains("recall"),
@@ -174,17 +154,14 @@ fn maps_without_a_profile_say_how_to_get_one() {
     assert!(!out.contains("layout.profile"), "{out}");
     let q = data.join("query.fvecs");
     let query = |store: &Path| {
-        run(&[
+        run(&map_cmd(
             "query",
-            "--store",
-            s(store),
-            "--name",
+            store,
             "m",
             "--queries",
-            s(&q),
-            "--recall",
-            "0.9",
-        ])
+            &q,
+            &["--recall", "0.9"],
+        ))
     };
     let o = query(&store);
     assert!(!o.status.success());
@@ -217,5 +194,65 @@ fn maps_without_a_profile_say_how_to_get_one() {
     assert!(
         out.lines().any(|l| l.starts_with("layout.profile ")),
         "{out}"
+    );
+}
+
+/// The recall profile as `prox inspect --root m` prints it.
+fn profile_of(store: &Path) -> Value {
+    let root = ok(&["inspect", "--store", s(store), "--root", "m", "--json"]);
+    serde_json::from_str::<Value>(&root).unwrap()["recall_profile"].clone()
+}
+
+#[test]
+fn update_carries_the_profile_and_measures_a_stale_one_again() {
+    let (_dir, data, store) = dataset(600, 8, 5);
+    build(&store, &data, &["--profile", "100"]);
+    let more = data.join("query.fvecs");
+    // 5 new points: carried with its count of changed records.
+    let out = ok(&map_cmd(
+        "update",
+        &store,
+        "m",
+        "--input",
+        &more,
+        &["--start-key", "1000", "--json"],
+    ));
+    assert!(out.contains(r#""profile":"updated""#), "{out}");
+    let p = profile_of(&store);
+    assert_eq!(
+        (p["edits"].as_u64(), p["queries"].as_u64()),
+        (Some(5), Some(100))
+    );
+    // 100 more (105 of 705 records changed): stale, measured again at the
+    // end.
+    let dir = tempfile::tempdir().unwrap();
+    let hundred = dir.path().join("hundred.fvecs");
+    common::datagen(
+        dir.path(),
+        Shape {
+            n: 100,
+            dim: 8,
+            queries: 1,
+            k: 1,
+        },
+        &seed(),
+        &[],
+    );
+    std::fs::rename(dir.path().join("base.fvecs"), &hundred).unwrap();
+    let o = run(&map_cmd(
+        "update",
+        &store,
+        "m",
+        "--input",
+        &hundred,
+        &["--start-key", "2000", "--profile", "80"],
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("recall profile measured again"), "{err}");
+    let p = profile_of(&store);
+    assert_eq!(
+        (p["edits"].as_u64(), p["queries"].as_u64()),
+        (Some(0), Some(80))
     );
 }

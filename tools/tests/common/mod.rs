@@ -145,3 +145,18 @@ pub(crate) fn query_ids(
     let _ = std::fs::remove_file(&out);
     ids
 }
+
+/// `VERB --store STORE --name NAME FLAG FILE EXTRA...`: a command on a
+/// named map with one file argument.
+pub(crate) fn map_cmd<'a>(
+    verb: &'a str,
+    store: &'a Path,
+    name: &'a str,
+    flag: &'a str,
+    file: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut v = vec![verb, "--store", s(store), "--name", name, flag, s(file)];
+    v.extend_from_slice(extra);
+    v
+}
