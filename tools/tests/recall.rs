@@ -225,20 +225,8 @@ fn update_carries_the_profile_and_measures_a_stale_one_again() {
     );
     // 100 more (105 of 705 records changed): stale, measured again at the
     // end.
-    let dir = tempfile::tempdir().unwrap();
-    let hundred = dir.path().join("hundred.fvecs");
-    common::datagen(
-        dir.path(),
-        Shape {
-            n: 100,
-            dim: 8,
-            queries: 1,
-            k: 1,
-        },
-        &seed(),
-        &[],
-    );
-    std::fs::rename(dir.path().join("base.fvecs"), &hundred).unwrap();
+    let (_more, more_data, _) = dataset(100, 8, 1);
+    let hundred = more_data.join("base.fvecs");
     let o = run(&map_cmd(
         "update",
         &store,
