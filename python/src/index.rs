@@ -7,7 +7,7 @@
 use crate::convert::{self, Matrix};
 use crate::error::{self, invalid, raise};
 use numpy::PyArray1;
-use prox_engine::accel::{HnswParams, PqParams};
+use prox_engine::accel::{HnswParams, PqSpec};
 use prox_engine::index::{
     self, Batch, Response, Scratch, WriteOptions, WriteReport, DEFAULT_SQ8_GROUP,
 };
@@ -172,8 +172,9 @@ impl PyIndex {
     /// keys), or a sequence of ``bytes``. ``values``: ``None`` (empty) or a
     /// sequence of ``bytes`` / ``str``. ``metric``: ``"l2"``, ``"cosine"``
     /// or ``"ip"``. ``sq8``: ``True`` (group 32) or a group size.
-    /// ``hnsw`` / ``pq``: ``True`` (defaults), a dict or a ``"k=v,..."``
-    /// string (the keys of ``prox build --hnsw/--pq``). ``store``:
+    /// ``hnsw`` / ``pq``: ``True`` (the defaults of ``prox build
+    /// --hnsw/--pq``; PQ's follow the data's shape), a dict or a
+    /// ``"k=v,..."`` string (the same keys). ``store``:
     /// ``None`` for an in-memory store, or a directory (created if absent)
     /// where the map is published under ``name``. ``threads``: build
     /// threads (default all cores). ``warm``: build the native search
@@ -265,7 +266,8 @@ impl PyIndex {
             build.hnsw = Some(HnswParams::parse(&s).map_err(error::engine)?);
         }
         if let Some(s) = convert::params(pq, "pq")? {
-            build.pq = Some(PqParams::parse(&s).map_err(error::engine)?);
+            let spec = PqSpec::parse(&s).map_err(error::engine)?;
+            build.pq = Some(spec.resolve(m.dims, m.rows as u64).map_err(error::engine)?);
         }
         build.threads = threads;
         build.layouts = layouts;

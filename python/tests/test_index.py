@@ -195,6 +195,18 @@ def test_persisted_layouts_are_read_at_open_and_answer_alike(rng, tmp_path):
         np.testing.assert_array_equal(reopened.search(q, k=5, **kw)[1], without.search(q, k=5, **kw)[1])
 
 
+def test_bare_pq_builds_fast_scan_codes_and_preset_spec_does_not(rng, tmp_path):
+    x = data(rng, n=2000)
+    fast = prox.Index.build(x, pq=True, layouts=True, profile=0)
+    assert fast.layouts["ivf"] is not None  # 4-bit codes have fast-scan lists
+    spec = prox.Index.build(x, pq="preset=spec", layouts=True, profile=0)
+    assert spec.layouts["ivf"] is None  # 8 x 256: 8-bit codes, no fast scan
+    with pytest.raises(prox.InvalidInputError, match="preset"):
+        prox.Index.build(x, pq="preset=fastest")
+    with pytest.raises(prox.InvalidInputError, match="subquantizers"):
+        prox.Index.build(x, pq={"subquantizers": D + 1})
+
+
 def test_budget_and_timeout(rng):
     x = data(rng, n=2000)
     index = prox.Index.build(x)

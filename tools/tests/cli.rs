@@ -28,8 +28,7 @@ fn fails(args: &[&str], code: i32) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `prox VERB --store STORE --name NAME FLAG FILE EXTRA...`: the shape of
-/// every map command (build/query/update) in these tests.
+/// A CID as the CLI prints it: 64 hex digits.
 fn is_cid(line: &str) -> bool {
     line.len() == 64 && line.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -467,6 +466,77 @@ fn accel_build_attaches_sidecars_to_the_named_root() {
     assert!(both["pq"].is_string(), "{both}");
 }
 
+/// The PQ configuration of the map `m`'s published sidecar.
+fn pq_config(store: &str) -> serde_json::Value {
+    let v = &json_lines(&ok(&["verify", "--store", store, "m", "--json"]))[0];
+    let cid = v["pq"].as_str().expect("a PQ sidecar").to_string();
+    json_lines(&ok(&["inspect", "--store", store, &cid, "--json"]))[0]["config"].clone()
+}
+
+/// A bare `--pq` builds what the tables measure: 4-bit codes for the IVF
+/// fast scan, with subquantizers chosen from the dimensions (2 per
+/// subquantizer at d = 8), and persists the fast-scan lists; keys
+/// override single parameters and `preset=spec` gives the spec defaults.
+#[test]
+fn a_bare_pq_flag_builds_the_recommended_fast_scan_sidecar() {
+    let f = fixture(&["--hnsw", "--pq"]);
+    let st = s(&f.store);
+    let c = pq_config(st);
+    assert_eq!(
+        (
+            &c["subquantizers"],
+            &c["centroids"],
+            &c["iterations"],
+            &c["rerank_multiplier"]
+        ),
+        (&4.into(), &16.into(), &6.into(), &8.into()),
+        "{c}"
+    );
+    let meta = common::root_metadata(st, "m");
+    assert!(meta.get("prox.layout.ivf").is_some(), "{meta}");
+    let hnsw = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0]["hnsw"];
+    let h = &json_lines(&ok(&[
+        "inspect",
+        "--store",
+        st,
+        hnsw.as_str().unwrap(),
+        "--json",
+    ]))[0];
+    assert_eq!(h["config"]["ef_construction"], 200, "{h}");
+    ok(&[
+        "accel", "build", "--store", st, "--name", "m", "--pq", "rerank=3",
+    ]);
+    let c = pq_config(st);
+    assert_eq!(
+        (&c["subquantizers"], &c["rerank_multiplier"]),
+        (&4.into(), &3.into()),
+        "{c}"
+    );
+    ok(&[
+        "accel",
+        "build",
+        "--store",
+        st,
+        "--name",
+        "m",
+        "--pq",
+        "preset=spec",
+    ]);
+    let c = pq_config(st);
+    assert_eq!(
+        (&c["subquantizers"], &c["centroids"], &c["iterations"]),
+        (&8.into(), &256.into(), &12.into()),
+        "{c}"
+    );
+    let bad = fails(
+        &[
+            "accel", "build", "--store", st, "--name", "m", "--pq", "m=9",
+        ],
+        1,
+    );
+    assert!(bad.contains("subquantizers must be in 1..=8"), "{bad}");
+}
+
 /// `prox accel build --layout` persists the native search layouts under the
 /// named root; queries answer exactly as before in every mode; an update
 /// that changes the descriptor reports the layouts dropped, and they can be
@@ -537,7 +607,7 @@ fn build_persists_layouts_by_default_and_no_layout_skips_them() {
         "--name",
         "m",
         "--pq",
-        "subquantizers=4",
+        "subquantizers=4,preset=spec",
     ]);
     let meta = common::root_metadata(s(&with), "m");
     assert!(meta.get("prox.layout.ivf").is_none(), "{meta}");

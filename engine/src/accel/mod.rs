@@ -27,7 +27,10 @@ mod source;
 mod vectors;
 
 pub use hnsw::{Filter, Hnsw, IdHit, SearchGraph};
-pub use params::{parse_kv, BuildKind, HnswParams, PqParams};
+pub use params::{
+    parse_kv, BuildKind, HnswParams, PqParams, PqPreset, PqSpec, RECOMMENDED_EF_CONSTRUCTION,
+    RECOMMENDED_MAX_SUBQUANTIZERS,
+};
 pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
 pub use pq::Pq;
 pub(crate) use source::map_rows;

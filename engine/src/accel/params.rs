@@ -94,16 +94,34 @@ impl HnswParams {
         }
     }
 
-    /// Parses `k=v,...` over the defaults. Keys: `max_connections` (`m`),
-    /// `ef_construction` (`efc`), `ef_search` (`ef`), `level_bits`,
-    /// `overfetch`, `seed`, `build` (`fast` | `canonical`). An empty string
-    /// gives the defaults. The result is validated.
+    /// What `prox build --hnsw` builds when no parameter is given: the
+    /// spec defaults with `ef_construction` 200 (a better graph for about
+    /// 1.5x the build time; hnswlib's usual setting).
+    pub fn recommended() -> Self {
+        HnswParams {
+            ef_construction: RECOMMENDED_EF_CONSTRUCTION,
+            ..HnswParams::default()
+        }
+    }
+
+    /// Parses `k=v,...` over [`HnswParams::recommended`]. Keys:
+    /// `max_connections` (`m`), `ef_construction` (`efc`), `ef_search`
+    /// (`ef`), `level_bits`, `overfetch`, `seed`, `build` (`fast` |
+    /// `canonical`). An empty string gives the recommended parameters. When
+    /// `ef_construction` is not given it is at least `max_connections`, and
+    /// a canonical build (which does not use it) records the spec's 128, so
+    /// its manifest matches the reference's defaults. The result is
+    /// validated.
     pub fn parse(s: &str) -> Result<Self> {
-        let mut p = HnswParams::default();
+        let mut p = HnswParams::recommended();
+        let mut efc_given = false;
         for (k, v) in parse_kv(s)? {
             match k {
                 "max_connections" | "m" => p.max_connections = num(k, v)?,
-                "ef_construction" | "efc" => p.ef_construction = num(k, v)?,
+                "ef_construction" | "efc" => {
+                    p.ef_construction = num(k, v)?;
+                    efc_given = true;
+                }
                 "ef_search" | "ef" => p.ef_search = num(k, v)?,
                 "level_bits" => p.level_bits = num(k, v)?,
                 "overfetch" | "overfetch_multiplier" => p.overfetch = num(k, v)?,
@@ -121,6 +139,13 @@ impl HnswParams {
                 }
                 _ => return Err(unknown("hnsw", k)),
             }
+        }
+        if !efc_given {
+            p.ef_construction = match p.build {
+                BuildKind::Canonical => HnswParams::default().ef_construction,
+                BuildKind::Fast => p.ef_construction,
+            }
+            .max(u32::from(p.max_connections));
         }
         p.validate()?;
         Ok(p)
@@ -180,22 +205,135 @@ impl PqParams {
         Ok(())
     }
 
-    /// Parses `k=v,...` over the defaults. Keys: `subquantizers` (`m`),
-    /// `centroids` (`k`), `iterations`, `rerank`, `seed`. Range checks that
-    /// depend on the dimensions happen at build time.
+    /// What `prox build --pq` builds when no parameter is given, for a map
+    /// of `records` vectors of `dims` dimensions: 4-bit codes (16
+    /// centroids, fewer only when the map has fewer records) that the IVF
+    /// fast scan reads, 6 training rounds, and one subquantizer per
+    /// `w` dimensions, `w` the smallest power of two from 2 that keeps the
+    /// code at most 96 bytes (d = 128: 64; d = 384: 96; d = 768: 96).
+    pub fn recommended(dims: usize, records: u64) -> Self {
+        let dims = dims.max(1);
+        let mut width = 2usize;
+        while dims.div_ceil(width) > RECOMMENDED_MAX_SUBQUANTIZERS {
+            width *= 2;
+        }
+        PqParams {
+            subquantizers: dims.div_ceil(width).min(dims) as u32,
+            centroids: records.clamp(1, 16) as u16,
+            iterations: 6,
+            ..PqParams::default()
+        }
+    }
+
+    /// Parses `k=v,...` over the spec defaults (8 subquantizers of 256
+    /// centroids). Keys as [`PqSpec::parse`], without `preset`. Range
+    /// checks that depend on the dimensions happen at build time.
     pub fn parse(s: &str) -> Result<Self> {
-        let mut p = PqParams::default();
+        PqSpec::parse(s)?.over(PqParams::default())
+    }
+}
+
+/// Code bytes (subquantizers) [`PqParams::recommended`] stays within.
+pub const RECOMMENDED_MAX_SUBQUANTIZERS: usize = 96;
+
+/// `ef_construction` of [`HnswParams::recommended`].
+pub const RECOMMENDED_EF_CONSTRUCTION: u32 = 200;
+
+/// Which defaults a [`PqSpec`] fills in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PqPreset {
+    /// [`PqParams::recommended`] for the map's shape.
+    #[default]
+    Auto,
+    /// The spec defaults ([`PqParams::default`]: 8, 256, 12, 8, 0).
+    Spec,
+}
+
+/// PQ parameters as a user asks for them (`prox build --pq k=v,...`,
+/// Python `pq=`): the keys given, the rest from a preset that may depend
+/// on the map's shape, so it is resolved once dimensions and record count
+/// are known ([`PqSpec::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PqSpec {
+    /// Where unset parameters come from.
+    pub preset: PqPreset,
+    /// `subquantizers` (`m`), when given.
+    pub subquantizers: Option<u32>,
+    /// `centroids` (`k`), when given.
+    pub centroids: Option<u16>,
+    /// `iterations`, when given.
+    pub iterations: Option<u16>,
+    /// `rerank`, when given.
+    pub rerank: Option<u32>,
+    /// `seed`, when given.
+    pub seed: Option<u64>,
+}
+
+impl PqSpec {
+    /// Parses `k=v,...`. Keys: `subquantizers` (`m`), `centroids` (`k`),
+    /// `iterations` (`iters`), `rerank`, `seed`, and `preset` (`auto`, the
+    /// default, or `spec`). An empty string asks for the preset alone.
+    pub fn parse(s: &str) -> Result<Self> {
+        let mut p = PqSpec::default();
         for (k, v) in parse_kv(s)? {
             match k {
-                "subquantizers" | "m" => p.subquantizers = num(k, v)?,
-                "centroids" | "k" => p.centroids = num(k, v)?,
-                "iterations" | "iters" => p.iterations = num(k, v)?,
-                "rerank" | "rerank_multiplier" => p.rerank = num(k, v)?,
-                "seed" => p.seed = num(k, v)?,
+                "subquantizers" | "m" => p.subquantizers = Some(num(k, v)?),
+                "centroids" | "k" => p.centroids = Some(num(k, v)?),
+                "iterations" | "iters" => p.iterations = Some(num(k, v)?),
+                "rerank" | "rerank_multiplier" => p.rerank = Some(num(k, v)?),
+                "seed" => p.seed = Some(num(k, v)?),
+                "preset" => {
+                    p.preset = match v {
+                        "auto" => PqPreset::Auto,
+                        "spec" => PqPreset::Spec,
+                        _ => {
+                            return Err(Error::InvalidArgument(format!(
+                                "pq preset must be auto or spec, got {v:?}"
+                            )))
+                        }
+                    }
+                }
                 _ => return Err(unknown("pq", k)),
             }
         }
         Ok(p)
+    }
+
+    /// The parameters for a map of `records` vectors of `dims` dimensions,
+    /// validated.
+    pub fn resolve(&self, dims: usize, records: u64) -> Result<PqParams> {
+        let base = match self.preset {
+            PqPreset::Auto => PqParams::recommended(dims, records),
+            PqPreset::Spec => PqParams::default(),
+        };
+        let p = self.over(base)?;
+        p.validate(dims)?;
+        Ok(p)
+    }
+
+    /// The keys given over `base`.
+    fn over(&self, base: PqParams) -> Result<PqParams> {
+        Ok(PqParams {
+            subquantizers: self.subquantizers.unwrap_or(base.subquantizers),
+            centroids: self.centroids.unwrap_or(base.centroids),
+            iterations: self.iterations.unwrap_or(base.iterations),
+            rerank: self.rerank.unwrap_or(base.rerank),
+            seed: self.seed.unwrap_or(base.seed),
+        })
+    }
+}
+
+impl From<PqParams> for PqSpec {
+    /// Every parameter given.
+    fn from(p: PqParams) -> Self {
+        PqSpec {
+            preset: PqPreset::Auto,
+            subquantizers: Some(p.subquantizers),
+            centroids: Some(p.centroids),
+            iterations: Some(p.iterations),
+            rerank: Some(p.rerank),
+            seed: Some(p.seed),
+        }
     }
 }
 
@@ -233,7 +371,17 @@ mod tests {
 
     #[test]
     fn parses_defaults_and_overrides() {
-        assert_eq!(HnswParams::parse("").unwrap(), HnswParams::default());
+        assert_eq!(HnswParams::parse("").unwrap(), HnswParams::recommended());
+        assert_eq!(HnswParams::recommended().ef_construction, 200);
+        // A canonical build records the spec's construction width unless told.
+        assert_eq!(
+            HnswParams::parse("build=canonical").unwrap(),
+            HnswParams {
+                build: BuildKind::Canonical,
+                ..HnswParams::default()
+            }
+        );
+        assert_eq!(HnswParams::parse("m=300").unwrap().ef_construction, 300);
         let p =
             HnswParams::parse("max_connections=8, ef_construction=40,level_bits=3,seed=9").unwrap();
         assert_eq!(
@@ -249,6 +397,35 @@ mod tests {
             (q.subquantizers, q.centroids, q.iterations, q.rerank),
             (4, 16, 3, 2)
         );
+    }
+
+    #[test]
+    fn pq_defaults_follow_the_shape() {
+        let m = |d, n| PqParams::recommended(d, n).subquantizers;
+        assert_eq!((m(128, 1000), m(384, 1000), m(768, 1000)), (64, 96, 96));
+        assert_eq!((m(100, 1000), m(256, 1000), m(960, 1000)), (50, 64, 60));
+        assert_eq!((m(1, 1000), m(3, 1000)), (1, 2));
+        let r = PqParams::recommended(128, 1_000_000);
+        assert_eq!((r.centroids, r.iterations, r.rerank, r.seed), (16, 6, 8, 0));
+        assert_eq!(PqParams::recommended(128, 5).centroids, 5);
+        for d in 1..2000 {
+            let p = PqParams::recommended(d, 100);
+            assert!(p.validate(d).is_ok(), "d = {d}");
+            assert!(p.subquantizers as usize <= RECOMMENDED_MAX_SUBQUANTIZERS);
+        }
+        // Keys override the preset; `preset=spec` gives the spec defaults.
+        let s = PqSpec::parse("m=32,rerank=4").unwrap();
+        let p = s.resolve(128, 1000).unwrap();
+        assert_eq!((p.subquantizers, p.centroids, p.rerank), (32, 16, 4));
+        let spec = PqSpec::parse("preset=spec")
+            .unwrap()
+            .resolve(128, 1000)
+            .unwrap();
+        assert_eq!(spec, PqParams::default());
+        assert!(PqSpec::parse("preset=fast").is_err());
+        assert!(PqSpec::parse("m=200").unwrap().resolve(128, 1000).is_err());
+        let given = PqParams::recommended(384, 10);
+        assert_eq!(PqSpec::from(given).resolve(384, 1_000_000).unwrap(), given);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use prox_engine::accel::{build_layouts, build_sidecars_and_lists, HnswParams, PqParams};
+use prox_engine::accel::{build_layouts, build_sidecars_and_lists, HnswParams, PqSpec};
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Cid};
 use std::path::PathBuf;
@@ -20,8 +20,13 @@ Examples:
   prox accel build --store db --name docs --layout
 
 HNSW keys: max_connections (m), ef_construction (efc), ef_search (ef), level_bits,
-  overfetch, seed, build=fast|canonical. Defaults 16,128,64,4,8,0, fast.
-PQ keys: subquantizers (m), centroids (k), iterations, rerank, seed. Defaults 8,256,12,8,0.";
+  overfetch, seed, build=fast|canonical. Defaults 16,200,64,4,8,0, fast
+  (a canonical build records ef_construction 128, the spec default, unless given).
+PQ keys: subquantizers (m), centroids (k), iterations, rerank, seed, preset=auto|spec.
+  Defaults (preset=auto) follow the map: 4-bit codes (16 centroids) for the IVF
+  fast scan, 6 iterations, rerank 8, seed 0, and one subquantizer per 2, 4, 8...
+  dimensions, the fewest that keep the code within 96 bytes (d=128: 64, d=384: 96).
+  preset=spec starts from the spec defaults 8,256,12,8,0 (8-bit codes, no fast scan).";
 
 /// `prox accel ...`.
 #[derive(Debug, Args)]
@@ -55,7 +60,7 @@ pub struct AccelBuildArgs {
     pub hnsw: Option<HnswParams>,
     /// Build a PQ sidecar; optional `k=v,...` parameters.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = parse_pq)]
-    pub pq: Option<PqParams>,
+    pub pq: Option<PqSpec>,
     /// Persist the native search layouts (the scan arena) so the map
     /// opens without building them.
     #[arg(long)]
@@ -78,8 +83,8 @@ pub fn parse_hnsw(s: &str) -> Result<HnswParams, String> {
 
 /// clap value parser for `--pq k=v,...` (also used by `prox build`);
 /// dimension-dependent checks happen at build time.
-pub fn parse_pq(s: &str) -> Result<PqParams, String> {
-    PqParams::parse(s).map_err(|e| e.to_string())
+pub fn parse_pq(s: &str) -> Result<PqSpec, String> {
+    PqSpec::parse(s).map_err(|e| e.to_string())
 }
 
 /// Runs `prox accel ...`.
@@ -123,11 +128,22 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
     if profile_only {
         return report_profile(store, args, profile, t);
     }
+    let pq = match &args.pq {
+        Some(spec) => {
+            let map = prox_engine::proximity::ProximityMap::load(&*store, descriptor)
+                .with_context(|| format!("loading map {descriptor}"))?;
+            Some(
+                spec.resolve(map.dims() as usize, map.len())
+                    .context("--pq")?,
+            )
+        }
+        None => None,
+    };
     let (side, fresh_lists) = build_sidecars_and_lists(
         &*store,
         descriptor,
         args.hnsw.as_ref(),
-        args.pq.as_ref(),
+        pq.as_ref(),
         args.layout,
     )
     .with_context(|| format!("building sidecars of {descriptor}"))?;
@@ -259,8 +275,8 @@ mod tests {
 
     #[test]
     fn parsers_accept_defaults_and_reject_garbage() {
-        assert_eq!(parse_hnsw("").unwrap(), HnswParams::default());
-        assert_eq!(parse_pq("m=4").unwrap().subquantizers, 4);
+        assert_eq!(parse_hnsw("").unwrap(), HnswParams::recommended());
+        assert_eq!(parse_pq("m=4").unwrap().subquantizers, Some(4));
         assert!(parse_hnsw("max_connections=0").is_err());
         assert!(parse_pq("colour=blue").is_err());
     }

@@ -8,7 +8,7 @@ use crate::sysmem;
 use crate::{out::Stdout, progress};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use prox_engine::accel::{HnswParams, PqParams};
+use prox_engine::accel::{HnswParams, PqSpec};
 use prox_engine::index;
 use prox_engine::proximity::{InputRecord, ProximityConfig};
 use prox_engine::BlockStore;
@@ -117,7 +117,7 @@ pub struct BuildArgs {
     pub hnsw: Option<HnswParams>,
     /// Also build a PQ sidecar; optional k=v,... (see prox accel --help).
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = super::accel::parse_pq)]
-    pub pq: Option<PqParams>,
+    pub pq: Option<PqSpec>,
     /// Index a payload field (FIELD:TYPE, TYPE keyword, integer, float or
     /// bool; repeatable). Values that are JSON objects are payloads
     /// (docs/payloads.md).
@@ -138,24 +138,29 @@ pub struct BuildArgs {
 }
 
 impl BuildArgs {
-    /// What to build for records of `dim` dimensions: the map, the
-    /// sidecars and field indexes asked for, and the search layouts unless
-    /// `--no-layout`.
-    pub fn spec(&self, dim: usize) -> index::Build {
-        index::Build {
+    /// What to build for `n` records of `dim` dimensions: the map, the
+    /// sidecars and field indexes asked for (PQ parameters resolved for
+    /// that shape), and the search layouts unless `--no-layout`.
+    pub fn spec(&self, dim: usize, n: u64) -> Result<index::Build> {
+        let pq = self
+            .pq
+            .map(|p| p.resolve(dim, n))
+            .transpose()
+            .context("--pq")?;
+        Ok(index::Build {
             config: self.config(dim as u32),
             hnsw: self.hnsw,
-            pq: self.pq,
+            pq,
             threads: self.threads,
             indexes: self.indexes.clone(),
             layouts: !self.no_layout,
-        }
+        })
     }
 
     /// [`BuildArgs::spec`] for `n` records under the memory `limit`: the
     /// layouts are left out (said on stderr) when they would not fit.
-    pub fn spec_within(&self, dim: usize, n: u64, limit: u64) -> index::Build {
-        let mut build = self.spec(dim);
+    pub fn spec_within(&self, dim: usize, n: u64, limit: u64) -> Result<index::Build> {
+        let mut build = self.spec(dim, n)?;
         let need = index::layout_memory(dim as u32, n);
         if build.layouts && need > limit {
             progress::note(format_args!(
@@ -166,7 +171,7 @@ impl BuildArgs {
             ));
             build.layouts = false;
         }
-        build
+        Ok(build)
     }
 
     /// The map configuration for `dims` dimensions.
@@ -312,7 +317,7 @@ fn streamed(
     ));
     let mut reader = open_input(args)?;
     let probe = |dim: usize, n: u64| -> Result<()> {
-        if let Some(need) = index::sidecar_memory(&args.spec(dim), n) {
+        if let Some(need) = index::sidecar_memory(&args.spec(dim, n)?, n) {
             if need > limit {
                 bail!(
                     "the sidecars of {n} x {dim} records need about {} in memory, over the \
@@ -391,12 +396,9 @@ fn resumed(
                 .with_context(|| format!("{}: no vectors", args.input.display()))?
         }
     };
-    let build = args.spec(dim);
-    build
-        .config
-        .validate()
-        .context("invalid map configuration")?;
-    let Some(stream) = StreamBuild::resume(store, &build.config, limit, spill_dir, pending)? else {
+    let config = args.config(dim as u32);
+    config.validate().context("invalid map configuration")?;
+    let Some(stream) = StreamBuild::resume(store, &config, limit, spill_dir, pending)? else {
         progress::note(format_args!(
             "no checkpoint for {}; building from the start",
             args.name
@@ -408,7 +410,7 @@ fn resumed(
         "resuming {} from its checkpoint (input read and sorted already)",
         args.name
     ));
-    let build = args.spec_within(dim, stream.records(), limit);
+    let build = args.spec_within(dim, stream.records(), limit)?;
     let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
     Ok(Some((
         to_built(built),
@@ -481,7 +483,7 @@ fn stream_into(
         .with_context(|| format!("{}: no vectors", args.input.display()))?;
     probe(dim, i)?;
     let stream = stream.expect("a dimension implies a row");
-    let build = args.spec_within(dim, i, limit);
+    let build = args.spec_within(dim, i, limit)?;
     let (built, stats) = index::build_streamed(store, Some(&args.name), &build, stream, phases)?;
     Ok((
         to_built(built),
@@ -508,7 +510,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
         let t = Instant::now();
         let (records, dim) = read_records(args)?;
         let read_seconds = t.elapsed().as_secs_f64();
-        let build = args.spec(dim);
+        let build = args.spec(dim, records.len() as u64)?;
         build
             .config
             .validate()

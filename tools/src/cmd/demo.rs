@@ -139,8 +139,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     drop(data.base);
     let mut config = ProximityConfig::new(spec.dim as u32);
     config.metric = spec.metric;
-    let hnsw = (!args.no_hnsw).then(HnswParams::default);
-    let pq = args.pq.then(PqParams::default);
+    // What `prox build --hnsw [--pq]` builds with no parameters.
+    let hnsw = (!args.no_hnsw).then(HnswParams::recommended);
+    let pq = args
+        .pq
+        .then(|| PqParams::recommended(spec.dim, records.len() as u64));
     let build = index::Build {
         config,
         hnsw,
