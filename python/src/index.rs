@@ -684,7 +684,10 @@ impl PyIndex {
     }
 
     /// The persisted search layouts the map was opened with:
-    /// ``{"arena": cid or None, "adaptive": cid or None, "ivf": cid or None}``.
+    /// ``{"arena": cid or None, "adaptive": cid or None, "ivf": cid or
+    /// None, "frames": cid or None}`` (``frames``: the exact-L2 local
+    /// frames ``prox build --exact-layout localM`` persists; exact searches
+    /// read them).
     #[getter]
     fn layouts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let l = self.current().layouts();
@@ -692,6 +695,7 @@ impl PyIndex {
         d.set_item("arena", l.arena.map(|c| c.to_hex()))?;
         d.set_item("adaptive", l.adaptive.map(|c| c.to_hex()))?;
         d.set_item("ivf", l.ivf.map(|c| c.to_hex()))?;
+        d.set_item("frames", l.frames.map(|c| c.to_hex()))?;
         Ok(d)
     }
 

@@ -537,6 +537,56 @@ fn a_bare_pq_flag_builds_the_recommended_fast_scan_sidecar() {
     assert!(bad.contains("subquantizers must be in 1..=8"), "{bad}");
 }
 
+/// `prox build --exact-layout local8` persists the local frames; exact
+/// queries read them by default and answer as the plain arena and frames
+/// built at open do; `prox verify` checks them; `prox accel build
+/// --layout` without the flag keeps them.
+#[test]
+fn build_persists_local_frames_that_exact_queries_read() {
+    let f = fixture(&["--exact-layout", "local8", "--profile", "0"]);
+    let st = s(&f.store);
+    let meta = common::root_metadata(st, "m");
+    let frames = meta["prox.layout.frames"]
+        .as_str()
+        .expect("frames layout")
+        .to_string();
+    let q = f.data.join("query.fvecs");
+    let exact = ["--mode", "exact"];
+    let auto = common::query_ids(st, "m", &q, "10", &exact);
+    for layout in ["off", "local8", "local4"] {
+        let mut args = exact.to_vec();
+        args.extend(["--exact-layout", layout]);
+        assert_eq!(
+            common::query_ids(st, "m", &q, "10", &args),
+            auto,
+            "{layout}"
+        );
+    }
+    let v = &json_lines(&ok(&["verify", "--store", st, "m", "--json"]))[0];
+    assert_eq!((&v["ok"], &v["layouts"]), (&true.into(), &3.into()), "{v}");
+    ok(&["accel", "build", "--store", st, "--name", "m", "--layout"]);
+    assert_eq!(
+        common::root_metadata(st, "m")["prox.layout.frames"].as_str(),
+        Some(frames.as_str())
+    );
+    // An unknown layout is a usage error naming the choices.
+    let bad = fails(
+        &[
+            "build",
+            "--store",
+            st,
+            "--name",
+            "x",
+            "--input",
+            "-",
+            "--exact-layout",
+            "local",
+        ],
+        2,
+    );
+    assert!(bad.contains("auto, off, localM or splitM"), "{bad}");
+}
+
 /// `prox accel build --layout` persists the native search layouts under the
 /// named root; queries answer exactly as before in every mode; an update
 /// that changes the descriptor reports the layouts dropped, and they can be

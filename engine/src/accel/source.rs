@@ -8,6 +8,7 @@ use super::pq::{Pq, PqSidecar};
 use super::vectors::{Arena, Rows};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
+use crate::proximity::search::ExactLayout;
 use crate::proximity::{Descriptor, Layouts, Record, Sidecars};
 use crate::store::BlockStore;
 use rayon::prelude::*;
@@ -161,16 +162,27 @@ pub fn build_sidecars_and_lists(
 
 /// Builds and persists every search layout of the map `descriptor` that
 /// would otherwise be built when the map is opened: the native scan arena
-/// and adaptive sub-lists, and, when `pq` names a 4-bit PQ sidecar of the
+/// and adaptive sub-lists; with `exact` [`ExactLayout::Local`] on an L2
+/// map, its local frames; and, when `pq` names a 4-bit PQ sidecar of the
 /// map (read from the store: a sidecar trained in the same step gives
 /// them through [`build_sidecars_and_lists`]), its fast-scan coarse lists.
 /// Each is bound to the descriptor; returns their manifest CIDs. The bytes
-/// are a function of the descriptor alone.
-pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -> Result<Layouts> {
+/// are a function of the descriptor (and the frame width) alone.
+pub fn build_layouts(
+    store: &dyn BlockStore,
+    descriptor: Cid,
+    pq: Option<Cid>,
+    exact: ExactLayout,
+) -> Result<Layouts> {
     let map = crate::proximity::ProximityMap::load(store, descriptor)?;
-    let searcher = map.searcher()?;
+    let local = match exact {
+        ExactLayout::Local(_) => exact,
+        _ => ExactLayout::Off,
+    };
+    let searcher = map.searcher()?.exact_layout(local);
     let arena = Some(searcher.persist_arena(store, descriptor)?);
     let adaptive = Some(searcher.persist_adaptive(store, descriptor)?);
+    let frames = searcher.persist_frames(store, descriptor)?;
     drop(searcher);
     let ivf = match pq {
         None => None,
@@ -185,6 +197,7 @@ pub fn build_layouts(store: &dyn BlockStore, descriptor: Cid, pq: Option<Cid>) -
         adaptive,
         ivf,
         profile: None,
+        frames,
     })
 }
 

@@ -165,7 +165,7 @@ impl Default for WriteOptions {
         WriteOptions {
             canonical_hnsw: CanonicalHnsw::Refuse,
             warm: false,
-            exact_layout: ExactLayout::Off,
+            exact_layout: ExactLayout::Auto,
         }
     }
 }

@@ -5,6 +5,7 @@
 use crate::accel::{build_layouts, build_sidecars_and_lists, HnswParams, PqParams};
 use crate::cid::Cid;
 use crate::error::{Error, Result};
+use crate::proximity::search::ExactLayout;
 use crate::proximity::{
     self, InputRecord, Layouts, Phase, Progress, ProximityConfig, ProximityMap, Sidecars,
     StreamBuild, StreamStats,
@@ -34,6 +35,11 @@ pub struct Build {
     /// 4-bit PQ sidecar's fast-scan lists), so the map opens without
     /// building them; they need about [`layout_memory`] bytes while built.
     pub layouts: bool,
+    /// With `layouts`, an [`ExactLayout::Local`] here also persists the
+    /// exact-L2 local frames of that width (L2 maps only), which exact
+    /// searches then read instead of building ([`ExactLayout::Auto`], the
+    /// default when opening, uses them); other values persist none.
+    pub exact_layout: ExactLayout,
 }
 
 impl Build {
@@ -47,6 +53,7 @@ impl Build {
             threads: None,
             indexes: Vec::new(),
             layouts: false,
+            exact_layout: ExactLayout::Auto,
         }
     }
 }
@@ -241,7 +248,7 @@ fn complete(
     let t = Instant::now();
     let layouts = if layouts_wanted {
         progress.start(Phase::Layouts, Some(n));
-        let mut l = build_layouts(store, descriptor, None)?;
+        let mut l = build_layouts(store, descriptor, None, build.exact_layout)?;
         l.ivf = ivf;
         store.commit()?;
         progress.advance(n);

@@ -58,7 +58,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            exact_layout: ExactLayout::Off,
+            exact_layout: ExactLayout::Auto,
             warm: true,
             sidecars: true,
             only: None,
@@ -243,9 +243,7 @@ impl Index {
             cell,
         };
         // Read on first native use (a sidecar-only caller reads nothing).
-        index
-            .searcher()
-            .use_layouts(layouts.arena, layouts.adaptive, descriptor);
+        index.searcher().use_layouts(layouts, descriptor);
         if options.warm {
             index.warm()?;
         }

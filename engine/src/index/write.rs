@@ -533,9 +533,7 @@ fn assemble(
         cell,
     };
     // Read on first native use (a sidecar-only caller reads nothing).
-    index
-        .searcher()
-        .use_layouts(layouts.arena, layouts.adaptive, descriptor);
+    index.searcher().use_layouts(layouts, descriptor);
     if options.warm {
         index.warm()?;
     }

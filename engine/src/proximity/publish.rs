@@ -297,6 +297,8 @@ pub struct Layouts {
     pub ivf: Option<Cid>,
     /// The recall profile `--recall` chooses from (`prox.layout.profile`).
     pub profile: Option<Cid>,
+    /// The exact-L2 local frames of one width (`prox.layout.frames`).
+    pub frames: Option<Cid>,
 }
 
 impl Layouts {
@@ -318,6 +320,7 @@ impl Layouts {
             adaptive: get(super::format::META_LAYOUT_ADAPTIVE)?,
             ivf: get(super::format::META_LAYOUT_IVF)?,
             profile: get(super::format::META_LAYOUT_PROFILE)?,
+            frames: get(super::format::META_LAYOUT_FRAMES)?,
         })
     }
 
@@ -336,6 +339,9 @@ impl Layouts {
         if let Some(c) = self.profile {
             m.insert(super::format::META_LAYOUT_PROFILE.to_vec(), c.0.to_vec());
         }
+        if let Some(c) = self.frames {
+            m.insert(super::format::META_LAYOUT_FRAMES.to_vec(), c.0.to_vec());
+        }
         m
     }
 
@@ -345,11 +351,13 @@ impl Layouts {
             && self.adaptive.is_none()
             && self.ivf.is_none()
             && self.profile.is_none()
+            && self.frames.is_none()
     }
 
-    /// True when a native search layout (arena or adaptive) is named.
+    /// True when a native search layout (arena, adaptive or frames) is
+    /// named.
     pub fn has_native(&self) -> bool {
-        self.arena.is_some() || self.adaptive.is_some()
+        self.arena.is_some() || self.adaptive.is_some() || self.frames.is_some()
     }
 }
 

@@ -93,7 +93,13 @@ fn persisted_lists_answer_bit_for_bit_like_trained_ones() {
     // The lists built from the stored sidecar (`prox accel build
     // --layout`) are the ones the build took from the trained sidecar.
     assert_eq!(
-        prox_engine::accel::build_layouts(&*store, built.descriptor, built.sidecars.pq).unwrap(),
+        prox_engine::accel::build_layouts(
+            &*store,
+            built.descriptor,
+            built.sidecars.pq,
+            Default::default()
+        )
+        .unwrap(),
         built.layouts
     );
     // Deterministic: the same records give the same layouts elsewhere.

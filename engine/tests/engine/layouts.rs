@@ -8,7 +8,7 @@
 use prox_engine::accel;
 use prox_engine::index::{Batch, DropReason, Index, Options, SidecarWrite, WriteOptions};
 use prox_engine::proximity::format::LayoutManifest;
-use prox_engine::proximity::search::{Mode, Preset, SearchRequest};
+use prox_engine::proximity::search::{ExactLayout, Mode, Preset, SearchRequest};
 use prox_engine::proximity::{self, Layouts, ProximityConfig, ProximityMap, Sidecars};
 use prox_engine::refs::{links, BlockKind};
 use prox_engine::{BlockStore, Cid, Error, MemStore};
@@ -44,7 +44,8 @@ fn publish_with(
     recs: Vec<(Vec<u8>, Vec<f32>, Vec<u8>)>,
 ) -> (Cid, Layouts) {
     let map = ProximityMap::build(&**store, cfg, recs).unwrap();
-    let layouts = accel::build_layouts(&**store, map.descriptor_cid(), None).unwrap();
+    let layouts =
+        accel::build_layouts(&**store, map.descriptor_cid(), None, ExactLayout::Off).unwrap();
     proximity::publish_with(
         &**store,
         name,
@@ -302,6 +303,130 @@ fn a_foreign_or_mismatched_layout_is_a_typed_error() {
     );
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
     let _ = b;
+}
+
+/// Persisted local frames (`--exact-layout localM` at build): read at open
+/// under the default [`ExactLayout::Auto`] (only by exact searches), exact
+/// hits bit for bit those of frames built at open, the bytes a function of
+/// the descriptor and width; another width builds its own; frames of
+/// another map or with wrong counts are typed errors.
+#[test]
+fn persisted_local_frames_answer_exact_searches_like_built_ones() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let build = |store: &Arc<dyn BlockStore>, seed: u64, name: &str| {
+        let map = ProximityMap::build(
+            &**store,
+            &ProximityConfig::new(DIMS as u32),
+            records(seed, 3000),
+        )
+        .unwrap();
+        let l = accel::build_layouts(&**store, map.descriptor_cid(), None, ExactLayout::Local(8))
+            .unwrap();
+        proximity::publish_with(&**store, name, &map, &Sidecars::default(), &l.to_metadata())
+            .unwrap();
+        (map.descriptor_cid(), l)
+    };
+    let (a, la) = build(&store, s, "a");
+    assert!(la.frames.is_some(), "PROX_SEED={s}");
+    let other: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    assert_eq!(build(&other, s, "a").1, la, "PROX_SEED={s}");
+
+    let cold = Options {
+        warm: false,
+        ..Options::default()
+    };
+    let read = Index::open(Arc::clone(&store), "a", &cold).unwrap();
+    // Non-exact preparation leaves the frames unread.
+    read.prepare(false).unwrap();
+    assert_eq!(read.searcher().local_frames(), None);
+    let built = Index::load(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Options {
+            exact_layout: ExactLayout::Local(8),
+            ..cold
+        },
+    )
+    .unwrap();
+    let plain = Index::load(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Options {
+            exact_layout: ExactLayout::Off,
+            ..cold
+        },
+    )
+    .unwrap();
+    let mut rng = SplitMix64::new(s ^ 0xF4A3);
+    for _ in 0..30 {
+        let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss() * 5.0).collect();
+        for k in [1, 10, 50] {
+            let req = SearchRequest::new(k).mode(Mode::Exact);
+            let x = read.searcher().search(&q, &req).unwrap();
+            assert_eq!(
+                x,
+                built.searcher().search(&q, &req).unwrap(),
+                "PROX_SEED={s}"
+            );
+            assert_eq!(x.hits, plain.searcher().search(&q, &req).unwrap().hits);
+        }
+    }
+    let frames = read.searcher().local_frames().expect("frames read");
+    assert_eq!(frames, built.searcher().local_frames().unwrap());
+    assert_eq!(frames.1, 8);
+    assert_eq!(plain.searcher().local_frames(), None);
+    // Another width builds its own.
+    let four = Index::open(
+        Arc::clone(&store),
+        "a",
+        &Options {
+            exact_layout: ExactLayout::Local(4),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(four.searcher().local_frames().map(|f| f.1), Some(4));
+
+    // B's frames relabelled as A's (same counts, other arena), wrong
+    // counts, another descriptor: typed errors at the first exact search.
+    let (_, lb) = build(&store, s ^ 1, "b");
+    let exact_err = |frames: Cid| {
+        let ix = Index::load_with_layouts(
+            Arc::clone(&store),
+            a,
+            Sidecars::default(),
+            &Layouts {
+                frames: Some(frames),
+                ..la
+            },
+            &cold,
+        )
+        .unwrap();
+        ix.searcher()
+            .search(&[0.0; DIMS], &SearchRequest::new(3).mode(Mode::Exact))
+            .unwrap_err()
+    };
+    let err = exact_err(forge(&store, lb.frames.unwrap(), a));
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    let mf = LayoutManifest::decode(&store.get(&la.frames.unwrap()).unwrap().unwrap()).unwrap();
+    for bad in [
+        LayoutManifest {
+            records: mf.records - 1,
+            ..mf.clone()
+        },
+        LayoutManifest {
+            payload_len: mf.payload_len - 1,
+            ..mf.clone()
+        },
+    ] {
+        let err = exact_err(store.put(&bad.encode().unwrap()).unwrap());
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+    let err = exact_err(lb.frames.unwrap());
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
 
 #[test]

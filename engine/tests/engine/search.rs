@@ -409,7 +409,7 @@ fn exact_l2_rotated_split_equals_brute_force_on_degenerate_data() {
                         "{name}"
                     )
                 }
-                ExactLayout::Off => unreachable!(),
+                ExactLayout::Off | ExactLayout::Auto => unreachable!(),
             }
         }
     }

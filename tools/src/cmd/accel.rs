@@ -65,6 +65,10 @@ pub struct AccelBuildArgs {
     /// opens without building them.
     #[arg(long)]
     pub layout: bool,
+    /// With --layout, `localM` also persists the exact-L2 local frames of
+    /// width M (L2 maps), which exact queries then read at open.
+    #[arg(long, default_value = "off", requires = "layout")]
+    pub exact_layout: prox_engine::proximity::search::ExactLayout,
     /// Measure the map's recall profile on this many of its records and
     /// publish it (what `--recall` chooses from); 0: none. Default: 400
     /// when --hnsw or --pq builds a sidecar of a named map (the old
@@ -156,7 +160,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                 .filter(|p| p.descriptor == descriptor)
                 .and_then(|p| p.pq),
         };
-        let mut l = build_layouts(&*store, descriptor, stored_pq)
+        let mut l = build_layouts(&*store, descriptor, stored_pq, args.exact_layout)
             .with_context(|| format!("building the search layouts of {descriptor}"))?;
         l.ivf = l.ivf.or(fresh_lists);
         l
@@ -186,6 +190,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                     })),
                     // A profile measured other sidecars.
                     profile: p.layouts.profile.filter(|_| !sidecar),
+                    frames: layouts.frames.or(p.layouts.frames),
                 },
             };
             crate::map::publish(&*store, name, &attached)?;
@@ -211,6 +216,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
             "layout_arena": layouts.arena.map(|c| c.to_string()),
             "layout_adaptive": layouts.adaptive.map(|c| c.to_string()),
             "layout_ivf": layouts.ivf.map(|c| c.to_string()),
+            "layout_frames": layouts.frames.map(|c| c.to_string()),
             "profile": profiled.as_ref().map(|p| p.cid.to_string()),
             "seconds": secs,
         });
@@ -230,6 +236,9 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         }
         if let Some(a) = layouts.ivf {
             out.line(format!("layout.ivf {a}"))?;
+        }
+        if let Some(a) = layouts.frames {
+            out.line(format!("layout.frames {a}"))?;
         }
         if let Some(p) = &profiled {
             out.line(format!("layout.profile {}", p.cid))?;

@@ -103,8 +103,8 @@ pub struct MapBenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Exact L2 layout of the native path's exact rows (as `prox query
-    /// --exact-layout`: off, localM, splitM).
-    #[arg(long, default_value = "off")]
+    /// --exact-layout`: auto, off, localM, splitM).
+    #[arg(long, default_value = "auto")]
     pub exact_layout: ExactLayout,
 }
 

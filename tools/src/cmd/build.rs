@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use prox_engine::accel::{HnswParams, PqSpec};
 use prox_engine::index;
+use prox_engine::proximity::search::ExactLayout;
 use prox_engine::proximity::{InputRecord, ProximityConfig};
 use prox_engine::BlockStore;
 use prox_kernels::Metric;
@@ -128,6 +129,11 @@ pub struct BuildArgs {
     /// time it is opened.
     #[arg(long)]
     pub no_layout: bool,
+    /// `localM` also persists the exact-L2 local frames of width M (L2
+    /// maps; e.g. local64), which exact queries then read at open instead
+    /// of building (docs/search.md, "Exact L2").
+    #[arg(long, default_value = "off", conflicts_with = "no_layout")]
+    pub exact_layout: ExactLayout,
     /// Measure the recall profile (what `prox query --recall` chooses
     /// from) on this many of the map's records; 0: none.
     #[arg(long, value_name = "QUERIES", default_value_t = index::DEFAULT_PROFILE_QUERIES)]
@@ -154,6 +160,7 @@ impl BuildArgs {
             threads: self.threads,
             indexes: self.indexes.clone(),
             layouts: !self.no_layout,
+            exact_layout: self.exact_layout,
         })
     }
 
@@ -550,6 +557,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
                 "arena": p.layouts.arena.map(|c| c.to_hex()),
                 "adaptive": p.layouts.adaptive.map(|c| c.to_hex()),
                 "ivf": p.layouts.ivf.map(|c| c.to_hex()),
+                "frames": p.layouts.frames.map(|c| c.to_hex()),
             },
             "layout_seconds": built.layout_seconds,
             "profile": profiled.as_ref().map(|p| p.cid.to_hex()),
@@ -606,6 +614,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
             ("arena", p.layouts.arena),
             ("adaptive", p.layouts.adaptive),
             ("ivf", p.layouts.ivf),
+            ("frames", p.layouts.frames),
         ] {
             if let Some(c) = cid {
                 out.line(format_args!("layout.{kind} {c}"))?;

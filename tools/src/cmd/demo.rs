@@ -151,6 +151,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         threads: None,
         indexes: Vec::new(),
         layouts: true,
+        exact_layout: prox_engine::proximity::search::ExactLayout::Off,
     };
     let built = super::build::build_and_publish(&store, "demo", &build, records)?;
     progress::note(format_args!(

@@ -101,6 +101,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             p.layouts.adaptive,
             p.layouts.ivf,
             p.layouts.profile,
+            p.layouts.frames,
         ]
         .iter()
         .flatten()

@@ -40,6 +40,9 @@ pub enum LayoutKind {
     /// 4: the recall profile: each search path's measured recall and time
     /// per setting, the table `--recall` chooses from.
     RecallProfile,
+    /// 5: the exact-L2 local frames (`--exact-layout localM`): every
+    /// frame's centre, basis and bound constants and its members' codes.
+    LocalFrames,
 }
 
 impl LayoutKind {
@@ -50,6 +53,7 @@ impl LayoutKind {
             LayoutKind::Adaptive => 2,
             LayoutKind::IvfLists => 3,
             LayoutKind::RecallProfile => 4,
+            LayoutKind::LocalFrames => 5,
         }
     }
 
@@ -60,6 +64,7 @@ impl LayoutKind {
             2 => Some(LayoutKind::Adaptive),
             3 => Some(LayoutKind::IvfLists),
             4 => Some(LayoutKind::RecallProfile),
+            5 => Some(LayoutKind::LocalFrames),
             _ => None,
         }
     }
@@ -71,6 +76,7 @@ impl LayoutKind {
             LayoutKind::Adaptive => META_LAYOUT_ADAPTIVE,
             LayoutKind::IvfLists => META_LAYOUT_IVF,
             LayoutKind::RecallProfile => META_LAYOUT_PROFILE,
+            LayoutKind::LocalFrames => META_LAYOUT_FRAMES,
         }
     }
 }
@@ -83,6 +89,8 @@ pub const META_LAYOUT_ADAPTIVE: &[u8] = b"prox.layout.adaptive";
 pub const META_LAYOUT_IVF: &[u8] = b"prox.layout.ivf";
 /// `CRMF` metadata key naming the map's recall-profile `PRLY` manifest.
 pub const META_LAYOUT_PROFILE: &[u8] = b"prox.layout.profile";
+/// `CRMF` metadata key naming the map's local-frames `PRLY` manifest.
+pub const META_LAYOUT_FRAMES: &[u8] = b"prox.layout.frames";
 /// Prefix of every layout metadata key.
 pub const META_LAYOUT_PREFIX: &[u8] = b"prox.layout.";
 

@@ -63,6 +63,7 @@ use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::prolly::Tree;
 use crate::proximity::format::{Descriptor, Record};
+use crate::proximity::Layouts;
 use crate::store::BlockStore;
 use arena::ScanArena;
 use catalogue::Catalogue;
@@ -315,6 +316,7 @@ pub struct Searcher<'s> {
 struct Persisted {
     arena: Option<Cid>,
     adaptive: Option<Cid>,
+    frames: Option<Cid>,
     source: Cid,
 }
 
@@ -376,23 +378,26 @@ impl<'s> Searcher<'s> {
         })
     }
 
-    /// Reads the scan arena and the adaptive lists from these persisted
-    /// layouts (bound to `source`, this searcher's descriptor CID) when
-    /// they are first needed, instead of building them; a search that
-    /// needs neither (a sidecar path) reads nothing. The first call wins.
-    /// A layout that does not match is the error of that first use, as
-    /// for [`Searcher::load_arena`] and [`Searcher::load_adaptive`]
-    /// ([`Searcher::warm`] surfaces it at once).
-    pub fn use_layouts(&self, arena: Option<Cid>, adaptive: Option<Cid>, source: Cid) {
+    /// Reads the scan arena, the adaptive lists and the local frames from
+    /// these persisted layouts (bound to `source`, this searcher's
+    /// descriptor CID) when they are first needed, instead of building
+    /// them; a search that needs none (a sidecar path) reads nothing. The
+    /// frames are read only when their width is the one the exact layout
+    /// asks for. The first call wins. A layout that does not match is the
+    /// error of that first use, as for [`Searcher::load_arena`] and
+    /// [`Searcher::load_adaptive`] ([`Searcher::warm`] surfaces it at
+    /// once).
+    pub fn use_layouts(&self, layouts: &Layouts, source: Cid) {
         let _ = self.persisted.set(Persisted {
-            arena,
-            adaptive,
+            arena: layouts.arena,
+            adaptive: layouts.adaptive,
+            frames: layouts.frames,
             source,
         });
     }
 
     /// The same searcher with another exact-L2 layout (default
-    /// [`ExactLayout::Off`]). Results are identical either way; only
+    /// [`ExactLayout::Auto`]). Results are identical either way; only
     /// the work differs.
     pub fn exact_layout(mut self, layout: ExactLayout) -> Searcher<'s> {
         self.layout = layout;
@@ -402,20 +407,71 @@ impl<'s> Searcher<'s> {
     }
 
     /// The local frames when the policy uses them for this map (L2 only),
-    /// built on first use. A racing duplicate build is discarded.
+    /// read from the persisted layout of that width or built on first
+    /// use. A racing duplicate build is discarded.
     fn frames(&self) -> Result<Option<&Frames>> {
         if let Some(f) = self.frames.get() {
             return Ok(f.as_ref());
         }
-        let arena = self.arena()?;
-        let f = match self.layout.local(self.dims()) {
-            Some(m) if self.metric() == Metric::L2 => {
-                Frames::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
-            }
+        let f = match (self.layout, self.layout.local(self.dims())) {
+            _ if self.metric() != Metric::L2 => None,
+            (ExactLayout::Auto, _) => match self.persisted_frames(None)? {
+                Some((cid, source)) => Some(self.load_frames(cid, source)?),
+                None => None,
+            },
+            (_, Some(m)) => match self.persisted_frames(Some(m))? {
+                Some((cid, source)) => Some(self.load_frames(cid, source)?),
+                None => {
+                    let arena = self.arena()?;
+                    Frames::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
+                }
+            },
             _ => None,
         };
         let _ = self.frames.set(f);
         Ok(self.frames.get().expect("OnceLock was just set").as_ref())
+    }
+
+    /// The persisted local frames (manifest, source) when
+    /// [`Searcher::use_layouts`] named some, of width `m` if given.
+    fn persisted_frames(&self, m: Option<usize>) -> Result<Option<(Cid, Cid)>> {
+        let Some(Persisted {
+            frames: Some(cid),
+            source,
+            ..
+        }) = self.persisted.get()
+        else {
+            return Ok(None);
+        };
+        let fits = match m {
+            None => true,
+            Some(m) => frames::persist::width(self.store, *cid, *source, self.dims())? == m,
+        };
+        Ok(fits.then_some((*cid, *source)))
+    }
+
+    /// Reads the persisted local frames `cid` (bound to `source`) over the
+    /// scan arena.
+    fn load_frames(&self, cid: Cid, source: Cid) -> Result<Frames> {
+        frames::persist::load(self.store, cid, source, self.arena()?, self.dims())
+    }
+
+    /// Writes the local frames of the exact layout (built first if
+    /// needed) as a `PRLY` layout sidecar bound to `source` (this
+    /// searcher's descriptor CID); returns the manifest CID, or `None`
+    /// when the searcher's exact layout is not [`ExactLayout::Local`] or
+    /// the map is not L2 (frames serve exact L2 only).
+    pub fn persist_frames(&self, store: &dyn BlockStore, source: Cid) -> Result<Option<Cid>> {
+        match self.frames()? {
+            Some(f) => Ok(Some(frames::persist::persist(
+                f,
+                self.arena()?,
+                store,
+                source,
+                self.descriptor.record_count,
+            )?)),
+            None => Ok(None),
+        }
     }
 
     /// `(decoded, total)` leaf pages of the scan arena (`None` before it
@@ -659,7 +715,8 @@ impl<'s> Searcher<'s> {
     /// builds the leaf catalogue, the scan arena and the adaptive
     /// sub-lists (and, for L2 maps with an [`ExactLayout::Split`] or
     /// [`ExactLayout::Local`] layout, the rotated split arena or the local
-    /// frames), so later searches do no I/O,
+    /// frames; under [`ExactLayout::Auto`] the persisted frames, if any),
+    /// so later searches do no I/O,
     /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {
         let nodes = self.walk_nodes()?;
@@ -685,7 +742,11 @@ impl<'s> Searcher<'s> {
         }
         self.arena()?;
         self.rotated()?;
-        self.frames()?;
+        // Persisted frames serve exact searches only: a caller that asked
+        // for none of them explicitly reads them only for those.
+        if exact || self.layout != ExactLayout::Auto {
+            self.frames()?;
+        }
         Ok(())
     }
 

@@ -48,16 +48,21 @@ const CHUNKS: usize = 64;
 const SWEEPS: usize = 40;
 
 /// The layout exact L2 search screens (the CLI's `--exact-layout`:
-/// `off`, `splitM`, `localM`): the plain arena, the rotated split arena or
-/// local frames.
+/// `auto`, `off`, `splitM`, `localM`): the plain arena, the rotated split
+/// arena or local frames.
 ///
-/// Off by default: the rotated and local layouts pay off only where
-/// covering balls prune little (distances that concentrate), and they
-/// make `warm()` several times slower; docs/performance.md compares them.
+/// By default ([`ExactLayout::Auto`]) the local frames are used only when
+/// the map persists them (`prox build --exact-layout localM`): the rotated
+/// and local layouts pay off only where covering balls prune little
+/// (distances that concentrate), and building them at open makes `warm()`
+/// several times slower; docs/performance.md compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExactLayout {
-    /// Exact L2 screens the plain arena's codes.
+    /// The local frames the map's root persists, at their width, else the
+    /// plain arena (nothing is built at open).
     #[default]
+    Auto,
+    /// Exact L2 screens the plain arena's codes.
     Off,
     /// Screen with the first `m` rotated components (clamped to
     /// `1..=dims` and to the fused screen's
@@ -75,15 +80,16 @@ pub enum ExactLayout {
 impl std::str::FromStr for ExactLayout {
     type Err = String;
 
-    /// `off`, `splitM` (or `M`) or `localM`, e.g. `local64`.
+    /// `auto`, `off`, `splitM` (or `M`) or `localM`, e.g. `local64`.
     fn from_str(s: &str) -> Result<ExactLayout, String> {
         let width = |t: &str| {
             t.parse::<usize>()
                 .ok()
                 .filter(|&m| m > 0)
-                .ok_or_else(|| format!("{s:?}: want off, localM or splitM with M >= 1"))
+                .ok_or_else(|| format!("{s:?}: want auto, off, localM or splitM with M >= 1"))
         };
         match s {
+            "auto" => Ok(ExactLayout::Auto),
             "off" => Ok(ExactLayout::Off),
             _ if s.starts_with("local") => width(&s[5..]).map(ExactLayout::Local),
             _ if s.starts_with("split") => width(&s[5..]).map(ExactLayout::Split),
@@ -97,7 +103,7 @@ impl ExactLayout {
     /// plain arena is used.
     pub(crate) fn split(self, dims: usize) -> Option<usize> {
         match self {
-            ExactLayout::Off | ExactLayout::Local(_) => None,
+            ExactLayout::Auto | ExactLayout::Off | ExactLayout::Local(_) => None,
             ExactLayout::Split(m) => Some(
                 m.clamp(1, dims.max(1))
                     .min(prox_kernels::i8scan::SCREEN_MAX_DIMS),
@@ -632,6 +638,8 @@ mod tests {
     fn split_policy() {
         assert_eq!(ExactLayout::default().split(128), None);
         assert_eq!("off".parse(), Ok(ExactLayout::Off));
+        assert_eq!("auto".parse(), Ok(ExactLayout::Auto));
+        assert_eq!(ExactLayout::Auto.local(128), None);
         assert_eq!("local64".parse(), Ok(ExactLayout::Local(64)));
         assert_eq!("split96".parse(), Ok(ExactLayout::Split(96)));
         assert_eq!("96".parse(), Ok(ExactLayout::Split(96)));

@@ -98,6 +98,7 @@ mod build;
 mod cluster;
 mod layout;
 mod pca;
+pub(super) mod persist;
 mod screen;
 
 use layout::SecondRow;
