@@ -13,11 +13,17 @@ Dataset directory (as written by `prox datagen`):
 Peers (select with --peers, comma-separated):
   hnswlib         hnswlib HNSW, M=16, ef_construction=200; sweep ef
   faiss-hnsw      FAISS IndexHNSWFlat, M=32; sweep efSearch
+  faiss-hnsw-sq8  FAISS IndexHNSWSQ (8-bit scalar quantizer), M=32; sweep
+                  efSearch (a quantized graph, beside prox's SQ8 and PQ paths)
   faiss-ivfpq-fs  FAISS IVF + 4-bit PQ fast-scan + exact refine (RFlat);
                   sweep nprobe x refine factor 4, 16 (the "ef" field holds
                   nprobe, "mode" both)
   usearch         USearch HNSW, f32, connectivity=16, expansion_add=128;
                   sweep expansion_search
+  usearch-i8      the same with i8 vectors: on ip data USearch's own cast
+                  (it scales each vector by its norm); on l2 data the int8
+                  rows come from one global scale 127 / max|x| (a per-vector
+                  scale would change L2 distances), queries scaled alike
   brute           FAISS IndexFlat (exact; one point)
   prox            prox's Python package (benches/peers/prox_py.py), HNSW
                   sidecar M=16, ef_construction=200; sweep ef (engine
@@ -166,6 +172,18 @@ class FaissHnsw(Faiss):
         self.idx.hnsw.efSearch = ef
 
 
+class FaissHnswSq8(FaissHnsw):
+    path = "hnsw-sq8-m32"
+
+    def build(self, x, threads):
+        f = self._faiss()
+        f.omp_set_num_threads(threads)
+        self.idx = f.IndexHNSWSQ(self.dim, f.ScalarQuantizer.QT_8bit, 32, self.mt())
+        self.idx.hnsw.efConstruction = 40
+        self.idx.train(x)
+        self.idx.add(x)
+
+
 class FaissIvfPqFs(Faiss):
     path, knob = "ivfpq-fs", "nprobe"
 
@@ -212,11 +230,12 @@ class FaissFlat(Faiss):
 
 class Usearch(Engine):
     engine, path = "usearch", "hnsw"
+    dtype = "f32"
 
     def build(self, x, threads):
         from usearch.index import Index
         self.idx = Index(ndim=self.dim, metric="l2sq" if self.metric == "l2" else "ip",
-                         dtype="f32", connectivity=16, expansion_add=128)
+                         dtype=self.dtype, connectivity=16, expansion_add=128)
         self.idx.add(np.arange(len(x), dtype=np.uint64), x, threads=threads)
 
     def set(self, ef):
@@ -227,6 +246,25 @@ class Usearch(Engine):
 
     def save(self, p):
         self.idx.save(p)
+
+
+class UsearchI8(Usearch):
+    path, dtype = "hnsw-i8", "i8"
+    scale = None
+
+    def _to_i8(self, v):
+        return np.clip(np.rint(v * self.scale), -127, 127).astype(np.int8)
+
+    def build(self, x, threads):
+        if self.metric == "l2":
+            # One scale for every row keeps L2 order; USearch's cast would
+            # normalise each row.
+            self.scale = 127.0 / max(float(np.abs(x).max()), 1e-30)
+            x = self._to_i8(x)
+        super().build(x, threads)
+
+    def search(self, q, k, threads):
+        return super().search(q if self.scale is None else self._to_i8(q), k, threads)
 
 
 class ProxPython(Engine):
@@ -255,8 +293,10 @@ PEERS = {
     "prox": ProxPython,
     "hnswlib": Hnswlib,
     "faiss-hnsw": FaissHnsw,
+    "faiss-hnsw-sq8": FaissHnswSq8,
     "faiss-ivfpq-fs": FaissIvfPqFs,
     "usearch": Usearch,
+    "usearch-i8": UsearchI8,
     "brute": FaissFlat,
 }
 
@@ -267,6 +307,76 @@ def recall(found, gt, k):
     found = np.asarray(found)[:, :k]
     hits = sum(len(np.intersect1d(f, g[:k], assume_unique=False)) for f, g in zip(found, gt))
     return hits / (k * len(gt))
+
+
+def load_dataset(data, metric=None, k=10):
+    """(base, queries, gt, metric, dataset name) of a TEXMEX directory;
+    cosine data is normalised and measured as inner product."""
+    meta = {}
+    if (data / "meta.json").exists():
+        meta = json.loads((data / "meta.json").read_text())
+    metric = metric or meta.get("metric", "l2")
+    x = read_fvecs(data / "base.fvecs")
+    q = read_fvecs(data / "query.fvecs")
+    gt = read_ivecs(data / "gt.ivecs")
+    if x.shape[1] != q.shape[1]:
+        sys.exit(f"base dim {x.shape[1]} != query dim {q.shape[1]}")
+    if len(gt) != len(q) or gt.shape[1] < k:
+        sys.exit(f"gt.ivecs has {gt.shape} ids; need {len(q)} rows of at least k={k}")
+    if metric == "cosine":
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
+        metric = "ip"
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    return x, q, gt, metric, meta.get("name") or data.resolve().name
+
+
+def build_peer(name, x, metric, build_threads):
+    """(engine, build seconds, index bytes) of peer `name`, or None when
+    its package is missing (said on stderr)."""
+    if name not in PEERS:
+        sys.exit(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    eng = PEERS[name](x.shape[1], metric)
+    try:
+        t0 = time.perf_counter()
+        eng.build(x, build_threads)
+        build_s = time.perf_counter() - t0
+    except ImportError as e:
+        eprint(f"{name}: skipped ({e}); pip install -r benches/peers/requirements.txt")
+        return None
+    size = eng.index_bytes()
+    eprint(f"{name}: built {len(x)} x {x.shape[1]} in {build_s:.1f}s, {size} bytes")
+    return eng, build_s, size
+
+
+def sweep(eng, q, gt, k, threads, dataset, build_s, size):
+    """Every setting of `eng` at every thread count: one record each (the
+    whole query set in one batch call after a warm-up call)."""
+    for setting in eng.sweep(k):
+        eng.set(setting)
+        mode, ef = eng.describe(setting)
+        for t in threads:
+            eng.search(q[: min(len(q), 100)], k, t)  # warm-up
+            t0 = time.perf_counter()
+            ids = eng.search(q, k, t)
+            secs = time.perf_counter() - t0
+            rec = {
+                "engine": eng.engine,
+                "path": eng.path,
+                "dataset": dataset,
+                "mode": mode,
+                "ef": ef,
+                "recall": recall(ids, gt, k),
+                "qps": len(q) / secs,
+                "threads": t,
+                "build_seconds": build_s,
+                "index_bytes": size,
+                "k": k,
+            }
+            eprint(f"  {eng.engine}-{eng.path} {mode:>12} t={t} "
+                   f"recall={rec['recall']:.4f} qps={rec['qps']:.0f}")
+            yield rec
 
 
 def main():
@@ -283,64 +393,16 @@ def main():
     ap.add_argument("--out", type=Path, help="append JSON lines here (default: stdout)")
     a = ap.parse_args()
 
-    meta = {}
-    if (a.data / "meta.json").exists():
-        meta = json.loads((a.data / "meta.json").read_text())
-    metric = a.metric or meta.get("metric", "l2")
-    x = read_fvecs(a.data / "base.fvecs")
-    q = read_fvecs(a.data / "query.fvecs")
-    gt = read_ivecs(a.data / "gt.ivecs")
-    if x.shape[1] != q.shape[1]:
-        sys.exit(f"base dim {x.shape[1]} != query dim {q.shape[1]}")
-    if len(gt) != len(q) or gt.shape[1] < a.k:
-        sys.exit(f"gt.ivecs has {gt.shape} ids; need {len(q)} rows of at least k={a.k}")
-    if metric == "cosine":
-        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
-        metric = "ip"
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    q = np.ascontiguousarray(q, dtype=np.float32)
-    dataset = meta.get("name") or a.data.resolve().name
+    x, q, gt, metric, dataset = load_dataset(a.data, a.metric, a.k)
     threads = [int(t) for t in a.threads.split(",") if t]
     out = open(a.out, "a") if a.out else sys.stdout
-
     for name in [p for p in a.peers.split(",") if p]:
-        if name not in PEERS:
-            sys.exit(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
-        eng = PEERS[name](x.shape[1], metric)
-        try:
-            t0 = time.perf_counter()
-            eng.build(x, a.build_threads)
-            build_s = time.perf_counter() - t0
-        except ImportError as e:
-            eprint(f"{name}: skipped ({e}); pip install -r benches/peers/requirements.txt")
+        built = build_peer(name, x, metric, a.build_threads)
+        if built is None:
             continue
-        size = eng.index_bytes()
-        eprint(f"{name}: built {len(x)} x {x.shape[1]} in {build_s:.1f}s, {size} bytes")
-        for setting in eng.sweep(a.k):
-            eng.set(setting)
-            mode, ef = eng.describe(setting)
-            for t in threads:
-                eng.search(q[: min(len(q), 100)], a.k, t)  # warm-up
-                t0 = time.perf_counter()
-                ids = eng.search(q, a.k, t)
-                secs = time.perf_counter() - t0
-                rec = {
-                    "engine": eng.engine,
-                    "path": eng.path,
-                    "dataset": dataset,
-                    "mode": mode,
-                    "ef": ef,
-                    "recall": recall(ids, gt, a.k),
-                    "qps": len(q) / secs,
-                    "threads": t,
-                    "build_seconds": build_s,
-                    "index_bytes": size,
-                    "k": a.k,
-                }
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
-                eprint(f"  {rec['mode']:>12} t={t} recall={rec['recall']:.4f} qps={rec['qps']:.0f}")
+        for rec in sweep(built[0], q, gt, a.k, threads, dataset, *built[1:]):
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
 
 
 if __name__ == "__main__":
