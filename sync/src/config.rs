@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// One `--follow PEER:NAME` entry: keep local root `name` in step with the
-/// peer's root of the same name.
+/// peer's root of the same name. Several entries with one name make one
+/// follow that fetches from all of those peers (the first listed leads).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Follow {
     /// Peer address (a multiaddr, ideally ending in `/p2p/<peer id>`).

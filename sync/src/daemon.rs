@@ -76,10 +76,19 @@ pub async fn run<L: Linker>(
             tracing::warn!(local = %p.local, peer = %p.peer, name = %p.name, addr = ?p.addr, "interrupted pull found; not followed, so it resumes only when that root is pulled again");
         }
     }
+    // One loop per followed name, fetching from every peer given for it
+    // (in the order given).
+    let mut sources: Vec<(String, Vec<libp2p::Multiaddr>)> = Vec::new();
     for f in &config.follow {
         let addr = control::parse_addr(&f.peer)?;
-        let every = Duration::from_secs(config.follow_interval_secs);
-        node.follow(addr, f.name.clone(), every);
+        match sources.iter_mut().find(|(name, _)| *name == f.name) {
+            Some((_, addrs)) => addrs.push(addr),
+            None => sources.push((f.name.clone(), vec![addr])),
+        }
+    }
+    let every = Duration::from_secs(config.follow_interval_secs);
+    for (name, addrs) in sources {
+        node.follow_from(addrs, name, every);
     }
 
     wait_for_shutdown(shutdown).await;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex, Notify};
 
 mod fetch;
+mod following;
 mod listing;
 pub use listing::{MirroredRoot, RemoteRoot};
 
@@ -704,100 +705,6 @@ impl<L: Linker> Node<L> {
                 format!("unexpected answer to Announce: {other:?}"),
             )),
         }
-    }
-
-    /// Keeps local root `name` in step with the same root of the peer at
-    /// `addr`, push-driven: subscribes with `Follow` (which also returns the
-    /// current value) and pulls whenever it differs from the local value;
-    /// then waits for the source's `Announce`, a disconnect (re-subscribe),
-    /// or `fallback` (a slow poll, in case announces are lost). Failures
-    /// retry with exponential backoff from 1 s up to `fallback`. A pull
-    /// interrupted by a stop is resumed by the first round after a restart
-    /// (its pending-sync record and staged blocks are durable). Runs until
-    /// [`shutdown`](Self::shutdown).
-    pub fn follow(&self, addr: Multiaddr, name: String, fallback: Duration) {
-        let follows = self.inner.follows.clone();
-        let wake = follows.add(&addr.to_string(), &name);
-        let node = self.clone();
-        let task = tokio::spawn(async move {
-            let mut backoff = Duration::from_secs(1);
-            loop {
-                follows.update(&name, |s| s.checks += 1);
-                let wait = match node.follow_round(&addr, &name).await {
-                    Ok(report) => {
-                        backoff = Duration::from_secs(1);
-                        follows.update(&name, |s| {
-                            s.last_error = None;
-                            if let Some(r) = &report {
-                                s.last_pull = Some(r.clone());
-                            }
-                        });
-                        match report {
-                            Some(r) => {
-                                tracing::info!(%name, fetched = r.blocks_fetched, bytes = r.bytes_fetched, resumed = r.blocks_resumed, "followed root updated")
-                            }
-                            None => tracing::debug!(%name, "followed root up to date"),
-                        }
-                        fallback
-                    }
-                    Err(e) => {
-                        tracing::warn!(%name, %e, "follow round failed; will retry");
-                        follows.update(&name, |s| s.last_error = Some(e.to_string()));
-                        let w = backoff;
-                        backoff = (backoff * 2).min(fallback);
-                        w.min(fallback)
-                    }
-                };
-                tokio::select! {
-                    _ = wake.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                }
-            }
-        });
-        self.inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(task);
-    }
-
-    /// One follow round: (re)subscribe, pull if the value differs.
-    async fn follow_round(&self, addr: &Multiaddr, name: &str) -> Result<Option<PullReport>> {
-        let inner = &self.inner;
-        let peer = self.connect(addr).await?;
-        inner.follows.set_peer(name, peer);
-        let answer = inner
-            .client
-            .request(
-                peer,
-                Request::Follow {
-                    name: name.to_string(),
-                },
-            )
-            .await;
-        let known = match answer {
-            Ok(answer @ Response::Root { value: Some(_), .. }) => {
-                inner.follows.update(name, |s| s.subscribed = true);
-                Some(answer)
-            }
-            Ok(Response::Root { value: None, .. }) => {
-                return Err(Error::NoSuchRoot {
-                    peer,
-                    name: name.to_string(),
-                })
-            }
-            // An older or refusing source: poll with GetRoot instead.
-            Ok(_) | Err(Error::Network { .. }) => {
-                inner.follows.update(name, |s| s.subscribed = false);
-                None
-            }
-            Err(e) => return Err(e),
-        };
-        let bounds = self.bounds(PullLimits::default());
-        let report = self
-            .pull_inner(peer, &[], Some(addr), name, name, known, bounds)
-            .await?;
-        Ok((!report.up_to_date).then_some(report))
     }
 
     /// Node status.

@@ -1920,6 +1920,80 @@ async fn two_sources_give_the_same_closure_and_both_serve() {
     .await;
 }
 
+/// A root followed from several sources (`--follow` given with one name
+/// and several peers): one loop subscribes at every source that connects
+/// and pulls from all of those serving the leading value; an address that
+/// does not connect is skipped; a later version reaches the follower by
+/// announce alone and is fetched from both again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_followed_from_several_sources_pulls_from_all_and_skips_a_dead_one() {
+    bounded(async {
+        let records = vec![5u32; 20_000];
+        let (mut sources, mut stores, mut root) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..2 {
+            let s = mem_stores();
+            root = build(&*s.main, &records).0;
+            s.main.set_root("ds", Some(&root)).unwrap();
+            stores.push(s.clone());
+            sources.push(start(&config(), s).await);
+        }
+        // A source that is gone: started, then stopped.
+        let gone = start(&config(), mem_stores()).await;
+        let gone_addr = addr(&gone);
+        gone.shutdown().await;
+        let dst = mem_stores();
+        let b = start(&multi_config(), dst.clone()).await;
+        // A fallback poll of an hour: only announces move it after the
+        // first round.
+        b.follow_from(
+            vec![gone_addr.clone(), addr(&sources[0]), addr(&sources[1])],
+            "ds".into(),
+            Duration::from_secs(3600),
+        );
+        wait_root(&*dst.main, "ds", &root).await;
+        let check = |st: &prox_sync::Status| {
+            let f = st.follows[0].clone();
+            assert_eq!(f.peer, gone_addr.to_string(), "{f:?}");
+            assert_eq!(f.others.len(), 2, "{f:?}");
+            assert_eq!(f.connected, 2, "{f:?}");
+            assert_eq!(f.peer_id, Some(sources[0].peer_id().to_string()), "{f:?}");
+            let last = f.last_pull.clone().expect("a pull report");
+            assert_eq!(last.sources.len(), 2, "{last:?}");
+            for (s, node) in last.sources.iter().zip(&sources) {
+                assert_eq!(s.peer, node.peer_id().to_string());
+                assert!(s.blocks > 0 && s.error.is_none(), "{last:?}");
+            }
+            let served: u64 = last.sources.iter().map(|s| s.blocks).sum();
+            assert_eq!(served, last.blocks_fetched, "{last:?}");
+            f
+        };
+        check(&settled_status(&b, &root).await);
+        assert_eq!(closure(&*dst.main, &root), closure(&*stores[0].main, &root));
+
+        // Both sources move to a new version (the 1 s watch announces it),
+        // the leading one last: the follower pulls the leader's value, so
+        // when it moves the other source serves it already.
+        let next = changed(&records, 4_000, seed());
+        let mut v2 = Vec::new();
+        for s in &stores {
+            v2 = build(&*s.main, &next).0;
+        }
+        for s in stores.iter().rev() {
+            s.main.set_root("ds", Some(&v2)).unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(30), wait_root(&*dst.main, "ds", &v2))
+            .await
+            .expect("announces moved the follower");
+        let f = check(&settled_status(&b, &v2).await);
+        assert!(f.announces >= 1 && f.subscribed, "{f:?}");
+        assert_eq!(closure(&*dst.main, &v2), closure(&*stores[1].main, &v2));
+        for n in sources.iter().chain([&b]) {
+            n.shutdown().await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_killed_mid_pull_hands_its_share_to_the_other() {
     bounded(async {

@@ -2,7 +2,7 @@
 //! bulk path and stream retries) or from several at once
 //! ([`crate::sources`]).
 
-use super::{Node, STREAM_ATTEMPTS};
+use super::{Node, PullBounds, STREAM_ATTEMPTS};
 use crate::error::{Error, Result};
 use crate::links::Linker;
 use crate::protocol::limits::{Limits, PullLimits};
@@ -61,20 +61,7 @@ impl<L: Linker> Node<L> {
             return self.pull_with(addr, name, local, limits).await;
         }
         let bounds = self.bounds(limits);
-        let dials = addrs.iter().map(|a| async move {
-            tokio::time::timeout_at(bounds.until, self.connect(a))
-                .await
-                .unwrap_or_else(|_| Err(bounds.expired(None)))
-        });
-        let mut peers: Vec<(PeerId, &Multiaddr)> = Vec::new();
-        let mut failed = Vec::new();
-        for (addr, dialed) in addrs.iter().zip(futures::future::join_all(dials).await) {
-            match dialed {
-                Ok(peer) if peers.iter().any(|(p, _)| *p == peer) => {}
-                Ok(peer) => peers.push((peer, addr)),
-                Err(e) => failed.push((addr, e)),
-            }
-        }
+        let (peers, failed) = self.dial_all(addrs, &bounds).await;
         let Some(&(first, first_addr)) = peers.first() else {
             let failures = failed.into_iter().map(|(_, e)| e).collect();
             return Err(Error::Sources { failures });
@@ -100,6 +87,32 @@ impl<L: Linker> Node<L> {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Dials every address at once (within the pull's `bounds`): the
+    /// distinct peers that connected, in the order of `addrs`, and the
+    /// addresses that did not with their errors.
+    #[allow(clippy::type_complexity)]
+    pub(super) async fn dial_all<'a>(
+        &self,
+        addrs: &'a [Multiaddr],
+        bounds: &PullBounds,
+    ) -> (Vec<(PeerId, &'a Multiaddr)>, Vec<(&'a Multiaddr, Error)>) {
+        let dials = addrs.iter().map(|a| async move {
+            tokio::time::timeout_at(bounds.until, self.connect(a))
+                .await
+                .unwrap_or_else(|_| Err(bounds.expired(None)))
+        });
+        let mut peers: Vec<(PeerId, &Multiaddr)> = Vec::new();
+        let mut failed = Vec::new();
+        for (addr, dialed) in addrs.iter().zip(futures::future::join_all(dials).await) {
+            match dialed {
+                Ok(peer) if peers.iter().any(|(p, _)| *p == peer) => {}
+                Ok(peer) => peers.push((peer, addr)),
+                Err(e) => failed.push((addr, e)),
+            }
+        }
+        (peers, failed)
     }
 
     /// Asks every one of `others` for root `name` and keeps those whose

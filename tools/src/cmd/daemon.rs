@@ -12,6 +12,8 @@ Examples:
   prox daemon --store a/ --listen /ip4/127.0.0.1/tcp/4001 --serve docs --open
   prox daemon --store b/ --listen /ip4/127.0.0.1/tcp/4002 \\
       --follow /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW...:docs
+  prox daemon --store c/ --follow /ip4/10.0.0.1/tcp/4001/p2p/12D3KooW...:docs \
+      --follow /ip4/10.0.0.2/tcp/4001/p2p/12D3KooX...:docs   (one root from two sources)
   prox daemon --store a/ --config sync.json --allow 12D3KooW...
   prox daemon --store a/ --serve docs --http 127.0.0.1:7700   (+ search API, docs/api.md)
 
@@ -45,6 +47,9 @@ pub struct DaemonArgs {
     #[arg(long = "serve", value_name = "NAME")]
     pub serve: Vec<String>,
     /// Keep a local root in step with a peer's: MULTIADDR:NAME (repeatable).
+    /// The same NAME from several peers makes one follow that fetches from
+    /// all of them at once (the first listed leads; a source that is down
+    /// or stalls is skipped).
     #[arg(long = "follow", value_name = "PEER:NAME")]
     pub follow: Vec<String>,
     /// JSON config file (flags add to it).
