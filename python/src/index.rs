@@ -685,9 +685,9 @@ impl PyIndex {
 
     /// The persisted search layouts the map was opened with:
     /// ``{"arena": cid or None, "adaptive": cid or None, "ivf": cid or
-    /// None, "frames": cid or None}`` (``frames``: the exact-L2 local
-    /// frames ``prox build --exact-layout localM`` persists; exact searches
-    /// read them).
+    /// None, "frames": cid or None, "rotated": cid or None}`` (the exact-L2
+    /// local frames or rotated arena ``prox build --exact-layout
+    /// localM|splitM`` persists; exact searches read them).
     #[getter]
     fn layouts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let l = self.current().layouts();
@@ -696,6 +696,7 @@ impl PyIndex {
         d.set_item("adaptive", l.adaptive.map(|c| c.to_hex()))?;
         d.set_item("ivf", l.ivf.map(|c| c.to_hex()))?;
         d.set_item("frames", l.frames.map(|c| c.to_hex()))?;
+        d.set_item("rotated", l.rotated.map(|c| c.to_hex()))?;
         Ok(d)
     }
 

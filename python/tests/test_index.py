@@ -188,7 +188,7 @@ def test_persisted_layouts_are_read_at_open_and_answer_alike(rng, tmp_path):
     with_l = prox.Index.build(x, store=tmp_path / "a", name="m", pq=pq, layouts=True)
     without = prox.Index.build(x, store=tmp_path / "b", name="m", pq=pq)
     assert all(with_l.layouts[k] is not None for k in ("arena", "adaptive", "ivf"))
-    assert without.layouts == {"arena": None, "adaptive": None, "ivf": None, "frames": None}
+    assert without.layouts == {"arena": None, "adaptive": None, "ivf": None, "frames": None, "rotated": None}
     reopened = prox.Index.open(tmp_path / "a", "m", warm=False)
     assert reopened.layouts == with_l.layouts
     for kw in ({"mode": "exact"}, {"mode": "balanced"}, {"path": "pq"}):

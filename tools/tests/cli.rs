@@ -503,37 +503,28 @@ fn a_bare_pq_flag_builds_the_recommended_fast_scan_sidecar() {
         "--json",
     ]))[0];
     assert_eq!(h["config"]["ef_construction"], 200, "{h}");
-    ok(&[
-        "accel", "build", "--store", st, "--name", "m", "--pq", "rerank=3",
-    ]);
+    let accel_pq = |params: &str| {
+        run(&[
+            "accel", "build", "--store", st, "--name", "m", "--pq", params,
+        ])
+    };
+    assert!(accel_pq("rerank=3").status.success());
     let c = pq_config(st);
     assert_eq!(
         (&c["subquantizers"], &c["rerank_multiplier"]),
         (&4.into(), &3.into()),
         "{c}"
     );
-    ok(&[
-        "accel",
-        "build",
-        "--store",
-        st,
-        "--name",
-        "m",
-        "--pq",
-        "preset=spec",
-    ]);
+    assert!(accel_pq("preset=spec").status.success());
     let c = pq_config(st);
     assert_eq!(
         (&c["subquantizers"], &c["centroids"], &c["iterations"]),
         (&8.into(), &256.into(), &12.into()),
         "{c}"
     );
-    let bad = fails(
-        &[
-            "accel", "build", "--store", st, "--name", "m", "--pq", "m=9",
-        ],
-        1,
-    );
+    let bad = accel_pq("m=9");
+    assert_eq!(bad.status.code(), Some(1));
+    let bad = String::from_utf8_lossy(&bad.stderr);
     assert!(bad.contains("subquantizers must be in 1..=8"), "{bad}");
 }
 
@@ -569,6 +560,21 @@ fn build_persists_local_frames_that_exact_queries_read() {
         common::root_metadata(st, "m")["prox.layout.frames"].as_str(),
         Some(frames.as_str())
     );
+    // The rotated split arena the same way (`split4`).
+    let rotated = f.data.join("rotated");
+    let base = f.data.join("base.fvecs");
+    ok(&map_cmd(
+        "build",
+        &rotated,
+        "m",
+        "--input",
+        &base,
+        &["--exact-layout", "split4", "--profile", "0"],
+    ));
+    let meta = common::root_metadata(s(&rotated), "m");
+    assert!(meta["prox.layout.rotated"].is_string(), "{meta}");
+    assert!(meta.get("prox.layout.frames").is_none(), "{meta}");
+    assert_eq!(common::query_ids(s(&rotated), "m", &q, "10", &exact), auto);
     // An unknown layout is a usage error naming the choices.
     let bad = fails(
         &[

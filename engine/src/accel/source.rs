@@ -162,8 +162,9 @@ pub fn build_sidecars_and_lists(
 
 /// Builds and persists every search layout of the map `descriptor` that
 /// would otherwise be built when the map is opened: the native scan arena
-/// and adaptive sub-lists; with `exact` [`ExactLayout::Local`] on an L2
-/// map, its local frames; and, when `pq` names a 4-bit PQ sidecar of the
+/// and adaptive sub-lists; with `exact` [`ExactLayout::Local`] or
+/// [`ExactLayout::Split`] on an L2 map, its local frames or rotated split
+/// arena; and, when `pq` names a 4-bit PQ sidecar of the
 /// map (read from the store: a sidecar trained in the same step gives
 /// them through [`build_sidecars_and_lists`]), its fast-scan coarse lists.
 /// Each is bound to the descriptor; returns their manifest CIDs. The bytes
@@ -175,14 +176,15 @@ pub fn build_layouts(
     exact: ExactLayout,
 ) -> Result<Layouts> {
     let map = crate::proximity::ProximityMap::load(store, descriptor)?;
-    let local = match exact {
-        ExactLayout::Local(_) => exact,
-        _ => ExactLayout::Off,
+    let exact = match exact {
+        ExactLayout::Local(_) | ExactLayout::Split(_) => exact,
+        ExactLayout::Auto | ExactLayout::Off => ExactLayout::Off,
     };
-    let searcher = map.searcher()?.exact_layout(local);
+    let searcher = map.searcher()?.exact_layout(exact);
     let arena = Some(searcher.persist_arena(store, descriptor)?);
     let adaptive = Some(searcher.persist_adaptive(store, descriptor)?);
     let frames = searcher.persist_frames(store, descriptor)?;
+    let rotated = searcher.persist_rotated(store, descriptor)?;
     drop(searcher);
     let ivf = match pq {
         None => None,
@@ -198,6 +200,7 @@ pub fn build_layouts(
         ivf,
         profile: None,
         frames,
+        rotated,
     })
 }
 

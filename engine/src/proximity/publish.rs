@@ -299,6 +299,9 @@ pub struct Layouts {
     pub profile: Option<Cid>,
     /// The exact-L2 local frames of one width (`prox.layout.frames`).
     pub frames: Option<Cid>,
+    /// The exact-L2 rotated split arena of one width
+    /// (`prox.layout.rotated`).
+    pub rotated: Option<Cid>,
 }
 
 impl Layouts {
@@ -321,6 +324,7 @@ impl Layouts {
             ivf: get(super::format::META_LAYOUT_IVF)?,
             profile: get(super::format::META_LAYOUT_PROFILE)?,
             frames: get(super::format::META_LAYOUT_FRAMES)?,
+            rotated: get(super::format::META_LAYOUT_ROTATED)?,
         })
     }
 
@@ -342,6 +346,9 @@ impl Layouts {
         if let Some(c) = self.frames {
             m.insert(super::format::META_LAYOUT_FRAMES.to_vec(), c.0.to_vec());
         }
+        if let Some(c) = self.rotated {
+            m.insert(super::format::META_LAYOUT_ROTATED.to_vec(), c.0.to_vec());
+        }
         m
     }
 
@@ -352,12 +359,16 @@ impl Layouts {
             && self.ivf.is_none()
             && self.profile.is_none()
             && self.frames.is_none()
+            && self.rotated.is_none()
     }
 
-    /// True when a native search layout (arena, adaptive or frames) is
-    /// named.
+    /// True when a native search layout (arena, adaptive, frames or the
+    /// rotated arena) is named.
     pub fn has_native(&self) -> bool {
-        self.arena.is_some() || self.adaptive.is_some() || self.frames.is_some()
+        self.arena.is_some()
+            || self.adaptive.is_some()
+            || self.frames.is_some()
+            || self.rotated.is_some()
     }
 }
 

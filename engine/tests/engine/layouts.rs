@@ -429,6 +429,89 @@ fn persisted_local_frames_answer_exact_searches_like_built_ones() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
 
+/// The rotated split arena persisted (`--exact-layout splitM` at build):
+/// read under the default layout, exact hits bit for bit those of one
+/// built at open; another width builds its own; one relabelled from
+/// another map is a typed error.
+#[test]
+fn a_persisted_rotated_arena_answers_exact_searches_like_a_built_one() {
+    let s = seed();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let build = |seed: u64, name: &str| {
+        let cfg = ProximityConfig::new(DIMS as u32);
+        let map = ProximityMap::build(&*store, &cfg, records(seed, 2000)).unwrap();
+        let d = map.descriptor_cid();
+        let l = accel::build_layouts(&*store, d, None, ExactLayout::Split(6)).unwrap();
+        proximity::publish_with(&*store, name, &map, &Sidecars::default(), &l.to_metadata())
+            .unwrap();
+        (d, l)
+    };
+    let (a, la) = build(s, "a");
+    assert!(la.rotated.is_some() && la.frames.is_none(), "PROX_SEED={s}");
+    let open = |exact_layout| {
+        let opts = Options {
+            exact_layout,
+            warm: false,
+            ..Options::default()
+        };
+        Index::open(Arc::clone(&store), "a", &opts).unwrap()
+    };
+    let (read, built, other) = (
+        open(ExactLayout::Auto),
+        open(ExactLayout::Split(6)),
+        open(ExactLayout::Split(3)),
+    );
+    let plain = Index::load(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Options {
+            exact_layout: ExactLayout::Off,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut rng = SplitMix64::new(s ^ 0x5917);
+    for _ in 0..30 {
+        let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss() * 5.0).collect();
+        let req = SearchRequest::new(10).mode(Mode::Exact);
+        let x = read.searcher().search(&q, &req).unwrap();
+        assert_eq!(
+            x,
+            built.searcher().search(&q, &req).unwrap(),
+            "PROX_SEED={s}"
+        );
+        assert_eq!(x.hits, other.searcher().search(&q, &req).unwrap().hits);
+        assert_eq!(x.hits, plain.searcher().search(&q, &req).unwrap().hits);
+    }
+    assert_eq!(read.searcher().rotated_split(), Some(6));
+    assert_eq!(other.searcher().rotated_split(), Some(3));
+    let (_, lb) = build(s ^ 1, "b");
+    let m = LayoutManifest::decode(&store.get(&lb.rotated.unwrap()).unwrap().unwrap()).unwrap();
+    let forged = store
+        .put(&LayoutManifest { source: a, ..m }.encode().unwrap())
+        .unwrap();
+    let ix = Index::load_with_layouts(
+        Arc::clone(&store),
+        a,
+        Sidecars::default(),
+        &Layouts {
+            rotated: Some(forged),
+            ..la
+        },
+        &Options {
+            warm: false,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let err = ix
+        .searcher()
+        .search(&[0.0; DIMS], &SearchRequest::new(3).mode(Mode::Exact))
+        .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
 #[test]
 fn writes_keep_the_layout_only_while_the_descriptor_is_unchanged() {
     let s = seed();

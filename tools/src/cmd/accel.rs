@@ -66,7 +66,8 @@ pub struct AccelBuildArgs {
     #[arg(long)]
     pub layout: bool,
     /// With --layout, `localM` also persists the exact-L2 local frames of
-    /// width M (L2 maps), which exact queries then read at open.
+    /// width M (L2 maps), `splitM` the rotated split arena, which exact
+    /// queries then read at open.
     #[arg(long, default_value = "off", requires = "layout")]
     pub exact_layout: prox_engine::proximity::search::ExactLayout,
     /// Measure the map's recall profile on this many of its records and
@@ -191,6 +192,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
                     // A profile measured other sidecars.
                     profile: p.layouts.profile.filter(|_| !sidecar),
                     frames: layouts.frames.or(p.layouts.frames),
+                    rotated: layouts.rotated.or(p.layouts.rotated),
                 },
             };
             crate::map::publish(&*store, name, &attached)?;
@@ -217,6 +219,7 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
             "layout_adaptive": layouts.adaptive.map(|c| c.to_string()),
             "layout_ivf": layouts.ivf.map(|c| c.to_string()),
             "layout_frames": layouts.frames.map(|c| c.to_string()),
+            "layout_rotated": layouts.rotated.map(|c| c.to_string()),
             "profile": profiled.as_ref().map(|p| p.cid.to_string()),
             "seconds": secs,
         });
@@ -239,6 +242,9 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         }
         if let Some(a) = layouts.frames {
             out.line(format!("layout.frames {a}"))?;
+        }
+        if let Some(a) = layouts.rotated {
+            out.line(format!("layout.rotated {a}"))?;
         }
         if let Some(p) = &profiled {
             out.line(format!("layout.profile {}", p.cid))?;

@@ -130,8 +130,9 @@ pub struct BuildArgs {
     #[arg(long)]
     pub no_layout: bool,
     /// `localM` also persists the exact-L2 local frames of width M (L2
-    /// maps; e.g. local64), which exact queries then read at open instead
-    /// of building (docs/search.md, "Exact L2").
+    /// maps; e.g. local64), `splitM` the rotated split arena, which exact
+    /// queries then read at open instead of building (docs/search.md,
+    /// "Exact L2").
     #[arg(long, default_value = "off", conflicts_with = "no_layout")]
     pub exact_layout: ExactLayout,
     /// Measure the recall profile (what `prox query --recall` chooses
@@ -558,6 +559,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
                 "adaptive": p.layouts.adaptive.map(|c| c.to_hex()),
                 "ivf": p.layouts.ivf.map(|c| c.to_hex()),
                 "frames": p.layouts.frames.map(|c| c.to_hex()),
+                "rotated": p.layouts.rotated.map(|c| c.to_hex()),
             },
             "layout_seconds": built.layout_seconds,
             "profile": profiled.as_ref().map(|p| p.cid.to_hex()),
@@ -615,6 +617,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
             ("adaptive", p.layouts.adaptive),
             ("ivf", p.layouts.ivf),
             ("frames", p.layouts.frames),
+            ("rotated", p.layouts.rotated),
         ] {
             if let Some(c) = cid {
                 out.line(format_args!("layout.{kind} {c}"))?;

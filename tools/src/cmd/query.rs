@@ -97,11 +97,12 @@ pub struct QueryArgs {
     #[arg(long)]
     pub with_values: bool,
     /// Exact L2 layout (native path, `--mode exact`): `auto` (the local
-    /// frames the map persists, `prox build --exact-layout localM`, else
-    /// the plain arena), `off` (the plain arena), `localM` (local frames of
-    /// width M, e.g. local64: large clustered L2 maps; read when the map
-    /// persists that width, else built) or `splitM` (one global rotation).
-    /// Read or built before the queries are timed.
+    /// frames or rotated arena the map persists, `prox build
+    /// --exact-layout localM|splitM`, else the plain arena), `off` (the
+    /// plain arena), `localM` (local frames of width M, e.g. local64: large
+    /// clustered L2 maps) or `splitM` (one global rotation); those two read
+    /// the map's persisted layout of that width, else build it. Read or
+    /// built before the queries are timed.
     #[arg(long, default_value = "auto")]
     pub exact_layout: ExactLayout,
     /// Decode every node of the map before the queries are timed, so the

@@ -102,6 +102,7 @@ pub fn run(args: &VerifyArgs) -> Result<()> {
             p.layouts.ivf,
             p.layouts.profile,
             p.layouts.frames,
+            p.layouts.rotated,
         ]
         .iter()
         .flatten()

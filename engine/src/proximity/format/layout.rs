@@ -43,6 +43,9 @@ pub enum LayoutKind {
     /// 5: the exact-L2 local frames (`--exact-layout localM`): every
     /// frame's centre, basis and bound constants and its members' codes.
     LocalFrames,
+    /// 6: the exact-L2 rotated split arena (`--exact-layout splitM`): the
+    /// rotation and every record's rotated codes and residuals.
+    RotatedArena,
 }
 
 impl LayoutKind {
@@ -54,6 +57,7 @@ impl LayoutKind {
             LayoutKind::IvfLists => 3,
             LayoutKind::RecallProfile => 4,
             LayoutKind::LocalFrames => 5,
+            LayoutKind::RotatedArena => 6,
         }
     }
 
@@ -65,6 +69,7 @@ impl LayoutKind {
             3 => Some(LayoutKind::IvfLists),
             4 => Some(LayoutKind::RecallProfile),
             5 => Some(LayoutKind::LocalFrames),
+            6 => Some(LayoutKind::RotatedArena),
             _ => None,
         }
     }
@@ -77,6 +82,7 @@ impl LayoutKind {
             LayoutKind::IvfLists => META_LAYOUT_IVF,
             LayoutKind::RecallProfile => META_LAYOUT_PROFILE,
             LayoutKind::LocalFrames => META_LAYOUT_FRAMES,
+            LayoutKind::RotatedArena => META_LAYOUT_ROTATED,
         }
     }
 }
@@ -91,6 +97,8 @@ pub const META_LAYOUT_IVF: &[u8] = b"prox.layout.ivf";
 pub const META_LAYOUT_PROFILE: &[u8] = b"prox.layout.profile";
 /// `CRMF` metadata key naming the map's local-frames `PRLY` manifest.
 pub const META_LAYOUT_FRAMES: &[u8] = b"prox.layout.frames";
+/// `CRMF` metadata key naming the map's rotated-arena `PRLY` manifest.
+pub const META_LAYOUT_ROTATED: &[u8] = b"prox.layout.rotated";
 /// Prefix of every layout metadata key.
 pub const META_LAYOUT_PREFIX: &[u8] = b"prox.layout.";
 

@@ -33,7 +33,7 @@ pub use hnsw::{HnswConfig, HnswManifest, HnswNode, HnswNodeRef, MAX_LEVEL};
 pub use layout::{
     chunk_count, decode_chunk, encode_chunk, LayoutKind, LayoutManifest, LAYOUT_CHUNK,
     MAGIC_LAYOUT, MAGIC_LAYOUT_CHUNK, META_LAYOUT_ADAPTIVE, META_LAYOUT_ARENA, META_LAYOUT_FRAMES,
-    META_LAYOUT_IVF, META_LAYOUT_PREFIX, META_LAYOUT_PROFILE,
+    META_LAYOUT_IVF, META_LAYOUT_PREFIX, META_LAYOUT_PROFILE, META_LAYOUT_ROTATED,
 };
 pub(crate) use node::{entry_len, header_len};
 pub use node::{NodeEntry, NodeKind, ProxNode, VectorRef};

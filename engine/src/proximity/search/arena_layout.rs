@@ -64,6 +64,20 @@ pub(crate) fn encode(arena: &ScanArena) -> Result<(Vec<u8>, Vec<u8>)> {
     Ok((params, out))
 }
 
+/// XXH64 (seed 0) of the arena's code norms (`i32`) then residual bounds
+/// (`f64`), little-endian in record order: what the layouts derived from
+/// the arena (local frames, the rotated arena) are bound to.
+pub(crate) fn digest(arena: &ScanArena) -> u64 {
+    let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+    for v in &arena.norms {
+        h.update(&v.to_le_bytes());
+    }
+    for v in &arena.err {
+        h.update(&v.to_le_bytes());
+    }
+    h.digest()
+}
+
 fn u32_of(v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::invalid(OBJ, format!("count {v} exceeds u32")))
 }

@@ -54,6 +54,7 @@ mod node;
 mod pages;
 mod quant;
 mod rotated;
+mod rotated_layout;
 
 pub use crate::keys::Filter;
 pub use engine::SearchContext;
@@ -317,6 +318,7 @@ struct Persisted {
     arena: Option<Cid>,
     adaptive: Option<Cid>,
     frames: Option<Cid>,
+    rotated: Option<Cid>,
     source: Cid,
 }
 
@@ -378,12 +380,12 @@ impl<'s> Searcher<'s> {
         })
     }
 
-    /// Reads the scan arena, the adaptive lists and the local frames from
-    /// these persisted layouts (bound to `source`, this searcher's
-    /// descriptor CID) when they are first needed, instead of building
-    /// them; a search that needs none (a sidecar path) reads nothing. The
-    /// frames are read only when their width is the one the exact layout
-    /// asks for. The first call wins. A layout that does not match is the
+    /// Reads the scan arena, the adaptive lists, the local frames and the
+    /// rotated arena from these persisted layouts (bound to `source`, this
+    /// searcher's descriptor CID) when they are first needed, instead of
+    /// building them; a search that needs none (a sidecar path) reads
+    /// nothing. An exact-L2 layout is read under [`ExactLayout::Auto`] or
+    /// when its width is the one the exact layout asks for. The first call wins. A layout that does not match is the
     /// error of that first use, as for [`Searcher::load_arena`] and
     /// [`Searcher::load_adaptive`] ([`Searcher::warm`] surfaces it at
     /// once).
@@ -392,6 +394,7 @@ impl<'s> Searcher<'s> {
             arena: layouts.arena,
             adaptive: layouts.adaptive,
             frames: layouts.frames,
+            rotated: layouts.rotated,
             source,
         });
     }
@@ -489,20 +492,60 @@ impl<'s> Searcher<'s> {
     }
 
     /// The rotated split arena when the policy uses one for this map
-    /// (L2 only), built on first use. A racing duplicate build is discarded.
+    /// (L2 only), read from the persisted layout of that width (any width
+    /// under [`ExactLayout::Auto`]) or built on first use. A racing
+    /// duplicate build is discarded.
     fn rotated(&self) -> Result<Option<&Rotated>> {
         if let Some(r) = self.rotated.get() {
             return Ok(r.as_ref());
         }
-        let arena = self.arena()?;
-        let r = match self.layout.split(self.dims()) {
-            Some(m) if self.metric() == Metric::L2 => {
-                Rotated::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
+        let persisted = |m: Option<usize>| -> Result<Option<Rotated>> {
+            let Some(Persisted {
+                rotated: Some(cid),
+                source,
+                ..
+            }) = self.persisted.get()
+            else {
+                return Ok(None);
+            };
+            if let Some(m) = m {
+                if rotated_layout::width(self.store, *cid, *source, self.dims())? != m {
+                    return Ok(None);
+                }
             }
+            let arena = self.arena()?;
+            rotated_layout::load(self.store, *cid, *source, arena, self.dims()).map(Some)
+        };
+        let r = match (self.layout, self.layout.split(self.dims())) {
+            _ if self.metric() != Metric::L2 => None,
+            (ExactLayout::Auto, _) => persisted(None)?,
+            (_, Some(m)) => match persisted(Some(m))? {
+                Some(r) => Some(r),
+                None => {
+                    let arena = self.arena()?;
+                    Rotated::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
+                }
+            },
             _ => None,
         };
         let _ = self.rotated.set(r);
         Ok(self.rotated.get().expect("OnceLock was just set").as_ref())
+    }
+
+    /// Writes the rotated split arena of the exact layout (built first if
+    /// needed) as a `PRLY` layout sidecar bound to `source`; `None` when
+    /// the exact layout is not [`ExactLayout::Split`] or the map is not
+    /// L2.
+    pub fn persist_rotated(&self, store: &dyn BlockStore, source: Cid) -> Result<Option<Cid>> {
+        match self.rotated()? {
+            Some(r) => Ok(Some(rotated_layout::persist(
+                r,
+                self.arena()?,
+                store,
+                source,
+            )?)),
+            None => Ok(None),
+        }
     }
 
     /// Screen width of the rotated split arena once built (`None` before,
@@ -741,10 +784,10 @@ impl<'s> Searcher<'s> {
             return Ok(());
         }
         self.arena()?;
-        self.rotated()?;
-        // Persisted frames serve exact searches only: a caller that asked
-        // for none of them explicitly reads them only for those.
+        // Persisted exact layouts serve exact searches only: a caller that
+        // asked for none of them explicitly reads them only for those.
         if exact || self.layout != ExactLayout::Auto {
+            self.rotated()?;
             self.frames()?;
         }
         Ok(())

@@ -153,26 +153,26 @@ impl RotQuery {
 /// The rotated split arena; records are indexed like the plain arena's.
 #[derive(Debug)]
 pub(crate) struct Rotated {
-    dims: usize,
+    pub(super) dims: usize,
     /// Screen width `m` (`1..=dims`).
-    m: usize,
+    pub(super) m: usize,
     /// `Wᵀ`, row-major: `wt[i·d + j] = W_ji`, row `j` of `W` the `j`-th
     /// principal axis (eigenvalues descending).
-    wt: Vec<f64>,
+    pub(super) wt: Vec<f64>,
     /// `(d+1)·2^-52·‖W_A‖_F` and the same for `B`, rounded up.
-    rot_a: f64,
-    rot_b: f64,
+    pub(super) rot_a: f64,
+    pub(super) rot_b: f64,
     /// Upper bound on `σ_max(W)²`.
-    sigma2: f64,
-    scale_a: f64,
-    scale_b: f64,
-    codes_a: Vec<i8>,
-    codes_b: Vec<i8>,
-    norms_a: Vec<i32>,
-    norms_b: Vec<i32>,
-    err_a: Vec<f64>,
-    err_b: Vec<f64>,
-    err_a_max: f64,
+    pub(super) sigma2: f64,
+    pub(super) scale_a: f64,
+    pub(super) scale_b: f64,
+    pub(super) codes_a: Vec<i8>,
+    pub(super) codes_b: Vec<i8>,
+    pub(super) norms_a: Vec<i32>,
+    pub(super) norms_b: Vec<i32>,
+    pub(super) err_a: Vec<f64>,
+    pub(super) err_b: Vec<f64>,
+    pub(super) err_a_max: f64,
 }
 
 /// `out = fl(W·x)`: for every `j`, `Σ_i W_ji·x_i` summed in `i` order (the

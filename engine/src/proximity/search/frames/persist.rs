@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::proximity::format::LayoutKind;
 use crate::proximity::layout_io::{manifest, mismatch, payload, persist_payload, short};
 use crate::proximity::search::arena::ScanArena;
+use crate::proximity::search::arena_layout::digest as arena_digest;
 use crate::store::BlockStore;
 use prox_kernels::i8scan::grouped::{self, GROUP};
 
@@ -43,18 +44,6 @@ const FRAME_F64: usize = 9;
 
 /// Bytes stored per block.
 const BLOCK_BYTES: usize = 24;
-
-/// XXH64 of the arena's code norms then residual bounds (little-endian).
-fn arena_digest(arena: &ScanArena) -> u64 {
-    let mut h = xxhash_rust::xxh64::Xxh64::new(0);
-    for v in &arena.norms {
-        h.update(&v.to_le_bytes());
-    }
-    for v in &arena.err {
-        h.update(&v.to_le_bytes());
-    }
-    h.digest()
-}
 
 fn u32_of(v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::invalid(OBJ, format!("count {v} exceeds u32")))
