@@ -78,6 +78,34 @@ pub(crate) fn digest(arena: &ScanArena) -> u64 {
     h.digest()
 }
 
+/// The first `uv` of the kind header of layout `cid` (the width of an
+/// exact-L2 layout: local frames or the rotated arena), read from its
+/// manifest alone, so a caller can tell whether it serves the width asked
+/// for without reading the payload.
+pub(crate) fn header_width(
+    store: &dyn BlockStore,
+    cid: Cid,
+    kind: LayoutKind,
+    source: Cid,
+    dims: usize,
+) -> Result<usize> {
+    let m = manifest(store, cid, kind, source, dims)?;
+    Reader::new(&m.params, OBJ).uv_usize()
+}
+
+/// [`Error::Corrupt`] unless `want` (a layout's stored digest) is the
+/// [`digest`] of `arena`.
+pub(crate) fn check_digest(cid: Cid, want: u64, arena: &ScanArena) -> Result<()> {
+    if want == digest(arena) {
+        Ok(())
+    } else {
+        Err(mismatch(
+            cid,
+            "built over another scan arena (digest differs)".into(),
+        ))
+    }
+}
+
 fn u32_of(v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::invalid(OBJ, format!("count {v} exceeds u32")))
 }

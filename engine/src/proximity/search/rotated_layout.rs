@@ -13,7 +13,7 @@
 //! finite (scales positive), else [`Error::Corrupt`].
 
 use super::arena::ScanArena;
-use super::arena_layout::digest;
+use super::arena_layout::{check_digest, digest, header_width};
 use super::rotated::Rotated;
 use crate::cid::Cid;
 use crate::codec::{put_uv, Reader};
@@ -59,10 +59,9 @@ pub(crate) fn persist(
     )
 }
 
-/// The screen width `m` of a persisted layout (its manifest only).
+/// The screen width `m` of a persisted layout.
 pub(crate) fn width(store: &dyn BlockStore, cid: Cid, source: Cid, dims: usize) -> Result<usize> {
-    let m = manifest(store, cid, LayoutKind::RotatedArena, source, dims)?;
-    Reader::new(&m.params, OBJ).uv_usize()
+    header_width(store, cid, LayoutKind::RotatedArena, source, dims)
 }
 
 /// Loads the layout `cid` (bound to `source`) as the rotated arena over
@@ -86,12 +85,7 @@ pub(crate) fn load(
             format!("width {m} over {} records, arena has {n}", man.records),
         ));
     }
-    if want_digest != digest(arena) {
-        return Err(mismatch(
-            cid,
-            "built over another scan arena (digest differs)".into(),
-        ));
-    }
+    check_digest(cid, want_digest, arena)?;
     // `n ≤ 2^32` records of `d ≤ MAX_CODE_DIMS`: no overflow.
     let size = 8 * d * d + 40 + n * (d + 16);
     if man.payload_len != size as u64 {

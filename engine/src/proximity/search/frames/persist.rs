@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::proximity::format::LayoutKind;
 use crate::proximity::layout_io::{manifest, mismatch, payload, persist_payload, short};
 use crate::proximity::search::arena::ScanArena;
-use crate::proximity::search::arena_layout::digest as arena_digest;
+use crate::proximity::search::arena_layout::{check_digest, digest as arena_digest, header_width};
 use crate::store::BlockStore;
 use prox_kernels::i8scan::grouped::{self, GROUP};
 
@@ -112,12 +112,9 @@ pub(crate) fn persist(
     )
 }
 
-/// The frame width `m` a persisted layout was built with (its manifest
-/// only: no payload is read), so a caller can tell whether it serves the
-/// width asked for.
+/// The frame width `m` a persisted layout was built with.
 pub(crate) fn width(store: &dyn BlockStore, cid: Cid, source: Cid, dims: usize) -> Result<usize> {
-    let m = manifest(store, cid, LayoutKind::LocalFrames, source, dims)?;
-    Reader::new(&m.params, OBJ).uv_usize()
+    header_width(store, cid, LayoutKind::LocalFrames, source, dims)
 }
 
 /// Loads the layout `cid` (bound to `source`) as the frames of `arena`.
@@ -149,12 +146,7 @@ pub(crate) fn load(
             format!("{} records in {nf} frames, arena has {n}", man.records),
         ));
     }
-    if digest != arena_digest(arena) {
-        return Err(mismatch(
-            cid,
-            "built over another scan arena (digest differs)".into(),
-        ));
-    }
+    check_digest(cid, digest, arena)?;
     let rest = m - s;
     let stride = if rest == 0 {
         0
