@@ -575,6 +575,20 @@ fn build_persists_local_frames_that_exact_queries_read() {
     assert!(meta["prox.layout.rotated"].is_string(), "{meta}");
     assert!(meta.get("prox.layout.frames").is_none(), "{meta}");
     assert_eq!(common::query_ids(s(&rotated), "m", &q, "10", &exact), auto);
+    // A map of another metric has no exact-L2 layout to persist.
+    let cosine = f.data.join("cosine");
+    let why = fails(
+        &map_cmd(
+            "build",
+            &cosine,
+            "m",
+            "--input",
+            &base,
+            &["--metric", "cosine", "--exact-layout", "local8"],
+        ),
+        1,
+    );
+    assert!(why.contains("metric is cosine"), "{why}");
     // An unknown layout is a usage error naming the choices.
     let bad = fails(
         &[

@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use prox_engine::accel::{build_layouts, build_sidecars_and_lists, HnswParams, PqSpec};
+use prox_engine::proximity::search::ExactLayout;
 use prox_engine::store::MmapStore;
 use prox_engine::{BlockStore, Cid};
 use std::path::PathBuf;
@@ -69,7 +70,7 @@ pub struct AccelBuildArgs {
     /// width M (L2 maps), `splitM` the rotated split arena, which exact
     /// queries then read at open.
     #[arg(long, default_value = "off", requires = "layout")]
-    pub exact_layout: prox_engine::proximity::search::ExactLayout,
+    pub exact_layout: ExactLayout,
     /// Measure the map's recall profile on this many of its records and
     /// publish it (what `--recall` chooses from); 0: none. Default: 400
     /// when --hnsw or --pq builds a sidecar of a named map (the old
@@ -90,6 +91,20 @@ pub fn parse_hnsw(s: &str) -> Result<HnswParams, String> {
 /// dimension-dependent checks happen at build time.
 pub fn parse_pq(s: &str) -> Result<PqSpec, String> {
     PqSpec::parse(s).map_err(|e| e.to_string())
+}
+
+/// Refuses an exact-L2 layout (`--exact-layout localM|splitM`) to persist
+/// for a map of another metric, whose exact search never uses one.
+pub fn check_exact_layout(layout: ExactLayout, metric: prox_kernels::Metric) -> Result<()> {
+    if matches!(layout, ExactLayout::Local(_) | ExactLayout::Split(_))
+        && metric != prox_kernels::Metric::L2
+    {
+        bail!(
+            "--exact-layout persists an exact-L2 layout, but the map's metric is {metric}: its \
+             exact search uses the plain arena (drop the flag)"
+        );
+    }
+    Ok(())
 }
 
 /// Runs `prox accel ...`.
@@ -144,6 +159,12 @@ fn run_build(args: &AccelBuildArgs) -> Result<()> {
         }
         None => None,
     };
+    if !matches!(args.exact_layout, ExactLayout::Off | ExactLayout::Auto) {
+        let metric = prox_engine::proximity::ProximityMap::load(&*store, descriptor)
+            .with_context(|| format!("loading map {descriptor}"))?
+            .metric();
+        check_exact_layout(args.exact_layout, metric)?;
+    }
     let (side, fresh_lists) = build_sidecars_and_lists(
         &*store,
         descriptor,

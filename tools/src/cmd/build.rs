@@ -511,6 +511,7 @@ pub fn run(args: &BuildArgs) -> Result<()> {
     if let Some(0) = args.threads {
         bail!("--threads must be at least 1");
     }
+    super::accel::check_exact_layout(args.exact_layout, args.metric)?;
     let store = args.store.open_dyn()?;
     let store_before = sysmem::dir_bytes(&args.store.store);
     let phases = progress::Phases::new(args.json);
