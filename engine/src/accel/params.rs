@@ -229,6 +229,11 @@ impl PqParams {
     /// centroids). Keys as [`PqSpec::parse`], without `preset`. Range
     /// checks that depend on the dimensions happen at build time.
     pub fn parse(s: &str) -> Result<Self> {
+        if parse_kv(s)?.iter().any(|(k, _)| *k == "preset") {
+            return Err(Error::InvalidArgument(
+                "a preset depends on the map's shape: use PqSpec".into(),
+            ));
+        }
         PqSpec::parse(s)?.over(PqParams::default())
     }
 }
@@ -423,6 +428,7 @@ mod tests {
             .unwrap();
         assert_eq!(spec, PqParams::default());
         assert!(PqSpec::parse("preset=fast").is_err());
+        assert!(PqParams::parse("preset=spec").is_err());
         assert!(PqSpec::parse("m=200").unwrap().resolve(128, 1000).is_err());
         let given = PqParams::recommended(384, 10);
         assert_eq!(PqSpec::from(given).resolve(384, 1_000_000).unwrap(), given);

@@ -63,7 +63,7 @@ pub use rotated::ExactLayout;
 use crate::cid::Cid;
 use crate::error::{Error, Result};
 use crate::prolly::Tree;
-use crate::proximity::format::{Descriptor, Record};
+use crate::proximity::format::{Descriptor, LayoutKind, Record};
 use crate::proximity::Layouts;
 use crate::store::BlockStore;
 use arena::ScanArena;
@@ -385,10 +385,10 @@ impl<'s> Searcher<'s> {
     /// searcher's descriptor CID) when they are first needed, instead of
     /// building them; a search that needs none (a sidecar path) reads
     /// nothing. An exact-L2 layout is read under [`ExactLayout::Auto`] or
-    /// when its width is the one the exact layout asks for. The first call wins. A layout that does not match is the
-    /// error of that first use, as for [`Searcher::load_arena`] and
-    /// [`Searcher::load_adaptive`] ([`Searcher::warm`] surfaces it at
-    /// once).
+    /// when its width is the one the exact layout asks for. The first call
+    /// wins. A layout that does not match is the error of that first use,
+    /// as for [`Searcher::load_arena`] and [`Searcher::load_adaptive`]
+    /// ([`Searcher::warm`] surfaces it at once).
     pub fn use_layouts(&self, layouts: &Layouts, source: Cid) {
         let _ = self.persisted.set(Persisted {
             arena: layouts.arena,
@@ -418,11 +418,11 @@ impl<'s> Searcher<'s> {
         }
         let f = match (self.layout, self.layout.local(self.dims())) {
             _ if self.metric() != Metric::L2 => None,
-            (ExactLayout::Auto, _) => match self.persisted_frames(None)? {
+            (ExactLayout::Auto, _) => match self.persisted_exact(LayoutKind::LocalFrames, None)? {
                 Some((cid, source)) => Some(self.load_frames(cid, source)?),
                 None => None,
             },
-            (_, Some(m)) => match self.persisted_frames(Some(m))? {
+            (_, Some(m)) => match self.persisted_exact(LayoutKind::LocalFrames, Some(m))? {
                 Some((cid, source)) => Some(self.load_frames(cid, source)?),
                 None => {
                     let arena = self.arena()?;
@@ -435,22 +435,28 @@ impl<'s> Searcher<'s> {
         Ok(self.frames.get().expect("OnceLock was just set").as_ref())
     }
 
-    /// The persisted local frames (manifest, source) when
-    /// [`Searcher::use_layouts`] named some, of width `m` if given.
-    fn persisted_frames(&self, m: Option<usize>) -> Result<Option<(Cid, Cid)>> {
-        let Some(Persisted {
-            frames: Some(cid),
-            source,
-            ..
-        }) = self.persisted.get()
-        else {
+    /// The persisted exact-L2 layout of `kind` (local frames or rotated
+    /// arena) as (manifest, source) when [`Searcher::use_layouts`] named
+    /// one, of width `m` if given (read from its manifest alone).
+    fn persisted_exact(&self, kind: LayoutKind, m: Option<usize>) -> Result<Option<(Cid, Cid)>> {
+        let Some(p) = self.persisted.get() else {
+            return Ok(None);
+        };
+        let cid = match kind {
+            LayoutKind::LocalFrames => p.frames,
+            LayoutKind::RotatedArena => p.rotated,
+            _ => None,
+        };
+        let Some(cid) = cid else {
             return Ok(None);
         };
         let fits = match m {
             None => true,
-            Some(m) => frames::persist::width(self.store, *cid, *source, self.dims())? == m,
+            Some(m) => {
+                arena_layout::header_width(self.store, cid, kind, p.source, self.dims())? == m
+            }
         };
-        Ok(fits.then_some((*cid, *source)))
+        Ok(fits.then_some((cid, p.source)))
     }
 
     /// Reads the persisted local frames `cid` (bound to `source`) over the
@@ -499,28 +505,17 @@ impl<'s> Searcher<'s> {
         if let Some(r) = self.rotated.get() {
             return Ok(r.as_ref());
         }
-        let persisted = |m: Option<usize>| -> Result<Option<Rotated>> {
-            let Some(Persisted {
-                rotated: Some(cid),
-                source,
-                ..
-            }) = self.persisted.get()
-            else {
-                return Ok(None);
-            };
-            if let Some(m) = m {
-                if rotated_layout::width(self.store, *cid, *source, self.dims())? != m {
-                    return Ok(None);
-                }
-            }
-            let arena = self.arena()?;
-            rotated_layout::load(self.store, *cid, *source, arena, self.dims()).map(Some)
+        let load = |(cid, source): (Cid, Cid)| -> Result<Rotated> {
+            rotated_layout::load(self.store, cid, source, self.arena()?, self.dims())
         };
         let r = match (self.layout, self.layout.split(self.dims())) {
             _ if self.metric() != Metric::L2 => None,
-            (ExactLayout::Auto, _) => persisted(None)?,
-            (_, Some(m)) => match persisted(Some(m))? {
-                Some(r) => Some(r),
+            (ExactLayout::Auto, _) => match self.persisted_exact(LayoutKind::RotatedArena, None)? {
+                Some(at) => Some(load(at)?),
+                None => None,
+            },
+            (_, Some(m)) => match self.persisted_exact(LayoutKind::RotatedArena, Some(m))? {
+                Some(at) => Some(load(at)?),
                 None => {
                     let arena = self.arena()?;
                     Rotated::build(arena, &arena.pages.all(&self.loader)?, self.dims(), m)
@@ -758,7 +753,7 @@ impl<'s> Searcher<'s> {
     /// builds the leaf catalogue, the scan arena and the adaptive
     /// sub-lists (and, for L2 maps with an [`ExactLayout::Split`] or
     /// [`ExactLayout::Local`] layout, the rotated split arena or the local
-    /// frames; under [`ExactLayout::Auto`] the persisted frames, if any),
+    /// frames; under [`ExactLayout::Auto`] the persisted ones, if any),
     /// so later searches do no I/O,
     /// decoding, quantization or clustering. Returns the number of nodes.
     pub fn warm(&self) -> Result<usize> {

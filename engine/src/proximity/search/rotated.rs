@@ -51,15 +51,16 @@ const SWEEPS: usize = 40;
 /// `auto`, `off`, `splitM`, `localM`): the plain arena, the rotated split
 /// arena or local frames.
 ///
-/// By default ([`ExactLayout::Auto`]) the local frames are used only when
-/// the map persists them (`prox build --exact-layout localM`): the rotated
+/// By default ([`ExactLayout::Auto`]) the local frames or the rotated
+/// arena are used only when the map persists them (`prox build
+/// --exact-layout localM|splitM`): the rotated
 /// and local layouts pay off only where covering balls prune little
 /// (distances that concentrate), and building them at open makes `warm()`
 /// several times slower; docs/performance.md compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExactLayout {
-    /// The local frames the map's root persists, at their width, else the
-    /// plain arena (nothing is built at open).
+    /// The local frames or rotated arena the map's root persists, at their
+    /// width, else the plain arena (nothing is built at open).
     #[default]
     Auto,
     /// Exact L2 screens the plain arena's codes.

@@ -13,7 +13,7 @@
 //! finite (scales positive), else [`Error::Corrupt`].
 
 use super::arena::ScanArena;
-use super::arena_layout::{check_digest, digest, header_width};
+use super::arena_layout::{check_digest, digest};
 use super::rotated::Rotated;
 use crate::cid::Cid;
 use crate::codec::{put_uv, Reader};
@@ -57,11 +57,6 @@ pub(crate) fn persist(
         params,
         out,
     )
-}
-
-/// The screen width `m` of a persisted layout.
-pub(crate) fn width(store: &dyn BlockStore, cid: Cid, source: Cid, dims: usize) -> Result<usize> {
-    header_width(store, cid, LayoutKind::RotatedArena, source, dims)
 }
 
 /// Loads the layout `cid` (bound to `source`) as the rotated arena over

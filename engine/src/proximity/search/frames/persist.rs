@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::proximity::format::LayoutKind;
 use crate::proximity::layout_io::{manifest, mismatch, payload, persist_payload, short};
 use crate::proximity::search::arena::ScanArena;
-use crate::proximity::search::arena_layout::{check_digest, digest as arena_digest, header_width};
+use crate::proximity::search::arena_layout::{check_digest, digest as arena_digest};
 use crate::store::BlockStore;
 use prox_kernels::i8scan::grouped::{self, GROUP};
 
@@ -110,11 +110,6 @@ pub(crate) fn persist(
         params,
         out,
     )
-}
-
-/// The frame width `m` a persisted layout was built with.
-pub(crate) fn width(store: &dyn BlockStore, cid: Cid, source: Cid, dims: usize) -> Result<usize> {
-    header_width(store, cid, LayoutKind::LocalFrames, source, dims)
 }
 
 /// Loads the layout `cid` (bound to `source`) as the frames of `arena`.
