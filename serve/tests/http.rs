@@ -195,11 +195,14 @@ fn every_endpoint_answers_like_the_library() {
             ),
             (
                 json!({"keys": ["0000000000000007", "0000000000000003", "00000000000000ff"]}),
-                Some(Filter::Keys(vec![
-                    3u64.to_be_bytes().to_vec(),
-                    7u64.to_be_bytes().to_vec(),
-                    255u64.to_be_bytes().to_vec(),
-                ])),
+                Some(Filter::Keys(
+                    vec![
+                        3u64.to_be_bytes().to_vec(),
+                        7u64.to_be_bytes().to_vec(),
+                        255u64.to_be_bytes().to_vec(),
+                    ]
+                    .into(),
+                )),
             ),
         ];
         for (fj, f) in filters {

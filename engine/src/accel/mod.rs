@@ -19,6 +19,7 @@
 //! deterministic lane kernel in `numeric::kernel`; query traversal uses the dispatched
 //! SIMD kernels of `prox_kernels`, and every reported score is canonical.
 
+mod direct;
 pub mod hnsw;
 mod params;
 mod planner;

@@ -204,6 +204,15 @@ pub struct AccelContext {
     pq: PqSearchContext,
     /// Id hits of the last search, reused across searches.
     hits: Vec<IdHit>,
+    /// Candidates of a direct scoring ([`Accelerators::score_set`]).
+    cands: Vec<super::hnsw::Scored>,
+}
+
+impl AccelContext {
+    /// The buffers of a direct scoring: candidates and hits.
+    pub(super) fn direct_buffers(&mut self) -> (&mut Vec<super::hnsw::Scored>, &mut Vec<IdHit>) {
+        (&mut self.cands, &mut self.hits)
+    }
 }
 
 /// Result of an accelerated search.

@@ -46,6 +46,7 @@
 //! [`crate::Error::DeadlineExceeded`] within about a millisecond of it.
 
 mod batch;
+mod filter_cache;
 mod open;
 mod plan;
 mod profile;

@@ -101,6 +101,8 @@ pub struct Index {
     pub(super) profile: RwLock<Option<Arc<Profile>>>,
     /// Why the profile the root names did not load, if it did not.
     pub(super) profile_error: Option<String>,
+    /// Recently resolved field and boolean filters.
+    pub(super) filters: super::filter_cache::FilterCache,
     pub(super) cell: Cell,
 }
 
@@ -149,6 +151,7 @@ impl Index {
             FieldIndexes::load(&**self.store(), &meta, &map.directory()?, map.dims())?
         };
         self.fields = fields.map(Arc::new);
+        self.filters.clear();
         Ok(())
     }
 
@@ -240,6 +243,7 @@ impl Index {
             layouts: *layouts,
             profile: RwLock::new(profile),
             profile_error,
+            filters: Default::default(),
             cell,
         };
         // Read on first native use (a sidecar-only caller reads nothing).

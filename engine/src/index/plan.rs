@@ -4,17 +4,21 @@
 //! admits, read from the map's secondary indexes
 //! ([`crate::secondary::eval`]); its length is the eligible count. Then:
 //!
-//! * **Small** (`eligible <= max(DIRECT_MIN, DIRECT_PER_K · k)`, and no
-//!   budget): the eligible records are scored directly from the directory
-//!   with canonical math. That is the exact filtered top k in every mode,
-//!   cheaper than any traversal for so few records.
+//! * **Small** (no budget, and `eligible <= max(DIRECT_MIN, DIRECT_PER_K ·
+//!   k)`, or up to `n / DIRECT_FRACTION` when a loaded HNSW or PQ sidecar
+//!   holds every vector): the eligible records are scored directly, from
+//!   the sidecar's vectors (the fast kernel ranks all of them, the best are
+//!   rescored canonically) or else read from the directory. That is the
+//!   exact filtered top k in every mode, cheaper than any traversal for so
+//!   few records. The key set's ids in the sidecar are computed once and
+//!   kept with the set ([`crate::keys::KeySet::ids_for`]).
 //! * **Large**: the route of [`crate::index`] picks the path (native, HNSW,
 //!   PQ; the accel planner sends sets up to `max(2048, n/16)` to the native
-//!   search) and the search takes the key set as its eligibility filter:
-//!   native search prunes subtrees by key bounds and gates records by key,
-//!   HNSW keeps traversing through ineligible nodes with a bitset and lets
-//!   only eligible ones into its results (with `ef` widened by `n/eligible`),
-//!   PQ scans only eligible codes.
+//!   search, which only happens without sidecars) and the search takes the
+//!   key set as its eligibility filter: native search prunes subtrees by
+//!   key bounds and gates records by key, HNSW keeps traversing through
+//!   ineligible nodes with a bitset and lets only eligible ones into its
+//!   `ef` results, PQ scans only eligible codes.
 //! * **Never under-filled**: when a path that is not budget-capped returns
 //!   fewer than `min(k, eligible)` hits, the query is answered by direct
 //!   scoring instead.
@@ -23,7 +27,7 @@
 //! (direct scoring or the native exact search, both canonical).
 
 use super::request::Request;
-use crate::keys::Filter;
+use crate::keys::{Filter, KeySet};
 
 /// Eligible sets at most this large (or [`DIRECT_PER_K`]`· k`) are scored
 /// directly.
@@ -32,15 +36,22 @@ pub(crate) const DIRECT_MIN: usize = 1024;
 /// Per requested hit, eligible records scored directly.
 pub(crate) const DIRECT_PER_K: usize = 32;
 
-/// The eligible key set of a resolved request when it is small enough to
-/// score directly (see the module docs); `None` otherwise.
-pub(crate) fn direct_keys(req: &Request) -> Option<&[Vec<u8>]> {
+/// Eligible sets at most `records / DIRECT_FRACTION` are scored directly
+/// when a sidecar holds the vectors (the accel planner's bound for leaving
+/// the sidecar paths).
+pub(crate) const DIRECT_FRACTION: usize = 16;
+
+/// The eligible key set of a resolved request when it is scored directly
+/// (see the module docs); `None` otherwise. With `in_memory` (a loaded
+/// sidecar holds every vector) sets up to `records / DIRECT_FRACTION` are
+/// too.
+pub(crate) fn direct_keys(req: &Request, records: usize, in_memory: bool) -> Option<&KeySet> {
+    let mut limit = DIRECT_MIN.max(DIRECT_PER_K * req.k);
+    if in_memory {
+        limit = limit.max(records / DIRECT_FRACTION);
+    }
     match &req.filter {
-        Some(Filter::Keys(keys))
-            if req.budget.is_none() && keys.len() <= DIRECT_MIN.max(DIRECT_PER_K * req.k) =>
-        {
-            Some(keys)
-        }
+        Some(Filter::Keys(keys)) if req.budget.is_none() && keys.len() <= limit => Some(keys),
         _ => None,
     }
 }
@@ -48,7 +59,7 @@ pub(crate) fn direct_keys(req: &Request) -> Option<&[Vec<u8>]> {
 /// The eligible key set of a resolved request when a search returning
 /// `got` hits under-filled it (and no budget excuses that); `None`
 /// otherwise.
-pub(crate) fn under_filled(req: &Request, got: usize) -> Option<&[Vec<u8>]> {
+pub(crate) fn under_filled(req: &Request, got: usize) -> Option<&KeySet> {
     match &req.filter {
         Some(Filter::Keys(keys)) if req.budget.is_none() && got < req.k.min(keys.len()) => {
             Some(keys)
@@ -66,14 +77,22 @@ mod tests {
         let keys =
             |n: usize| Filter::keys((0..n as u32).map(|i| i.to_be_bytes().to_vec()).collect());
         let small = Request::new(10).filter(keys(DIRECT_MIN));
-        assert_eq!(direct_keys(&small).map(<[_]>::len), Some(DIRECT_MIN));
-        assert!(direct_keys(&Request::new(10).filter(keys(DIRECT_MIN + 1))).is_none());
+        assert_eq!(
+            direct_keys(&small, 0, false).map(|k| k.len()),
+            Some(DIRECT_MIN)
+        );
+        // With the vectors in memory, up to 1/16 of the map.
+        let mid = Request::new(10).filter(keys(4096));
+        assert!(direct_keys(&mid, 65_536, true).is_some());
+        assert!(direct_keys(&mid, 65_535, true).is_none());
+        assert!(direct_keys(&mid, 65_536, false).is_none());
+        assert!(direct_keys(&Request::new(10).filter(keys(DIRECT_MIN + 1)), 0, false).is_none());
         // The limit grows with k.
         let big_k = Request::new(100).filter(keys(DIRECT_MIN + 1));
-        assert!(direct_keys(&big_k).is_some());
+        assert!(direct_keys(&big_k, 0, false).is_some());
         // A budget keeps the native budgeted search.
-        assert!(direct_keys(&small.clone().budget(5)).is_none());
-        assert!(direct_keys(&Request::new(10)).is_none());
+        assert!(direct_keys(&small.clone().budget(5), 0, false).is_none());
+        assert!(direct_keys(&Request::new(10), 0, false).is_none());
         let r = Request::new(10).filter(keys(5));
         assert!(under_filled(&r, 4).is_some() && under_filled(&r, 5).is_none());
         let r = Request::new(10).filter(keys(5000));

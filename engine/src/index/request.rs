@@ -307,7 +307,7 @@ mod tests {
             field(Request::new(3).path(PathChoice::Pq).mode(QueryMode::Exact)),
             "path"
         );
-        let unsorted = Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()]);
+        let unsorted = Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()].into());
         assert_eq!(field(Request::new(3).filter(unsorted)), "filter");
         assert!(Request::new(3).budget(5).validate().is_ok());
         for bad in [-0.1, 1.01, f64::NAN, f64::INFINITY] {

@@ -9,6 +9,7 @@ use super::response::{Counters, Neighbour, Response};
 use super::route::{route, Route};
 use crate::accel::Path;
 use crate::error::{Error, Result};
+use crate::keys::KeySet;
 use crate::proximity::math;
 use crate::proximity::search::{Completion, SearchContext, SearchRequest};
 use rayon::prelude::*;
@@ -23,9 +24,21 @@ impl Index {
         let Some(f) = req.filter.as_ref().filter(|f| !f.is_key_filter()) else {
             return Ok(req.clone());
         };
-        let map = self.map();
-        let keys =
-            crate::secondary::eval(self.fields.as_deref(), map.store(), &map.directory()?, f)?;
+        let keys = match self.filters.get(f) {
+            Some(keys) => keys,
+            None => {
+                let map = self.map();
+                let keys: KeySet = crate::secondary::eval(
+                    self.fields.as_deref(),
+                    map.store(),
+                    &map.directory()?,
+                    f,
+                )?
+                .into();
+                self.filters.put(f, &keys);
+                keys
+            }
+        };
         let mut out = req.clone();
         out.filter = Some(crate::keys::Filter::Keys(keys));
         Ok(out)
@@ -60,7 +73,8 @@ impl Index {
         }
         req.validate()?;
         self.check_vector(vector)?;
-        if let Some(keys) = plan::direct_keys(req) {
+        let in_memory = self.accel.hnsw.is_some() || self.accel.pq.is_some();
+        if let Some(keys) = plan::direct_keys(req, self.len() as usize, in_memory) {
             return self.direct_into(scratch, vector, keys, req, out);
         }
         self.routed_into(scratch, vector, req, out)?;
@@ -76,7 +90,7 @@ impl Index {
         &self,
         scratch: &mut Scratch,
         vector: &[f32],
-        keys: &[Vec<u8>],
+        keys: &KeySet,
         req: &Request,
         out: &mut Response,
     ) -> Result<()> {
@@ -89,23 +103,33 @@ impl Index {
             prepared,
             work,
         )?;
-        let r = self.searcher().direct(prepared, keys, req.k)?;
         let mut n = 0;
-        for h in &r.hits {
-            put(
-                &mut out.hits,
-                &mut scratch.spare_keys,
-                &mut n,
-                &h.key,
-                h.score,
-            );
-        }
+        let (hits, spare) = (&mut out.hits, &mut scratch.spare_keys);
+        let scored = self.accel.score_set(
+            &mut scratch.accel,
+            prepared,
+            req.k,
+            keys,
+            req.deadline,
+            |key, score| {
+                put(hits, spare, &mut n, key, score);
+            },
+        )?;
+        let evals = if scored {
+            keys.len() as u64
+        } else {
+            let r = self.searcher().direct(prepared, keys, req.k)?;
+            for h in &r.hits {
+                put(hits, spare, &mut n, &h.key, h.score);
+            }
+            r.stats.rescored
+        };
         out.completion = Completion::Exact;
         out.path = Path::Native;
         out.tuned = None;
         out.counters = Counters {
             nodes: 0,
-            distance_evals: r.stats.rescored,
+            distance_evals: evals,
         };
         self.finish(scratch, n, req, out, true)
     }

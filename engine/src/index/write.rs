@@ -368,6 +368,7 @@ impl Index {
         };
         let mut index = assemble(store, descriptor, sidecars, accel, &layouts, options)?;
         index.fields = fields;
+        index.filters.clear();
         index.profile = std::sync::RwLock::new(carried);
         Ok(Applied {
             index,
@@ -438,6 +439,7 @@ impl Index {
             }
         };
         self.fields = (!next.fields().is_empty()).then(|| Arc::new(next));
+        self.filters.clear();
         Ok(())
     }
 
@@ -530,6 +532,7 @@ fn assemble(
         layouts: *layouts,
         profile: std::sync::RwLock::new(None),
         profile_error: None,
+        filters: Default::default(),
         cell,
     };
     // Read on first native use (a sidecar-only caller reads nothing).

@@ -86,7 +86,7 @@ fn model(recs: &[(Vec<u8>, Vec<f32>, Vec<u8>)], pred: impl Fn(&Value) -> bool) -
 fn eligible(ix: &Index, f: &Value) -> Vec<Vec<u8>> {
     let req = Request::new(1).filter(filter_from_json(f).unwrap());
     match ix.resolve_filter(&req).unwrap().filter {
-        Some(Filter::Keys(k)) => k,
+        Some(Filter::Keys(k)) => k.to_vec(),
         other => panic!("not resolved: {other:?}"),
     }
 }
@@ -218,7 +218,11 @@ fn filtered_search_never_under_fills_and_exact_is_brute_force() {
                     )
                     .unwrap();
                 let by_keys = ix
-                    .search(&mut scratch, &q, &exact.filter(Filter::Keys(keys.clone())))
+                    .search(
+                        &mut scratch,
+                        &q,
+                        &exact.filter(Filter::Keys(keys.clone().into())),
+                    )
                     .unwrap();
                 let a: Vec<_> = by_field
                     .hits

@@ -77,7 +77,7 @@ fn every_selectivity_fills_and_recalls() {
             .unwrap()
             .filter
         {
-            Some(Filter::Keys(k)) => k,
+            Some(Filter::Keys(k)) => k.to_vec(),
             other => panic!("seed {s:#x}: not resolved: {other:?}"),
         };
         let expected = N as usize * per_mille / 1000;
@@ -144,6 +144,70 @@ fn every_selectivity_fills_and_recalls() {
                 recall >= 0.9,
                 "seed {s:#x}: {path} recall@10 {recall:.3} at {per_mille}‰"
             );
+        }
+    }
+}
+
+/// A key set above the directory-scoring size but at most 1/16 of the map
+/// is scored from a loaded sidecar's vectors: exact (keys and canonical
+/// scores of the brute force), once per sidecar kind, and a second query
+/// with the same filter reuses the resolved set.
+#[test]
+fn a_mid_sized_set_is_scored_exactly_from_sidecar_vectors() {
+    const N: u64 = 20_000;
+    let s = prox_testkit::seed(0x3d_17ec);
+    let mut rng = SplitMix64::new(s);
+    // bucket = i % 1000: "bucket < 55" admits exactly 1,100 records, more
+    // than the 1,024 scored from the directory, less than N / 16.
+    let recs: Records = (0..N)
+        .map(|i| {
+            let v = (0..DIMS).map(|_| rng.gauss()).collect();
+            let p = json!({"bucket": (i % 1000) as i64});
+            (i.to_be_bytes().to_vec(), v, serde_json::to_vec(&p).unwrap())
+        })
+        .collect();
+    let vectors: BTreeMap<_, _> = recs.iter().map(|r| (r.0.clone(), r.1.clone())).collect();
+    let filter = filter_from_json(&json!({"key": "bucket", "range": {"lt": 55}})).unwrap();
+    for sidecar in ["hnsw", "pq"] {
+        let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+        let mut b = Build::new(DIMS as u32);
+        b.indexes = vec!["bucket:integer".parse().unwrap()];
+        if sidecar == "hnsw" {
+            b.hnsw = Some(HnswParams::default());
+        } else {
+            b.pq = Some(PqParams::parse("subquantizers=4,centroids=16,iterations=2").unwrap());
+        }
+        index::build(&*store, Some("m"), &b, recs.clone()).unwrap();
+        let ix = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+        let keys = match ix
+            .resolve_filter(&Request::new(1).filter(filter.clone()))
+            .unwrap()
+            .filter
+        {
+            Some(Filter::Keys(k)) => k.to_vec(),
+            other => panic!("seed {s:#x}: not resolved: {other:?}"),
+        };
+        assert_eq!(keys.len(), 1_100, "seed {s:#x}");
+        let mut scratch = Scratch::default();
+        for _ in 0..4 {
+            let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss()).collect();
+            let truth = brute(&ix, &vectors, &keys, &q, K);
+            for mode in [QueryMode::Auto, QueryMode::Exact] {
+                let r = ix
+                    .search(
+                        &mut scratch,
+                        &q,
+                        &Request::new(K).mode(mode).filter(filter.clone()),
+                    )
+                    .unwrap();
+                assert_eq!(
+                    (r.path, r.completion, r.counters.distance_evals),
+                    (Path::Native, Completion::Exact, 1_100),
+                    "seed {s:#x}: {sidecar} {mode:?}"
+                );
+                let got: Vec<_> = r.hits.iter().map(|h| (h.key.clone(), h.score)).collect();
+                assert_eq!(got, truth, "seed {s:#x}: {sidecar} {mode:?}");
+            }
         }
     }
 }

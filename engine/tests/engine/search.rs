@@ -149,11 +149,11 @@ fn exact_equals_brute_force_for_every_metric_with_ties_and_filters() {
                         Box::new(|k| k.starts_with(&[0, 0, 0, 0, 0, 0, 1])),
                     ),
                     (
-                        Some(Filter::Keys(set.clone())),
+                        Some(Filter::Keys(set.clone().into())),
                         Box::new(|k| set.binary_search_by(|x| x.as_slice().cmp(k)).is_ok()),
                     ),
                     (
-                        Some(Filter::Keys(tiny.clone())),
+                        Some(Filter::Keys(tiny.clone().into())),
                         Box::new(|k| tiny.iter().any(|x| x == k)),
                     ),
                 ];
@@ -797,7 +797,7 @@ fn empty_map_and_bad_requests() {
     assert!(map
         .search(&[1.0, 2.0, 3.0], &SearchRequest::new(0))
         .is_err());
-    let unsorted = Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()]);
+    let unsorted = Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()].into());
     assert!(map
         .search(&[1.0, 2.0, 3.0], &SearchRequest::new(1).filter(unsorted))
         .is_err());

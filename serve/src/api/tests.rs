@@ -28,7 +28,10 @@ fn parses_a_full_request() {
         (q.k, q.mode, q.ef, q.with_values),
         (3, QueryMode::Exact, Some(40), true)
     );
-    assert_eq!(q.filter, Some(Filter::Keys(vec![vec![0x0a], vec![0x0b]])));
+    assert_eq!(
+        q.filter,
+        Some(Filter::Keys(vec![vec![0x0a], vec![0x0b]].into()))
+    );
     let (_, q) =
         search_request(br#"{"vector":[0,0],"filter":{"range":["00",null]}}"#, 2, L).unwrap();
     assert_eq!(

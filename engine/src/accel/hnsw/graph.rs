@@ -281,6 +281,10 @@ pub struct SearchGraph {
     /// PQ codebooks when layer-0 blocks carry PQ codes (traversal by ADC
     /// table lookups, exact rerank from `vectors`); never set with `sq8`.
     pub(crate) pq: Option<prox_kernels::pq::Codebooks>,
+    /// Identity of this graph's id space for key sets' cached id sets
+    /// ([`crate::keys::KeySet::ids_for`]); the graph is never mutated, so a
+    /// clone may share it.
+    pub(crate) filter_owner: u64,
 }
 
 impl Adjacency for SearchGraph {
@@ -379,6 +383,7 @@ impl SearchGraph {
             masked_ids,
             sq8: None,
             pq: None,
+            filter_owner: crate::keys::new_owner(),
         }
     }
 
@@ -563,8 +568,13 @@ impl SearchGraph {
 
     /// First id whose key is `>= key`.
     pub(crate) fn lower_bound(&self, key: &[u8]) -> u32 {
+        self.lower_bound_from(0, key)
+    }
+
+    /// [`Self::lower_bound`] when it is known to be at least `from`.
+    pub(crate) fn lower_bound_from(&self, from: u32, key: &[u8]) -> u32 {
         let n = self.node_count();
-        let (mut lo, mut hi) = (0usize, n);
+        let (mut lo, mut hi) = ((from as usize).min(n), n);
         while lo < hi {
             let mid = (lo + hi) / 2;
             if self.key(mid as u32) < key {

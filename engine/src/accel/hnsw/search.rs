@@ -55,8 +55,6 @@ pub struct HnswStats {
 pub struct HnswSearchContext {
     l0: L0State,
     cands: Vec<Scored>,
-    set_ids: Vec<u32>,
-    bits: Vec<u64>,
     qcodes: Vec<i8>,
     /// PQ traversal: the query's ADC table (`m × 256` f32, subspace-major),
     /// refilled in place per query.
@@ -145,9 +143,10 @@ impl SearchGraph {
     }
 
     /// Filtered search: returns exactly `min(k, eligible)` results. Small
-    /// eligible sets are scanned exactly; otherwise the traversal keeps only
-    /// eligible nodes and widens `ef` by `nodes / eligible`; if the graph
-    /// still yields too few, the eligible set is scanned.
+    /// eligible sets are scanned exactly; otherwise the traversal routes
+    /// through every node but keeps only eligible ones, until it holds `ef`
+    /// of them; if the graph still yields too few, the eligible set is
+    /// scanned.
     pub fn search_filtered(
         &self,
         ctx: &mut HnswSearchContext,
@@ -179,11 +178,11 @@ impl SearchGraph {
         let ef = opts.ef.max(k).max(1);
         let resolved = match filter {
             None => Resolved::Interval(0, n as u32),
-            Some(f) => resolve(f, self, &mut ctx.set_ids, &mut ctx.bits),
+            Some(f) => resolve(f, self),
         };
         let eligible = match resolved {
             Resolved::Interval(lo, hi) => interval_count(self, lo, hi),
-            Resolved::Set => ctx.set_ids.len(),
+            Resolved::Set(ref set) => set.ids.len(),
         };
         let mut stats = HnswStats {
             eligible,
@@ -195,14 +194,12 @@ impl SearchGraph {
             let unfiltered = filter.is_none();
             let scan = !unfiltered && (eligible <= EXACT_SCAN_MIN || eligible * 16 <= n);
             if !scan {
-                let widened = if unfiltered {
-                    ef
-                } else {
-                    (ef as u64 * n as u64).div_ceil(eligible as u64) as usize
-                };
-                stats.ef_used = widened.min(n).max(ef);
-                match resolved {
-                    Resolved::Interval(lo, hi) => {
+                // Ineligible nodes route but never enter the results, so
+                // the search runs until `ef` eligible nodes are found: `ef`
+                // means what it means unfiltered.
+                stats.ef_used = ef.min(n);
+                match &resolved {
+                    &Resolved::Interval(lo, hi) => {
                         let all = lo == 0 && hi as usize == n && self.masked_ids.is_empty();
                         let ef = stats.ef_used;
                         done = if all {
@@ -212,23 +209,16 @@ impl SearchGraph {
                             self.traverse(ctx, query, (k, ef), &elig, &mut watch, out)
                         };
                     }
-                    Resolved::Set => {
-                        let bits = std::mem::take(&mut ctx.bits);
-                        let elig = |id: u32| bits[id as usize / 64] >> (id % 64) & 1 == 1;
+                    Resolved::Set(set) => {
+                        let elig = |id: u32| set.contains(id);
                         let ef = stats.ef_used;
                         done = self.traverse(ctx, query, (k, ef), &elig, &mut watch, out);
-                        ctx.bits = bits;
                     }
                 }
             }
             if done.is_ok() && out.len() < want {
                 stats.exact_scan = true;
                 done = self.scan(ctx, query, k, resolved, &mut watch, out);
-            }
-        }
-        if let Resolved::Set = resolved {
-            for &id in &ctx.set_ids {
-                ctx.bits[id as usize / 64] = 0;
             }
         }
         done?;
@@ -450,8 +440,8 @@ impl SearchGraph {
                     }
                 }
             }
-            Resolved::Set => {
-                for &id in &ctx.set_ids {
+            Resolved::Set(set) => {
+                for &id in &set.ids {
                     push(id)?;
                 }
             }

@@ -62,6 +62,7 @@ impl Pq {
         self.keys = all.into_iter().map(|r| r.0).collect();
         self.refresh_quality();
         self.fast = std::sync::OnceLock::new();
+        self.filter_owner = crate::keys::new_owner();
         Ok(())
     }
 
@@ -95,6 +96,7 @@ impl Pq {
             .collect();
         self.refresh_quality();
         self.fast = std::sync::OnceLock::new();
+        self.filter_owner = crate::keys::new_owner();
         n
     }
 

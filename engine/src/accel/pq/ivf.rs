@@ -1048,7 +1048,7 @@ mod tests {
                 Box::new(|i| i % 7 == 0),
             ),
             (
-                Filter::Keys(vec![key(5), key(5), key(99_999)]),
+                Filter::Keys(vec![key(5), key(5), key(99_999)].into()),
                 Box::new(|i| i == 5),
             ),
         ];

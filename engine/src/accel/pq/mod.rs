@@ -44,6 +44,9 @@ pub struct Pq {
     /// The fast-scan index, built once on first use (`None` inside:
     /// unsupported); reset by `insert` / `delete`.
     fast: OnceLock<Option<Arc<FastScan>>>,
+    /// Identity of the record numbering for key sets' cached id sets
+    /// ([`crate::keys::KeySet::ids_for`]); renewed by `insert` / `delete`.
+    filter_owner: u64,
 }
 
 /// The kernel's codebooks from per-subspace centroid blocks (their
@@ -97,6 +100,7 @@ impl Pq {
             max_se: t.max_se,
             codebooks,
             fast: OnceLock::new(),
+            filter_owner: crate::keys::new_owner(),
         })
     }
 

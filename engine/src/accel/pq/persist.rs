@@ -200,5 +200,6 @@ pub(crate) fn load_rows(
         max_se: man.max_squared_error,
         codebooks,
         fast: std::sync::OnceLock::new(),
+        filter_owner: crate::keys::new_owner(),
     })
 }

@@ -17,22 +17,30 @@ use crate::accel::vectors::check_vector;
 use crate::cid::Cid;
 use crate::deadline::Watch;
 use crate::error::Result;
-use crate::keys::Filter;
+use crate::keys::{Filter, IdSet, KeySet};
 use crate::store::BlockStore;
 use prox_kernels::canonical;
 use prox_kernels::pq::{adc_scan, AdcTable};
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Rows per flat ADC scan call (bounds the distance buffer).
 const FLAT_CHUNK: usize = 1024;
 
+/// The rows a flat scan reads.
+#[derive(Debug, Clone, Copy)]
+enum Rows<'a> {
+    /// These row ids, ascending.
+    Ids(&'a [u32]),
+    /// Rows `lo..hi`.
+    Interval(usize, usize),
+}
+
 /// Reusable per-thread PQ query buffers.
 #[derive(Debug, Default, Clone)]
 pub struct PqSearchContext {
     heap: BinaryHeap<Scored>,
-    ids: Vec<u32>,
-    bits: Vec<u64>,
     dists: Vec<f32>,
     ivf: IvfContext,
 }
@@ -165,20 +173,14 @@ impl Pq {
             return Ok(());
         }
         let depth = k.saturating_mul(opts.rerank.unwrap_or(self.params.rerank as usize).max(1));
-        // Eligible rows: an interval, or a sorted id list.
+        // Eligible rows: an interval, or an id set (computed once per key
+        // set and this index, then shared by every query using it).
         let mut interval = (0, self.len());
-        let mut listed = false;
+        let mut listed = None;
         match filter {
             None => {}
             Some(Filter::Keys(keys)) => {
-                ctx.ids.clear();
-                ctx.ids.extend(
-                    keys.iter()
-                        .filter_map(|key| self.keys.binary_search(key).ok().map(|i| i as u32)),
-                );
-                ctx.ids.sort_unstable();
-                ctx.ids.dedup();
-                listed = true;
+                listed = Some(self.id_set(keys));
             }
             Some(f) => {
                 if let Some((start, end)) = f.interval() {
@@ -188,8 +190,8 @@ impl Pq {
                 }
             }
         }
-        let count = if listed {
-            ctx.ids.len()
+        let count = if let Some(set) = &listed {
+            set.ids.len()
         } else {
             interval.1 - interval.0
         };
@@ -201,15 +203,8 @@ impl Pq {
             // Expected rows the probed lists hold; smaller filters scan flat.
             let expected = self.len().saturating_mul(nprobe) / fs.nlist();
             if filter.is_none() || count > expected {
-                if listed {
-                    ctx.bits.clear();
-                    ctx.bits.resize(self.len().div_ceil(64), 0);
-                    for &i in &ctx.ids {
-                        ctx.bits[i as usize / 64] |= 1 << (i % 64);
-                    }
-                }
-                let eligible = if listed {
-                    Eligible::Bits(&ctx.bits)
+                let eligible = if let Some(set) = &listed {
+                    Eligible::Bits(&set.bits)
                 } else if filter.is_some() {
                     Eligible::Interval(interval.0, interval.1)
                 } else {
@@ -227,18 +222,21 @@ impl Pq {
                 }
             }
         }
-        let rows = if listed { None } else { Some(interval) };
+        let rows = match &listed {
+            Some(set) => Rows::Ids(&set.ids),
+            None => Rows::Interval(interval.0, interval.1),
+        };
         self.search_flat(ctx, query, (k, depth), rows, &mut watch, out)
     }
 
-    /// Flat ADC over the eligible rows (the `interval` of `rows`, else
-    /// `ctx.ids`), best `depth` reranked canonically.
+    /// Flat ADC over the eligible `rows`, best `depth` reranked
+    /// canonically.
     fn search_flat(
         &self,
         ctx: &mut PqSearchContext,
         query: &[f32],
         (k, depth): (usize, usize),
-        rows: Option<(usize, usize)>,
+        rows: Rows<'_>,
         watch: &mut Watch,
         out: &mut Vec<IdHit>,
     ) -> Result<()> {
@@ -258,15 +256,15 @@ impl Pq {
             }
         };
         match rows {
-            None => {
-                for ids in ctx.ids.chunks(FLAT_CHUNK) {
+            Rows::Ids(ids) => {
+                for ids in ids.chunks(FLAT_CHUNK) {
                     watch.tick(ids.len() * m)?;
                     for &i in ids {
                         consider(table.distance(self.code(i as usize)), i);
                     }
                 }
             }
-            Some((mut lo, end)) => {
+            Rows::Interval(mut lo, end) => {
                 while lo < end {
                     let hi = (lo + FLAT_CHUNK).min(end);
                     watch.tick((hi - lo) * m)?;
@@ -287,6 +285,25 @@ impl Pq {
         out.truncate(k);
         ctx.heap = heap;
         Ok(())
+    }
+
+    /// The rows of `keys` (absent keys skipped), computed once per index
+    /// and kept with the key set for every query sharing it.
+    pub(crate) fn id_set(&self, keys: &KeySet) -> Arc<IdSet> {
+        keys.ids_for(self.filter_owner, |keys| {
+            let mut ids: Vec<u32> = keys
+                .iter()
+                .filter_map(|key| self.keys.binary_search(key).ok().map(|i| i as u32))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            IdSet::new(ids, self.len())
+        })
+    }
+
+    /// The full vectors, in key order.
+    pub(crate) fn vectors(&self) -> &crate::accel::vectors::Arena {
+        &self.vectors
     }
 
     pub(crate) fn lower_bound(&self, key: &[u8]) -> usize {

@@ -99,6 +99,7 @@ impl Pq {
             max_se: 0.0,
             codebooks: self.codebooks.clone(),
             fast: OnceLock::new(),
+            filter_owner: crate::keys::new_owner(),
         };
         out.refresh_quality();
         if let Some(Some(fast)) = self.fast.get() {

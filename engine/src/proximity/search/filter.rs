@@ -76,11 +76,11 @@ mod tests {
         let c = Compiled::new(Some(&f)).unwrap();
         assert!(c.accepts(b"b") && c.accepts(b"bzz") && !c.accepts(b"c") && !c.accepts(b"a"));
         assert!(c.overlaps(b"a", b"b") && !c.overlaps(b"c", b"d") && c.overlaps(b"a", b"z"));
-        let f = Filter::Keys(vec![b"c".to_vec(), b"f".to_vec()]);
+        let f = Filter::Keys(vec![b"c".to_vec(), b"f".to_vec()].into());
         let c = Compiled::new(Some(&f)).unwrap();
         assert!(c.accepts(b"c") && !c.accepts(b"d"));
         assert!(c.overlaps(b"d", b"f") && !c.overlaps(b"d", b"e") && !c.overlaps(b"g", b"h"));
-        let bad = Filter::Keys(vec![b"f".to_vec(), b"c".to_vec()]);
+        let bad = Filter::Keys(vec![b"f".to_vec(), b"c".to_vec()].into());
         assert!(Compiled::new(Some(&bad)).is_err());
         let empty = Filter::Range {
             start: b"b".to_vec(),

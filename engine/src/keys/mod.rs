@@ -8,6 +8,9 @@
 
 use crate::error::{Error, Result};
 
+mod set;
+pub use set::{new_owner, IdSet, KeySet};
+
 const OBJECT: &str = "composite key";
 
 /// 8-byte big-endian.
@@ -192,8 +195,9 @@ pub enum Filter {
     /// Keys starting with these bytes (the range `[p, prefix_end(p))`).
     Prefix(Vec<u8>),
     /// Exactly these keys, sorted strictly ascending ([`Filter::keys`]
-    /// sorts and deduplicates; searches reject an unsorted set).
-    Keys(Vec<Vec<u8>>),
+    /// sorts and deduplicates; searches reject an unsorted set). Shared:
+    /// cloning the filter does not copy them.
+    Keys(KeySet),
     /// A condition on an indexed payload field (docs/payloads.md). Only
     /// [`crate::Index`] evaluates it, against the map's field indexes; the
     /// search paths take key filters only.
@@ -260,7 +264,7 @@ impl Filter {
     pub fn keys(mut keys: Vec<Vec<u8>>) -> Filter {
         keys.sort_unstable();
         keys.dedup();
-        Filter::Keys(keys)
+        Filter::Keys(keys.into())
     }
 
     /// Checks the invariant of [`Filter::Keys`] (sorted strictly ascending).
@@ -268,7 +272,7 @@ impl Filter {
     /// resolves them to a key set before any search path sees them.
     pub fn validate(&self) -> Result<()> {
         match self {
-            Filter::Keys(keys) if keys.windows(2).any(|w| w[0] >= w[1]) => Err(
+            Filter::Keys(keys) if !keys.strictly_ascending() => Err(
                 Error::InvalidArgument("filter keys must be sorted strictly ascending".into()),
             ),
             Filter::Field { .. } | Filter::Bool { .. } => Err(Error::InvalidArgument(
@@ -352,9 +356,9 @@ mod tests {
     #[test]
     fn filters_normalise_and_validate() {
         let f = Filter::keys(vec![b"b".to_vec(), b"a".to_vec(), b"b".to_vec()]);
-        assert_eq!(f, Filter::Keys(vec![b"a".to_vec(), b"b".to_vec()]));
+        assert_eq!(f, Filter::Keys(vec![b"a".to_vec(), b"b".to_vec()].into()));
         assert!(f.validate().is_ok() && f.interval().is_none());
-        assert!(Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()])
+        assert!(Filter::Keys(vec![b"b".to_vec(), b"a".to_vec()].into())
             .validate()
             .is_err());
         let p = Filter::Prefix(b"a\xff".to_vec());
