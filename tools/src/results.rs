@@ -67,6 +67,15 @@ pub struct BenchRecord {
     /// How the searches completed (e.g. `exact`, `budget_exhausted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// The filter every query carried (its JSON form), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Records the filter admits (when it is a field filter or key set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eligible: Option<u64>,
+    /// Answers with fewer than `min(k, eligible)` hits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underfilled: Option<u64>,
 }
 
 impl BenchRecord {

@@ -64,7 +64,8 @@ pub struct MapBenchArgs {
     /// The long sweep (ef from 10 to 800, native list probes from 8 to 1024).
     #[arg(long)]
     pub sweep: bool,
-    /// Paths to measure (comma-separated; default: native and every sidecar).
+    /// Paths to measure (comma-separated; default: native and every sidecar;
+    /// `auto` is the request without path, mode or knobs, "default").
     #[arg(long, value_delimiter = ',')]
     pub path: Vec<PathChoice>,
     /// HNSW ef values (comma-separated) instead of the default sweep.
@@ -106,6 +107,12 @@ pub struct MapBenchArgs {
     /// --exact-layout`: auto, off, localM, splitM).
     #[arg(long, default_value = "auto")]
     pub exact_layout: ExactLayout,
+    /// Filter every query carries, in the JSON form of `prox query
+    /// --filter` (docs/payloads.md); --gt then holds the filtered ground
+    /// truth. A field filter is resolved once, before the timed queries
+    /// (its time is reported), as a server does for a repeated filter.
+    #[arg(long)]
+    pub filter: Option<String>,
 }
 
 /// Sub-benchmarks of `prox bench`.
@@ -250,16 +257,24 @@ fn settings(args: &MapBenchArgs, paths: &[PathChoice]) -> Vec<Setting> {
     let mut out = Vec::new();
     for &p in paths {
         match p {
-            PathChoice::Native | PathChoice::Auto => {
+            PathChoice::Auto => {
+                // What a request without path, mode or knobs runs.
+                out.push(Setting {
+                    spec: Request {
+                        nprobe: args.nprobe,
+                        ..Request::new(k)
+                    },
+                    mode: "default".into(),
+                    ef: None,
+                    budget: None,
+                });
+            }
+            PathChoice::Native => {
                 // On the native path `nprobe` means list probes: the PQ
                 // --nprobe must not leak into the preset settings.
-                let base = if p == PathChoice::Native {
-                    Request {
-                        nprobe: None,
-                        ..base.clone()
-                    }
-                } else {
-                    base.clone()
+                let base = Request {
+                    nprobe: None,
+                    ..base.clone()
                 };
                 let budgets: Vec<u64> = if !args.budget.is_empty() {
                     args.budget.clone()
@@ -369,10 +384,14 @@ fn measure(
     queries: &io::Matrix,
     truth: &[Vec<u32>],
     s: &Setting,
-    threads: u32,
-    reps: u32,
-    dataset: &str,
+    run: &Run<'_>,
 ) -> Result<BenchRecord> {
+    let Run {
+        threads,
+        reps,
+        dataset,
+        filter,
+    } = *run;
     let (answers, mut secs) = super::query::run_all(index, queries, &s.spec)?;
     for _ in 1..reps {
         secs = secs.min(super::query::run_all(index, queries, &s.spec)?.1);
@@ -416,7 +435,28 @@ fn measure(
         p50_us: None,
         p99_us: None,
         completion: Some(completions.join(",")),
+        filter: filter.map(|f| f.text.to_string()),
+        eligible: filter.and_then(|f| f.eligible),
+        underfilled: filter.map(|f| {
+            let want = f.eligible.map_or(s.spec.k, |e| s.spec.k.min(e as usize));
+            answers.iter().filter(|a| a.hits.len() < want).count() as u64
+        }),
     })
+}
+
+/// What every setting of one run shares.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    threads: u32,
+    reps: u32,
+    dataset: &'a str,
+    filter: Option<&'a BenchFilter<'a>>,
+}
+
+/// The run's filter: as given, and how many records it admits.
+struct BenchFilter<'a> {
+    text: &'a str,
+    eligible: Option<u64>,
 }
 
 fn run_map(args: &MapBenchArgs) -> Result<()> {
@@ -436,7 +476,9 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
             queries.len()
         );
     }
-    if let Some((i, row)) = truth.iter().enumerate().find(|(_, r)| r.len() < args.k) {
+    // A filtered truth row may be short: the filter admits fewer than k.
+    let short = |r: &Vec<u32>| r.len() < args.k && args.filter.is_none();
+    if let Some((i, row)) = truth.iter().enumerate().find(|(_, r)| short(r)) {
         bail!(
             "{}: row {i} has {} ids, fewer than --k {}",
             gtpath.display(),
@@ -468,7 +510,12 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
     };
     let index = crate::map::open_published(store, &published, &options);
     sp.finish_and_clear();
-    let index = index.with_context(|| format!("map {name:?}"))?;
+    let mut index = index.with_context(|| format!("map {name:?}"))?;
+    if args.filter.is_some() {
+        index
+            .load_field_indexes(name)
+            .with_context(|| format!("field indexes of map {name:?}"))?;
+    }
     if queries.dim != index.dims() {
         bail!(
             "{}: queries have {} dimensions, map {name:?} has {}",
@@ -488,7 +535,32 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
             })
             .unwrap_or_else(|| "unnamed".into())
     });
-    let all = settings(args, &paths);
+    let mut all = settings(args, &paths);
+    let filter = match &args.filter {
+        None => None,
+        Some(text) => {
+            let t = std::time::Instant::now();
+            let req = index
+                .resolve_filter(&Request::new(args.k).filter(super::query::parse_filter(text)?))
+                .with_context(|| format!("--filter on map {name:?}"))?;
+            let eligible = match &req.filter {
+                Some(prox_engine::keys::Filter::Keys(keys)) => Some(keys.len() as u64),
+                _ => None,
+            };
+            progress::note(format_args!(
+                "filter: {} eligible records, resolved in {:.1} ms",
+                eligible.map_or_else(|| "?".into(), |e| e.to_string()),
+                t.elapsed().as_secs_f64() * 1e3
+            ));
+            for s in &mut all {
+                s.spec.filter = req.filter.clone();
+            }
+            Some(BenchFilter {
+                text: text.as_str(),
+                eligible,
+            })
+        }
+    };
     if !args.recall.is_empty() && index.profile().is_none() {
         bail!(
             "map {name:?} has no recall profile for --recall: measure one with \
@@ -504,7 +576,13 @@ fn run_map(args: &MapBenchArgs) -> Result<()> {
     ));
     for s in &all {
         let rec = super::build::with_threads(args.threads, || {
-            measure(&index, &queries, &truth, s, threads, args.reps, &dataset)
+            let run = Run {
+                threads,
+                reps: args.reps,
+                dataset: &dataset,
+                filter: filter.as_ref(),
+            };
+            measure(&index, &queries, &truth, s, &run)
         })??;
         progress::note(format_args!(
             "{:>8} {:>16} {:>8.4} {:>10.0} {:>12}",

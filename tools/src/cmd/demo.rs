@@ -230,6 +230,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             p50_us: None,
             p99_us: None,
             completion: None,
+            filter: None,
+            eligible: None,
+            underfilled: None,
         };
         if args.json {
             out.json(&rec)?;

@@ -116,17 +116,7 @@ pub struct QueryArgs {
 impl QueryArgs {
     /// The one request every query of this run makes.
     pub fn request(&self) -> Result<Request> {
-        let filter = match &self.filter {
-            None => None,
-            Some(text) => {
-                let v: serde_json::Value =
-                    serde_json::from_str(text).context("--filter is not JSON")?;
-                Some(
-                    prox_serve::filter_from_json(&v)
-                        .map_err(|e| anyhow!("--filter: {}", e.message))?,
-                )
-            }
-        };
+        let filter = self.filter.as_deref().map(parse_filter).transpose()?;
         let req = Request {
             k: self.k,
             mode: self.mode,
@@ -144,6 +134,12 @@ impl QueryArgs {
         req.validate()?;
         Ok(req)
     }
+}
+
+/// A `--filter` argument: the JSON form of the HTTP API's "filter".
+pub fn parse_filter(text: &str) -> Result<prox_engine::keys::Filter> {
+    let v: serde_json::Value = serde_json::from_str(text).context("--filter is not JSON")?;
+    prox_serve::filter_from_json(&v).map_err(|e| anyhow!("--filter: {}", e.message))
 }
 
 /// Runs every row of `queries` on `index` in parallel; returns the answers
