@@ -269,8 +269,9 @@ def run_usearch(args, work, flist, qpath):
                                   for i, (label, _, _) in enumerate(flist)]}
     (work / "plan.json").write_text(json.dumps(plan))
     cmd = [str(usearch_bin(args)), "--base", str(args.data / "base.fvecs"), "--queries",
-           str(qpath), "--plan", str(work / "plan.json"), "--k", str(args.k)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+           str(qpath), "--plan", str(work / "plan.json"), "--k", str(args.k),
+           "--cap", str(int(args.cap))]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -414,6 +415,12 @@ def main():
     stamp = {"commit": commit(), "started": started, "argv": sys.argv[1:], "dataset": dataset}
     records = []
 
+    def save():
+        with open(jsonl, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        (a.out / f"filtered-{dataset}.md").write_text(report(a, dataset, flist, records))
+
     def run_peers(rnd):
         for name in names:
             load = load_average()
@@ -426,22 +433,20 @@ def main():
                 continue
             for r in recs:
                 records.append({**r, **stamp, "round": rnd, "load": load})
+            save()
 
     def run_all_prox(rnd):
         for i, (label, f, _) in enumerate(flist):
             load = load_average()
             for r in run_prox(a, work, i, label, f, qpath):
                 records.append({**r, **stamp, "round": rnd, "load": load, "dataset": dataset})
+            save()
 
     for n in range(a.rounds):
         rnd = "ab"[n % 2] + (str(n // 2 + 1) if n >= 2 else "")
         order = (run_peers, run_all_prox) if n % 2 == 0 else (run_all_prox, run_peers)
         for step in order:
             step(rnd)
-        with open(jsonl, "w") as f:
-            for r in records:
-                f.write(json.dumps(r) + "\n")
-        (a.out / f"filtered-{dataset}.md").write_text(report(a, dataset, flist, records))
     print(a.out / f"filtered-{dataset}.md")
 
 

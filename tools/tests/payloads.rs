@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{ok, run, s};
+use common::{map_cmd, ok, run, s};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -245,20 +245,8 @@ fn bench_with_a_filter_reports_eligible_and_fills_every_answer() {
     }
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, text).unwrap();
-    ok(&[
-        "build",
-        "--store",
-        s(&store),
-        "--name",
-        "m",
-        "--input",
-        s(&input),
-        "--index",
-        "part:integer",
-        "--hnsw",
-        "--profile",
-        "0",
-    ]);
+    let extra = ["--index", "part:integer", "--hnsw", "--profile", "0"];
+    ok(&map_cmd("build", &store, "m", "--input", &input, &extra));
     let queries: Vec<Vec<f32>> = (0..20)
         .map(|_| (0..DIMS).map(|_| rng.gauss()).collect())
         .collect();
@@ -285,25 +273,9 @@ fn bench_with_a_filter_reports_eligible_and_fills_every_answer() {
             .collect()
     };
     let bench = |filter: &str, gt: &Path, extra: &[&str]| -> Vec<Value> {
-        let mut args = vec![
-            "bench",
-            "--store",
-            s(&store),
-            "--name",
-            "m",
-            "--queries",
-            s(&qpath),
-            "--gt",
-            s(gt),
-            "--k",
-            "10",
-            "--threads",
-            "1",
-            "--reps",
-            "1",
-            "--filter",
-            filter,
-        ];
+        let mut args = map_cmd("bench", &store, "m", "--queries", &qpath, &["--gt", s(gt)]);
+        args.extend_from_slice(&["--k", "10", "--threads", "1", "--reps", "1"]);
+        args.extend_from_slice(&["--filter", filter]);
         args.extend_from_slice(extra);
         ok(&args)
             .lines()
@@ -345,19 +317,14 @@ fn bench_with_a_filter_reports_eligible_and_fills_every_answer() {
         (&json!(3), &json!(0), &json!(1.0))
     );
     // Without a filter a short truth row is still refused.
-    let o = run(&[
+    let o = run(&map_cmd(
         "bench",
-        "--store",
-        s(&store),
-        "--name",
+        &store,
         "m",
         "--queries",
-        s(&qpath),
-        "--gt",
-        s(&gt),
-        "--k",
-        "10",
-    ]);
+        &qpath,
+        &["--gt", s(&gt), "--k", "10"],
+    ));
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("fewer than --k 10"));
 }

@@ -55,6 +55,18 @@ fn brute(
     all
 }
 
+/// The key set `filter` resolves to on `ix`.
+fn eligible(ix: &Index, filter: &Filter, s: u64) -> Vec<Vec<u8>> {
+    match ix
+        .resolve_filter(&Request::new(1).filter(filter.clone()))
+        .unwrap()
+        .filter
+    {
+        Some(Filter::Keys(k)) => k.to_vec(),
+        other => panic!("seed {s:#x}: not resolved: {other:?}"),
+    }
+}
+
 #[test]
 fn every_selectivity_fills_and_recalls() {
     let s = prox_testkit::seed(0x91a_22e5);
@@ -72,14 +84,7 @@ fn every_selectivity_fills_and_recalls() {
     for per_mille in [500, 100, 10, 1] {
         let f = json!({"key": "bucket", "range": {"lt": per_mille}});
         let filter = filter_from_json(&f).unwrap();
-        let keys = match ix
-            .resolve_filter(&Request::new(1).filter(filter.clone()))
-            .unwrap()
-            .filter
-        {
-            Some(Filter::Keys(k)) => k.to_vec(),
-            other => panic!("seed {s:#x}: not resolved: {other:?}"),
-        };
+        let keys = eligible(&ix, &filter, s);
         let expected = N as usize * per_mille / 1000;
         assert!(
             keys.len() > expected / 2 && keys.len() < expected * 2,
@@ -179,14 +184,7 @@ fn a_mid_sized_set_is_scored_exactly_from_sidecar_vectors() {
         }
         index::build(&*store, Some("m"), &b, recs.clone()).unwrap();
         let ix = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
-        let keys = match ix
-            .resolve_filter(&Request::new(1).filter(filter.clone()))
-            .unwrap()
-            .filter
-        {
-            Some(Filter::Keys(k)) => k.to_vec(),
-            other => panic!("seed {s:#x}: not resolved: {other:?}"),
-        };
+        let keys = eligible(&ix, &filter, s);
         assert_eq!(keys.len(), 1_100, "seed {s:#x}");
         let mut scratch = Scratch::default();
         for _ in 0..4 {

@@ -11,7 +11,13 @@ use serde::{Deserialize, Serialize};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 const USAGE: &str = "usage: usearch-filtered --base BASE.fvecs --queries Q.fvecs --plan PLAN.json \
-[--k 10] [--metric l2|ip] [--build-threads N] [--connectivity 16] [--expansion-add 128] [--dataset NAME]";
+[--k 10] [--metric l2|ip] [--build-threads N] [--connectivity 16] [--expansion-add 128] [--dataset NAME] [--cap 20]";
+
+/// Queries timed first to predict a setting's whole pass.
+const PROBE: usize = 20;
+
+/// A filter's ef sweep stops once a setting reaches this recall.
+const ENOUGH: f64 = 0.99;
 
 type Res<T> = Result<T, String>;
 
@@ -25,6 +31,8 @@ struct Args {
     connectivity: usize,
     expansion_add: usize,
     dataset: String,
+    /// Seconds a setting may take before it runs on its first queries only.
+    cap: f64,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +73,8 @@ struct Record<'a> {
     filter: &'a str,
     eligible: usize,
     underfilled: usize,
+    queries: usize,
+    partial: bool,
 }
 
 /// Row-major f32 matrix read from an .fvecs file.
@@ -147,7 +157,8 @@ fn bench_subset(
             continue;
         }
         index.change_expansion_search(ef);
-        let (results, seconds) = time_queries(index, queries, args.k, &sub.mask)?;
+        let (results, seconds) = time_queries(index, queries, args.k, &sub.mask, args.cap)?;
+        let n = results.len();
         let want = args.k.min(eligible);
         let rec = Record {
             engine: "usearch",
@@ -155,8 +166,8 @@ fn bench_subset(
             dataset: &args.dataset,
             mode: format!("ef={ef}"),
             ef,
-            recall: mean_recall(&results, &sub.gt, args.k),
-            qps: queries.rows() as f64 / seconds,
+            recall: mean_recall(&results, &sub.gt[..n], args.k),
+            qps: n as f64 / seconds,
             threads: 1,
             build_seconds,
             index_bytes: None,
@@ -164,12 +175,17 @@ fn bench_subset(
             filter: &sub.label,
             eligible,
             underfilled: results.iter().filter(|r| r.len() < want).count(),
+            queries: n,
+            partial: n < queries.rows(),
         };
         let recall = rec.recall.map_or("n/a".into(), |r| format!("{r:.4}"));
         let (qps, under) = (rec.qps, rec.underfilled);
         eprintln!("  ef={ef} recall={recall} qps={qps:.0} underfilled={under}");
         let line = serde_json::to_string(&rec).map_err(|e| e.to_string())?;
         println!("{line}");
+        if rec.recall.is_some_and(|r| r >= ENOUGH) {
+            break;
+        }
     }
     Ok(())
 }
@@ -212,6 +228,7 @@ fn parse_args() -> Res<Args> {
         build_threads: num("--build-threads", cores)?,
         connectivity: num("--connectivity", 16)?,
         expansion_add: num("--expansion-add", 128)?,
+        cap: num("--cap", 20)? as f64,
     })
 }
 
@@ -353,17 +370,32 @@ fn build_index(args: &Args, base: &Matrix) -> Res<(Index, f64)> {
     Ok((index, start.elapsed().as_secs_f64()))
 }
 
-/// One untimed warm-up pass over the first min(100, nq) queries, then one
-/// timed single-threaded pass over all of them. Returns ids and seconds.
-fn time_queries(index: &Index, q: &Matrix, k: usize, mask: &[u8]) -> Res<(Vec<Vec<u64>>, f64)> {
+/// An untimed warm-up over the first 10 queries, a timed pass over the
+/// first [`PROBE`], then, unless that predicts more than `cap` seconds for
+/// the whole set, a timed single-threaded pass over all of them. Returns
+/// the ids of the pass kept and its seconds.
+fn time_queries(
+    index: &Index,
+    q: &Matrix,
+    k: usize,
+    mask: &[u8],
+    cap: f64,
+) -> Res<(Vec<Vec<u64>>, f64)> {
     let search = |i: usize| {
         index
             .filtered_search(q.row(i), k, |key| bit(mask, key))
             .map(|m| m.keys)
             .map_err(|e| format!("query {i}: {e}"))
     };
-    for i in 0..q.rows().min(100) {
+    for i in 0..q.rows().min(10) {
         search(i)?;
+    }
+    let probe = q.rows().min(PROBE);
+    let start = Instant::now();
+    let head = (0..probe).map(search).collect::<Res<Vec<_>>>()?;
+    let secs = start.elapsed().as_secs_f64();
+    if secs / probe as f64 * q.rows() as f64 > cap {
+        return Ok((head, secs));
     }
     let start = Instant::now();
     let results = (0..q.rows()).map(search).collect::<Res<Vec<_>>>()?;
