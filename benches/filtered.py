@@ -13,8 +13,9 @@ The engines, one search thread, the whole query set per setting:
   prox            `prox bench --filter` on a map built with the payloads and
                   field indexes (`--build` builds it: `prox build --index
                   cat:keyword --index year:integer --index price:float --hnsw
-                  --pq`); every path, plus the request a user sends without
-                  knobs ("auto/default"); the filter is resolved once
+                  --pq`); HNSW ef 10..512, PQ nprobe 1..256 x rerank (the
+                  long sweep), plus the request a user sends without knobs
+                  ("auto/default"); the filter is resolved once
   faiss-hnsw      IndexHNSWFlat M=32 with an IDSelectorBitmap
   faiss-ivfpq-fs  IVF-PQ 4-bit fast-scan + exact refine with the bitmap
   hnswlib         M=16, ef_construction=200, a Python filter callable
@@ -280,7 +281,7 @@ def run_usearch(args, work, flist, qpath):
 def run_prox(args, work, i, label, f, qpath):
     cmd = [str(args.prox), "bench", "--store", str(args.store), "--name", args.name,
            "--queries", str(qpath), "--gt", str(work / f"gt-{i}.ivecs"), "--k", str(args.k),
-           "--threads", "1", "--reps", "2", "--path", "auto,hnsw,pq", "--ef", PROX_EF,
+           "--threads", "1", "--reps", "2", "--path", "auto,hnsw,pq", "--sweep", "--ef", PROX_EF,
            "--filter", json.dumps(f)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]

@@ -5,8 +5,8 @@
 //! ([`crate::secondary::eval`]); its length is the eligible count. Then:
 //!
 //! * **Small** (no budget, and `eligible <= max(DIRECT_MIN, DIRECT_PER_K ·
-//!   k)`, or up to `n / DIRECT_FRACTION` when a loaded HNSW or PQ sidecar
-//!   holds every vector): the eligible records are scored directly, from
+//!   k)`, or up to `n / DIRECT_FRACTION` on path `auto` when a loaded HNSW
+//!   or PQ sidecar holds every vector): the eligible records are scored directly, from
 //!   the sidecar's vectors (the fast kernel ranks all of them, the best are
 //!   rescored canonically) or else read from the directory. That is the
 //!   exact filtered top k in every mode, cheaper than any traversal for so
@@ -26,7 +26,7 @@
 //! Mode `exact` therefore returns exactly the brute-force filtered top k
 //! (direct scoring or the native exact search, both canonical).
 
-use super::request::Request;
+use super::request::{PathChoice, Request};
 use crate::keys::{Filter, KeySet};
 
 /// Eligible sets at most this large (or [`DIRECT_PER_K`]`· k`) are scored
@@ -43,11 +43,12 @@ pub(crate) const DIRECT_FRACTION: usize = 16;
 
 /// The eligible key set of a resolved request when it is scored directly
 /// (see the module docs); `None` otherwise. With `in_memory` (a loaded
-/// sidecar holds every vector) sets up to `records / DIRECT_FRACTION` are
-/// too.
+/// sidecar holds every vector) and path `auto`, sets up to `records /
+/// DIRECT_FRACTION` are too.
 pub(crate) fn direct_keys(req: &Request, records: usize, in_memory: bool) -> Option<&KeySet> {
     let mut limit = DIRECT_MIN.max(DIRECT_PER_K * req.k);
-    if in_memory {
+    // A path the caller names keeps mid-sized sets (its own search decides).
+    if in_memory && req.path == PathChoice::Auto {
         limit = limit.max(records / DIRECT_FRACTION);
     }
     match &req.filter {
@@ -86,6 +87,8 @@ mod tests {
         assert!(direct_keys(&mid, 65_536, true).is_some());
         assert!(direct_keys(&mid, 65_535, true).is_none());
         assert!(direct_keys(&mid, 65_536, false).is_none());
+        let hnsw = mid.clone().path(PathChoice::Hnsw);
+        assert!(direct_keys(&hnsw, 65_536, true).is_none());
         assert!(direct_keys(&Request::new(10).filter(keys(DIRECT_MIN + 1)), 0, false).is_none());
         // The limit grows with k.
         let big_k = Request::new(100).filter(keys(DIRECT_MIN + 1));
