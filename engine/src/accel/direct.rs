@@ -15,9 +15,6 @@ use crate::numeric::kernel::{canonical_each, fast_score};
 use prox_kernels::Metric;
 use std::time::Instant;
 
-/// Rows scored between deadline checks.
-const CHUNK: usize = 1024;
-
 impl Accelerators {
     /// The exact top `k` of `keys` for the prepared `query`, scored from
     /// the HNSW graph's vectors (else the PQ sidecar's), reported through
@@ -37,7 +34,14 @@ impl Accelerators {
         if let Some((g, _)) = &self.hnsw {
             let ids = g.id_set(keys);
             top_k(
-                g.metric, &g.vectors, query, &ids.ids, k, &mut watch, cands, hits,
+                g.metric,
+                &g.vectors,
+                query,
+                ids.ids.iter().copied(),
+                k,
+                &mut watch,
+                cands,
+                hits,
             )?;
             hits.iter().for_each(|h| each(g.key(h.id), h.score));
             return Ok(true);
@@ -48,7 +52,7 @@ impl Accelerators {
                 p.metric(),
                 p.vectors(),
                 query,
-                &ids.ids,
+                ids.ids.iter().copied(),
                 k,
                 &mut watch,
                 cands,
@@ -64,13 +68,13 @@ impl Accelerators {
 
 /// The canonical top `k` of rows `ids` of `vectors` into `out`, ascending
 /// by `(score, id)`: every row ranked by the fast kernel, the best
-/// `max(4k, k + k/2 + 4)` rescored canonically.
+/// `max(4k, k + k/2 + 4)` rescored canonically. `cands` is scratch.
 #[allow(clippy::too_many_arguments)]
-fn top_k(
+pub(crate) fn top_k(
     metric: Metric,
     vectors: &Arena,
     query: &[f32],
-    ids: &[u32],
+    ids: impl IntoIterator<Item = u32>,
     k: usize,
     watch: &mut Watch,
     cands: &mut Vec<Scored>,
@@ -81,12 +85,13 @@ fn top_k(
     if k == 0 {
         return Ok(());
     }
-    for chunk in ids.chunks(CHUNK) {
-        watch.tick(chunk.len() * query.len())?;
-        cands.extend(chunk.iter().map(|&id| Scored {
+    let d = query.len();
+    for id in ids {
+        watch.tick(d)?;
+        cands.push(Scored {
             score: fast_score(metric, query, vectors.row(id as usize)),
             id,
-        }));
+        });
     }
     let depth = (4 * k).max(k + k / 2 + 4);
     if cands.len() > depth {

@@ -9,6 +9,7 @@
 use super::filter::{interval_count, resolve, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored, Visited};
+use crate::accel::direct::top_k;
 use crate::accel::vectors::check_vector;
 use crate::deadline::Watch;
 use crate::error::Result;
@@ -411,7 +412,7 @@ impl SearchGraph {
     }
 
     /// Scores every eligible node with the fast kernel, then reranks the best
-    /// canonically.
+    /// canonically ([`crate::accel::direct::top_k`]).
     fn scan(
         &self,
         ctx: &mut HnswSearchContext,
@@ -421,39 +422,17 @@ impl SearchGraph {
         watch: &mut Watch,
         out: &mut Vec<IdHit>,
     ) -> Result<()> {
-        let metric = self.metric;
-        let d = self.dims();
-        ctx.cands.clear();
-        let mut push = |id: u32| {
-            watch.tick(d)?;
-            ctx.cands.push(Scored {
-                score: fast_score(metric, q, self.vectors.row(id as usize)),
-                id,
-            });
-            Ok::<(), crate::Error>(())
-        };
+        let (metric, vectors, cands) = (self.metric, &self.vectors, &mut ctx.cands);
         match resolved {
             Resolved::Interval(lo, hi) => {
-                for id in lo..hi {
-                    if !self.is_masked(id) {
-                        push(id)?;
-                    }
-                }
+                let ids = (lo..hi).filter(|&id| !self.is_masked(id));
+                top_k(metric, vectors, q, ids, k, watch, cands, out)
             }
             Resolved::Set(set) => {
-                for &id in &set.ids {
-                    push(id)?;
-                }
+                let ids = set.ids.iter().copied();
+                top_k(metric, vectors, q, ids, k, watch, cands, out)
             }
         }
-        let depth = rerank_depth(k).max(4 * k);
-        if ctx.cands.len() > depth {
-            ctx.cands.select_nth_unstable(depth - 1);
-            ctx.cands.truncate(depth);
-        }
-        ctx.cands.sort_unstable();
-        self.rerank(q, &ctx.cands, k, depth, out);
-        Ok(())
     }
 
     /// Rescores the first `depth` candidates canonically and keeps the best

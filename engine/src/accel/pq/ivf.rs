@@ -35,11 +35,13 @@
 //!   tied with the `k`-th, are scored canonically and ordered by
 //!   `(score, key)`. Every step is integer or fixed-order f32, so hits are
 //!   bit-identical on every ISA and thread count.
-//! * **Filters**: small eligible sets (at most the rows `nprobe` lists hold
-//!   on average) are scanned flat with the 8-bit ADC path; otherwise
-//!   ineligible rows are skipped during the scan and further lists are
-//!   probed (in coarse order) until `min(k, eligible)` candidates exist, so
-//!   filtered searches never under-fill.
+//! * **Filters**: small eligible sets (whose flat ADC scoring costs less
+//!   than scanning the rows `nprobe` lists hold on average, at
+//!   `FLAT_ROW_COST` list rows per scattered row) are scanned flat;
+//!   otherwise ineligible rows are skipped during the scan and, past the
+//!   `nprobe` lists, further lists are probed one at a time (in coarse
+//!   order) until `min(k, eligible)` candidates exist, so filtered searches
+//!   never under-fill.
 
 use prox_kernels::pq::coarse;
 use prox_kernels::pq::fastscan::{self, Lut, BLOCK, CODES, MAX_SUBSPACES};
@@ -517,6 +519,9 @@ pub(super) struct IvfContext {
     sums: Vec<u16>,
     cands: Vec<(u16, u32)>,
     rescored: Vec<(f32, u32)>,
+    /// Lists the last search scanned (`nprobe`, or more when a filter
+    /// made it probe on).
+    probed: usize,
 }
 
 /// Which records a search may return.
@@ -588,14 +593,17 @@ impl Pq {
         let mut bound = u16::MAX;
         let mut probed = 0;
         while probed < fs.nlist {
-            if probed == nprobe {
+            if probed >= nprobe {
                 if ctx.cands.len() >= want {
                     break;
                 }
-                // Under-filled by a filter: probe on in coarse order. The
-                // full order's first `nprobe` entries are the ones probed
-                // (a total order), so probing resumes at position `nprobe`.
-                FastScan::rank_all(&ctx.scores, &mut ctx.coarse);
+                // Under-filled by a filter: probe on in coarse order, one
+                // list at a time until `want` candidates exist. The full
+                // order's first `nprobe` entries are the ones probed (a
+                // total order), so probing resumes at position `nprobe`.
+                if probed == nprobe {
+                    FastScan::rank_all(&ctx.scores, &mut ctx.coarse);
+                }
             }
             let l = ctx.coarse[probed].1 as usize;
             probed += 1;
@@ -626,6 +634,7 @@ impl Pq {
                 }
             }
         }
+        ctx.probed = probed;
         shrink(&mut ctx.cands, depth);
         // Deterministic f32 rescoring of the candidates (their vectors
         // prefetched first: they are scattered over the arena), then
@@ -1086,6 +1095,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn probing_on_stops_once_the_filter_is_filled() {
+        let s = seed(SEED);
+        let (data, pq) = setup(Metric::L2, s);
+        let nlist = pq.fast_scan().unwrap().nlist();
+        // One record in 7: a list holds a few, so one list under-fills k.
+        let f = Filter::Keys((0..4000u32).step_by(7).map(|i| i.to_be_bytes().to_vec()).collect());
+        let mut ctx = PqSearchContext::new();
+        let mut hits = Vec::new();
+        let mut most = 0;
+        for q in queries(10, s, Metric::L2, &data) {
+            let opts = PqOptions {
+                k: 10,
+                nprobe: Some(1),
+                rerank: Some(4),
+            };
+            pq.search_with(&mut ctx, &q, &opts, Some(&f), &mut hits)
+                .unwrap();
+            assert_eq!(hits.len(), 10);
+            let probed = ctx.ivf.probed;
+            assert!(
+                probed <= nlist / 4,
+                "probed {probed} of {nlist} lists (PROX_SEED={s})"
+            );
+            most = most.max(probed);
+        }
+        assert!(most > 1, "no query probed on (PROX_SEED={s})");
+    }
+
     /// Hits digest for the default seed; equal at 1 and 3 threads, and the
     /// `PROX_ISA=scalar` CI run checks it against the same frozen value.
     #[test]
@@ -1150,7 +1188,7 @@ mod tests {
 
     const FROZEN: [u64; 3] = [
         11063190972429218435,
-        16699560955789387530,
+        17828879275074707744,
         8682412426699432092,
     ];
 }

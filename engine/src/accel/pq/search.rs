@@ -28,6 +28,11 @@ use std::time::Instant;
 /// Rows per flat ADC scan call (bounds the distance buffer).
 const FLAT_CHUNK: usize = 1024;
 
+/// What scoring one scattered row with the flat ADC table costs, in rows
+/// of a fast-scan list scan (a random code read and `m` scalar lookups,
+/// against 32 codes per SIMD shuffle pass).
+const FLAT_ROW_COST: usize = 48;
+
 /// The rows a flat scan reads.
 #[derive(Debug, Clone, Copy)]
 enum Rows<'a> {
@@ -42,7 +47,7 @@ enum Rows<'a> {
 pub struct PqSearchContext {
     heap: BinaryHeap<Scored>,
     dists: Vec<f32>,
-    ivf: IvfContext,
+    pub(super) ivf: IvfContext,
 }
 
 impl PqSearchContext {
@@ -200,9 +205,10 @@ impl Pq {
         }
         if let Some(fs) = self.fast_scan() {
             let nprobe = opts.nprobe.unwrap_or_else(|| fs.default_nprobe()).max(1);
-            // Expected rows the probed lists hold; smaller filters scan flat.
+            // Expected rows the probed lists hold; a filter admitting so few
+            // rows that scoring each one flat costs less scans flat.
             let expected = self.len().saturating_mul(nprobe) / fs.nlist();
-            if filter.is_none() || count > expected {
+            if filter.is_none() || count.saturating_mul(FLAT_ROW_COST) > expected {
                 let eligible = if let Some(set) = &listed {
                     Eligible::Bits(&set.bits)
                 } else if filter.is_some() {
