@@ -5,15 +5,21 @@
 //! that number records (an HNSW graph, a PQ index) need that set as ids and
 //! a membership bitset; computing them costs a binary search per key, far
 //! more than the search itself, so each structure's id set is computed once
-//! per key set and kept beside it ([`KeySet::ids_for`]).
+//! per key set and kept beside it ([`KeySet::ids_for`]); so is any other
+//! view a structure derives from it ([`KeySet::derived`], e.g. the PQ
+//! fast-scan layout's per-block masks).
 
+use std::any::Any;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Id sets kept per key set (one per search structure that used it).
+/// Derived views kept per key set (one per search structure that used it).
 const MEMO_SLOTS: usize = 4;
+
+/// A memoized view, typed by its structure.
+type View = Arc<dyn Any + Send + Sync>;
 
 /// Record keys, cheap to clone (shared), with the ids they map to in each
 /// search structure that has used them.
@@ -24,7 +30,7 @@ struct Inner {
     keys: Vec<Vec<u8>>,
     /// Sorted strictly ascending (checked once, at construction).
     sorted: bool,
-    memo: Mutex<Vec<(u64, Arc<IdSet>)>>,
+    memo: Mutex<Vec<(u64, View)>>,
 }
 
 /// A key set as the ids of one search structure: `ids` ascending, and
@@ -92,17 +98,33 @@ impl KeySet {
     /// [`new_owner`]), computed by `build` on first use and kept for the
     /// next query (a few structures per key set; the oldest is dropped).
     pub fn ids_for(&self, owner: u64, build: impl FnOnce(&[Vec<u8>]) -> IdSet) -> Arc<IdSet> {
-        // A poisoned memo only loses cached sets: recompute.
+        self.derived(owner, build)
+    }
+
+    /// The view `T` of these keys that the structure `owner` derives with
+    /// `build`, computed on first use and kept like [`KeySet::ids_for`]'s
+    /// sets (an owner has one view; a different type replaces it).
+    pub fn derived<T: Any + Send + Sync>(
+        &self,
+        owner: u64,
+        build: impl FnOnce(&[Vec<u8>]) -> T,
+    ) -> Arc<T> {
+        // A poisoned memo only loses cached views: recompute.
         let mut memo = self.0.memo.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, set)) = memo.iter().find(|(o, _)| *o == owner) {
-            return Arc::clone(set);
+        if let Some(i) = memo.iter().position(|(o, _)| *o == owner) {
+            match Arc::clone(&memo[i].1).downcast::<T>() {
+                Ok(view) => return view,
+                Err(_) => {
+                    memo.remove(i);
+                }
+            }
         }
-        let set = Arc::new(build(&self.0.keys));
+        let view = Arc::new(build(&self.0.keys));
         if memo.len() >= MEMO_SLOTS {
             memo.remove(0);
         }
-        memo.push((owner, Arc::clone(&set)));
-        set
+        memo.push((owner, Arc::clone(&view) as View));
+        view
     }
 }
 
@@ -183,5 +205,12 @@ mod tests {
             IdSet::default()
         });
         assert!(rebuilt);
+        // Any view type; the same owner asking for another type rebuilds.
+        let c = new_owner();
+        let view: Arc<Vec<u32>> = set.derived(c, |keys| vec![keys.len() as u32]);
+        let again: Arc<Vec<u32>> = set.derived(c, |_| unreachable!());
+        assert!(Arc::ptr_eq(&view, &again) && *view == [2]);
+        let other: Arc<u8> = set.derived(c, |_| 5);
+        assert_eq!(*other, 5);
     }
 }

@@ -53,6 +53,7 @@ use crate::accel::hnsw::IdHit;
 use crate::accel::vectors::Arena;
 use crate::deadline::Watch;
 use crate::error::Result;
+use crate::keys::IdSet;
 use crate::numeric::fastscan::query_lut;
 use crate::numeric::kernel::{canonical_each, det_l2sq, det_score};
 use crate::numeric::kmeans::{self, Empty, Shape};
@@ -108,7 +109,19 @@ pub struct FastScan {
     block_start: Vec<u32>,
     ids: Vec<u32>,
     blocks: Vec<u8>,
+    /// Identity of this layout for views derived from a filter's key set
+    /// ([`crate::keys::KeySet::derived`]: its per-block masks).
+    owner: u64,
 }
+
+/// A filter's eligible rows in a [`FastScan`] layout: per block (global
+/// block index), bit `j` set when the block's row `j` is eligible.
+#[derive(Debug, Default)]
+pub(super) struct BlockMasks(Vec<u32>);
+
+/// Coarse selections of at most `nlist / FEW_PROBES` lists keep a sorted
+/// best-so-far instead of partitioning every list's key.
+const FEW_PROBES: usize = 16;
 
 /// Auto `nlist` for `n` records.
 fn auto_nlist(n: usize) -> usize {
@@ -432,7 +445,28 @@ impl FastScan {
             block_start,
             ids,
             blocks,
+            owner: crate::keys::new_owner(),
         })
+    }
+
+    /// Identity of this layout (see [`crate::keys::KeySet::derived`]).
+    pub(super) fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// The per-block masks of the records in `set` (record-index ids).
+    pub(super) fn block_masks(&self, set: &IdSet) -> BlockMasks {
+        let mut masks = vec![0u32; *self.block_start.last().unwrap_or(&0) as usize];
+        for l in 0..self.nlist {
+            let (p0, p1) = (self.list_start[l] as usize, self.list_start[l + 1] as usize);
+            let b0 = self.block_start[l] as usize;
+            for (j, &id) in self.ids[p0..p1].iter().enumerate() {
+                if set.contains(id) {
+                    masks[b0 + j / BLOCK] |= 1 << (j % BLOCK);
+                }
+            }
+        }
+        BlockMasks(masks)
     }
 
     /// Number of coarse lists.
@@ -470,16 +504,31 @@ impl FastScan {
             .scores(self.metric, q, &mut ctx.q8, &mut ctx.dots, &mut ctx.scores);
         let nprobe = nprobe.clamp(1, self.nlist);
         ctx.order.clear();
-        ctx.order.extend(
-            ctx.scores
-                .iter()
-                .enumerate()
-                .map(|(l, &s)| order_key(s, l as u32)),
-        );
-        if nprobe < ctx.order.len() {
-            ctx.order.select_nth_unstable(nprobe - 1);
+        let keys = ctx
+            .scores
+            .iter()
+            .enumerate()
+            .map(|(l, &s)| order_key(s, l as u32));
+        if nprobe * FEW_PROBES <= self.nlist {
+            // A few of many: one pass keeping the best `nprobe` sorted,
+            // most keys rejected by one comparison with the worst kept.
+            for key in keys {
+                if ctx.order.len() == nprobe {
+                    if key >= ctx.order[nprobe - 1] {
+                        continue;
+                    }
+                    ctx.order.pop();
+                }
+                let at = ctx.order.partition_point(|&o| o < key);
+                ctx.order.insert(at, key);
+            }
+        } else {
+            ctx.order.extend(keys);
+            if nprobe < ctx.order.len() {
+                ctx.order.select_nth_unstable(nprobe - 1);
+            }
+            ctx.order[..nprobe].sort_unstable();
         }
-        ctx.order[..nprobe].sort_unstable();
         ctx.coarse.clear();
         ctx.coarse.extend(ctx.order[..nprobe].iter().map(|&o| {
             let l = o as u32;
@@ -530,8 +579,9 @@ pub(super) enum Eligible<'a> {
     All,
     /// Record indexes in `lo..hi`.
     Interval(usize, usize),
-    /// Record indexes whose bit is set.
-    Bits(&'a [u64]),
+    /// The rows set in these per-block masks of the layout searched: the
+    /// scan skips blocks without one and reads only the set rows' sums.
+    Masked(&'a BlockMasks),
 }
 
 impl Eligible<'_> {
@@ -540,7 +590,8 @@ impl Eligible<'_> {
         match self {
             Eligible::All => true,
             Eligible::Interval(lo, hi) => (*lo..*hi).contains(&(id as usize)),
-            Eligible::Bits(b) => b[id as usize / 64] >> (id % 64) & 1 == 1,
+            // Masked scans never ask by id.
+            Eligible::Masked(_) => true,
         }
     }
 }
@@ -612,6 +663,44 @@ impl Pq {
                 continue;
             }
             let (b0, b1) = (fs.block_start[l] as usize, fs.block_start[l + 1] as usize);
+            if let Eligible::Masked(masks) = eligible {
+                // Runs of blocks holding an eligible row are scanned; only
+                // the set rows' sums are read.
+                let masks = &masks.0[b0..b1];
+                let mut j = 0;
+                while j < masks.len() {
+                    if masks[j] == 0 {
+                        j += 1;
+                        continue;
+                    }
+                    let run = j;
+                    while j < masks.len() && masks[j] != 0 {
+                        j += 1;
+                    }
+                    watch.tick((j - run) * bb)?;
+                    ctx.sums.resize((j - run) * BLOCK, 0);
+                    fastscan::scan(
+                        lut,
+                        &fs.blocks[(b0 + run) * bb..(b0 + j) * bb],
+                        &mut ctx.sums,
+                    );
+                    for (r, sums) in ctx.sums.chunks(BLOCK).enumerate() {
+                        let base = p0 + (run + r) * BLOCK;
+                        let mut bits = masks[run + r];
+                        while bits != 0 {
+                            let t = bits.trailing_zeros() as usize;
+                            bits &= bits - 1;
+                            if sums[t] <= bound {
+                                ctx.cands.push((sums[t], fs.ids[base + t]));
+                                if ctx.cands.len() >= 2 * depth {
+                                    bound = shrink(&mut ctx.cands, depth);
+                                }
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
             watch.tick((b1 - b0) * bb)?;
             ctx.sums.resize((b1 - b0) * BLOCK, 0);
             fastscan::scan(lut, &fs.blocks[b0 * bb..b1 * bb], &mut ctx.sums);
@@ -1096,12 +1185,56 @@ mod tests {
     }
 
     #[test]
+    fn a_key_set_scans_its_block_masks_as_a_range_scans_its_rows() {
+        let s = seed(SEED);
+        let (data, pq) = setup(Metric::L2, s);
+        let key = |i: u32| i.to_be_bytes().to_vec();
+        // The same eligible rows as a range (checked per row) and as a key
+        // set (per-block masks of the layout): the same hits.
+        let range = Filter::Range {
+            start: key(700),
+            end: Some(key(3100)),
+        };
+        let set = Filter::Keys((700..3100).map(key).collect());
+        let (mut ctx, mut a, mut b) = (PqSearchContext::new(), Vec::new(), Vec::new());
+        for q in queries(10, s, Metric::L2, &data) {
+            for nprobe in [1, 4, 40] {
+                let opts = PqOptions {
+                    k: 10,
+                    nprobe: Some(nprobe),
+                    rerank: Some(8),
+                };
+                pq.search_with(&mut ctx, &q, &opts, Some(&range), &mut a)
+                    .unwrap();
+                pq.search_with(&mut ctx, &q, &opts, Some(&set), &mut b)
+                    .unwrap();
+                assert_eq!(a, b, "nprobe {nprobe} (PROX_SEED={s})");
+                assert_eq!(a.len(), 10);
+            }
+        }
+        // Every eligible row is set in exactly its block's mask.
+        let fs = pq.fast_scan().unwrap();
+        let ids = pq.id_set(match &set {
+            Filter::Keys(k) => k,
+            _ => unreachable!(),
+        });
+        let masks = fs.block_masks(&ids);
+        let set_bits: u32 = masks.0.iter().map(|m| m.count_ones()).sum();
+        assert_eq!(set_bits as usize, 2400);
+    }
+
+    #[test]
     fn probing_on_stops_once_the_filter_is_filled() {
         let s = seed(SEED);
         let (data, pq) = setup(Metric::L2, s);
         let nlist = pq.fast_scan().unwrap().nlist();
         // One record in 7: a list holds a few, so one list under-fills k.
-        let f = Filter::Keys((0..4000u32).step_by(7).map(|i| i.to_be_bytes().to_vec()).collect());
+        let f = Filter::Keys(
+            (0..4000u32)
+                .step_by(7)
+                .map(|i| i.to_be_bytes().to_vec())
+                .collect(),
+        );
         let mut ctx = PqSearchContext::new();
         let mut hits = Vec::new();
         let mut most = 0;

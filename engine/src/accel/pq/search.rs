@@ -209,8 +209,16 @@ impl Pq {
             // rows that scoring each one flat costs less scans flat.
             let expected = self.len().saturating_mul(nprobe) / fs.nlist();
             if filter.is_none() || count.saturating_mul(FLAT_ROW_COST) > expected {
-                let eligible = if let Some(set) = &listed {
-                    Eligible::Bits(&set.bits)
+                // A key set's rows as per-block masks of this layout,
+                // computed once per key set and layout.
+                let masks = match filter {
+                    Some(Filter::Keys(keys)) => listed
+                        .as_ref()
+                        .map(|set| keys.derived(fs.owner(), |_| fs.block_masks(set))),
+                    _ => None,
+                };
+                let eligible = if let Some(masks) = &masks {
+                    Eligible::Masked(masks)
                 } else if filter.is_some() {
                     Eligible::Interval(interval.0, interval.1)
                 } else {
