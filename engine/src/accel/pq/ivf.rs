@@ -24,8 +24,9 @@
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
 //!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
 //!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
-//!   `−q·c`; the `nprobe` best are selected by an integer partial sort of
-//!   `(score, list)` keys, ties to the lower list. The query's `m × 16` f32 table comes from
+//!   `−q·c`; the `nprobe` best are selected as integer `(score, list)`
+//!   keys (a sorted best-so-far for a few lists, a partial sort
+//!   otherwise), ties to the lower list. The query's `m × 16` f32 table comes from
 //!   `fastscan::table` (SIMD over the 16 centroid slots, the same
 //!   operations per entry on every ISA) and is quantised to u8 in one
 //!   vectorised pass (`Lut::requantize`); the `nprobe` lists are scanned
