@@ -5,14 +5,11 @@
 //! ranks every eligible row; the best few are rescored with canonical math,
 //! which orders and reports them, so the answer is the canonical top k.
 
-use super::hnsw::{IdHit, Scored};
+use super::hnsw::top_k;
 use super::planner::{AccelContext, Accelerators};
-use super::vectors::Arena;
 use crate::deadline::Watch;
 use crate::error::Result;
 use crate::keys::KeySet;
-use crate::numeric::kernel::{canonical_each, fast_score};
-use prox_kernels::Metric;
 use std::time::Instant;
 
 impl Accelerators {
@@ -64,48 +61,4 @@ impl Accelerators {
         }
         Ok(false)
     }
-}
-
-/// The canonical top `k` of rows `ids` of `vectors` into `out`, ascending
-/// by `(score, id)`: every row ranked by the fast kernel, the best
-/// `max(4k, k + k/2 + 4)` rescored canonically. `cands` is scratch.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn top_k(
-    metric: Metric,
-    vectors: &Arena,
-    query: &[f32],
-    ids: impl IntoIterator<Item = u32>,
-    k: usize,
-    watch: &mut Watch,
-    cands: &mut Vec<Scored>,
-    out: &mut Vec<IdHit>,
-) -> Result<()> {
-    cands.clear();
-    out.clear();
-    if k == 0 {
-        return Ok(());
-    }
-    let d = query.len();
-    for id in ids {
-        watch.tick(d)?;
-        cands.push(Scored {
-            score: fast_score(metric, query, vectors.row(id as usize)),
-            id,
-        });
-    }
-    let depth = (4 * k).max(k + k / 2 + 4);
-    if cands.len() > depth {
-        cands.select_nth_unstable(depth - 1);
-        cands.truncate(depth);
-    }
-    canonical_each(
-        metric,
-        query,
-        cands.iter().map(|c| c.id),
-        |id| vectors.row(id as usize),
-        |id, score| out.push(IdHit { id, score }),
-    );
-    out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
-    out.truncate(k);
-    Ok(())
 }

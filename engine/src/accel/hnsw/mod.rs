@@ -20,6 +20,7 @@ pub use crate::keys::Filter;
 pub use graph::SearchGraph;
 pub use persist::{load, HnswSidecar};
 pub(crate) use persist::{load_search_rows, read_leaves, sidecar_tree_config};
+pub(crate) use search::top_k;
 pub use search::{HnswSearchContext, HnswStats, IdHit, SearchOptions};
 pub use update::GraphEdit;
 // The former names, only until engine/tests/accel.rs moves to the new ones.

@@ -9,8 +9,7 @@
 use super::filter::{interval_count, resolve, Resolved};
 use super::graph::SearchGraph;
 use super::{LayerSearch, Scored, Visited};
-use crate::accel::direct::top_k;
-use crate::accel::vectors::check_vector;
+use crate::accel::vectors::{check_vector, Arena};
 use crate::deadline::Watch;
 use crate::error::Result;
 use crate::keys::Filter;
@@ -412,7 +411,7 @@ impl SearchGraph {
     }
 
     /// Scores every eligible node with the fast kernel, then reranks the best
-    /// canonically ([`crate::accel::direct::top_k`]).
+    /// canonically ([`top_k`]).
     fn scan(
         &self,
         ctx: &mut HnswSearchContext,
@@ -512,6 +511,50 @@ fn adc_distance(table: &[f32], bias: f32, code: &[u8]) -> f32 {
         acc += table[s * ADC_SLOTS + usize::from(c)];
     }
     acc + bias
+}
+
+/// The canonical top `k` of rows `ids` of `vectors` into `out`, ascending
+/// by `(score, id)`: every row ranked by the fast kernel, the best
+/// `max(4k, k + k/2 + 4)` rescored canonically. `cands` is scratch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn top_k(
+    metric: Metric,
+    vectors: &Arena,
+    query: &[f32],
+    ids: impl IntoIterator<Item = u32>,
+    k: usize,
+    watch: &mut Watch,
+    cands: &mut Vec<Scored>,
+    out: &mut Vec<IdHit>,
+) -> Result<()> {
+    cands.clear();
+    out.clear();
+    if k == 0 {
+        return Ok(());
+    }
+    let d = query.len();
+    for id in ids {
+        watch.tick(d)?;
+        cands.push(Scored {
+            score: fast_score(metric, query, vectors.row(id as usize)),
+            id,
+        });
+    }
+    let depth = (4 * k).max(k + k / 2 + 4);
+    if cands.len() > depth {
+        cands.select_nth_unstable(depth - 1);
+        cands.truncate(depth);
+    }
+    canonical_each(
+        metric,
+        query,
+        cands.iter().map(|c| c.id),
+        |id| vectors.row(id as usize),
+        |id, score| out.push(IdHit { id, score }),
+    );
+    out.sort_unstable_by(|a, b| a.score.total_cmp(&b.score).then(a.id.cmp(&b.id)));
+    out.truncate(k);
+    Ok(())
 }
 
 #[cfg(test)]
