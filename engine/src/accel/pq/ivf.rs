@@ -22,7 +22,8 @@
 //!   fast-scan blocks of 32 (`prox_kernels::pq::fastscan`); `ids` maps a
 //!   list position to the record index.
 //! * **Query**: the coarse centroids are ranked from SQ8 codes (per-centroid
-//!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight centroids per instruction, then scalar
+//!   symmetric scale, exact `i32` dot via `pq::coarse::dots`, eight
+//!   centroids per instruction, then scalar
 //!   f32 arithmetic): L2 by `‖c‖² − 2 q·c`, inner product and cosine by
 //!   `−q·c`; the `nprobe` best are selected as integer `(score, list)`
 //!   keys (a sorted best-so-far for a few lists, a partial sort
@@ -123,6 +124,9 @@ pub(super) struct BlockMasks(Vec<u32>);
 /// Coarse selections of at most `nlist / FEW_PROBES` lists keep a sorted
 /// best-so-far instead of partitioning every list's key.
 const FEW_PROBES: usize = 16;
+
+/// Lists whose keys are compared with the worst kept at once.
+const COARSE_CHUNK: usize = 16;
 
 /// Auto `nlist` for `n` records.
 fn auto_nlist(n: usize) -> usize {
@@ -505,26 +509,39 @@ impl FastScan {
             .scores(self.metric, q, &mut ctx.q8, &mut ctx.dots, &mut ctx.scores);
         let nprobe = nprobe.clamp(1, self.nlist);
         ctx.order.clear();
-        let keys = ctx
-            .scores
-            .iter()
-            .enumerate()
-            .map(|(l, &s)| order_key(s, l as u32));
         if nprobe * FEW_PROBES <= self.nlist {
-            // A few of many: one pass keeping the best `nprobe` sorted,
-            // most keys rejected by one comparison with the worst kept.
-            for key in keys {
+            // A few of many: one pass keeping the best `nprobe` sorted; a
+            // chunk whose every score is worse than the worst kept (most,
+            // once the first lists are in) is rejected by one vector test.
+            for (c, chunk) in ctx.scores.chunks(COARSE_CHUNK).enumerate() {
                 if ctx.order.len() == nprobe {
-                    if key >= ctx.order[nprobe - 1] {
+                    // Strictly worse scores are worse keys whatever the
+                    // list (a NaN never passes `>`, so it is looked at).
+                    let worst = ctx.scores[ctx.order[nprobe - 1] as u32 as usize];
+                    if chunk.iter().fold(true, |all, &s| all & (s > worst)) {
                         continue;
                     }
-                    ctx.order.pop();
                 }
-                let at = ctx.order.partition_point(|&o| o < key);
-                ctx.order.insert(at, key);
+                let first = c * COARSE_CHUNK;
+                for (j, &s) in chunk.iter().enumerate() {
+                    let key = order_key(s, (first + j) as u32);
+                    if ctx.order.len() == nprobe {
+                        if key >= ctx.order[nprobe - 1] {
+                            continue;
+                        }
+                        ctx.order.pop();
+                    }
+                    let at = ctx.order.partition_point(|&o| o < key);
+                    ctx.order.insert(at, key);
+                }
             }
         } else {
-            ctx.order.extend(keys);
+            ctx.order.extend(
+                ctx.scores
+                    .iter()
+                    .enumerate()
+                    .map(|(l, &s)| order_key(s, l as u32)),
+            );
             if nprobe < ctx.order.len() {
                 ctx.order.select_nth_unstable(nprobe - 1);
             }

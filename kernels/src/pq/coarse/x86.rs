@@ -66,9 +66,9 @@ fn quad(q: &[i8], p: usize) -> i32 {
 /// Dots of `q` against `n` rows in biased quad blocks (`vpdpbusd`).
 ///
 /// # Safety
-/// The CPU must support AVX2, AVX-512 VNNI and AVX-512 VL; `data.len() ==
+/// The CPU must support AVX2, AVX-512 F, VNNI and VL; `data.len() ==
 /// ⌈n / 8⌉ · ⌈q.len() / 4⌉ · 32` and `out.len() == n`.
-#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+#[target_feature(enable = "avx2,avx512f,avx512vnni,avx512vl")]
 pub(crate) unsafe fn dots_vnni(q: &[i8], data: &[u8], n: usize, out: &mut [i32]) {
     let quads = q.len().div_ceil(4);
     let stride = quads * 4 * ROWS;
@@ -76,25 +76,51 @@ pub(crate) unsafe fn dots_vnni(q: &[i8], data: &[u8], n: usize, out: &mut [i32])
     debug_assert_eq!(data.len(), nblocks * stride);
     // Σ (c + 128)·q = Σ c·q + 128·Σq, wrapping; the true dot fits in i32.
     let shift = 128i32.wrapping_mul(q.iter().map(|&x| i32::from(x)).sum::<i32>());
+    // Quads 2j and 2j + 1 of a block are 64 contiguous bytes: one 512-bit
+    // multiply-add serves both (quad 2j in the low 8 lanes, 2j + 1 in the
+    // high 8), the halves summed at the end; an odd last quad runs 256-bit.
+    let pairs = quads / 2;
+    let qv: Vec<__m512i> = (0..pairs)
+        .map(|j| {
+            let lo = _mm256_set1_epi32(quad(q, 2 * j));
+            let hi = _mm256_set1_epi32(quad(q, 2 * j + 1));
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        })
+        .collect();
+    let base = data.as_ptr();
     let mut b = 0;
     while b < nblocks {
         let group = (nblocks - b).min(4);
-        let mut acc = [_mm256_setzero_si256(); 4];
-        let base = data.as_ptr();
-        for p in 0..quads {
+        let mut wide = [_mm512_setzero_si512(); 4];
+        let mut tail = [_mm256_setzero_si256(); 4];
+        for (j, &qv) in qv.iter().enumerate() {
+            for (g, acc) in wide.iter_mut().enumerate().take(group) {
+                // SAFETY: block b + g < nblocks and 2j + 1 < quads, so these
+                // 64 bytes lie inside the block's `stride` bytes of `data`.
+                let c =
+                    unsafe { _mm512_loadu_si512(base.add((b + g) * stride + j * 8 * ROWS).cast()) };
+                *acc = _mm512_dpbusd_epi32(*acc, c, qv);
+            }
+        }
+        if quads % 2 == 1 {
+            let p = quads - 1;
             let qv = _mm256_set1_epi32(quad(q, p));
-            for (g, acc) in acc.iter_mut().enumerate().take(group) {
-                // SAFETY: block b + g < nblocks and p < quads, so these 32
-                // bytes lie inside `data`.
+            for (g, acc) in tail.iter_mut().enumerate().take(group) {
+                // SAFETY: block b + g < nblocks and p < quads.
                 let c =
                     unsafe { _mm256_loadu_si256(base.add((b + g) * stride + p * 4 * ROWS).cast()) };
                 *acc = _mm256_dpbusd_epi32(*acc, c, qv);
             }
         }
-        for (g, acc) in acc.iter().enumerate().take(group) {
+        for g in 0..group {
+            let halves = _mm256_add_epi32(
+                _mm512_castsi512_si256(wide[g]),
+                _mm512_extracti64x4_epi64::<1>(wide[g]),
+            );
+            let sum = _mm256_add_epi32(halves, tail[g]);
             let mut lanes = [0i32; ROWS];
             // SAFETY: `lanes` holds 8 i32.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *acc) };
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sum) };
             let r0 = (b + g) * ROWS;
             let len = (n - r0).min(ROWS);
             for (o, &l) in out[r0..r0 + len].iter_mut().zip(&lanes) {
