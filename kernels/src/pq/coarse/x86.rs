@@ -63,6 +63,19 @@ fn quad(q: &[i8], p: usize) -> i32 {
     })
 }
 
+/// Query quad pairs [`dots_vnni`] keeps on the stack (dims up to 512).
+const STACK_PAIRS: usize = 64;
+
+/// Query quads `2j` (low half) and `2j + 1` (high half), each broadcast
+/// over eight lanes.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+fn pair_vector(q: &[i8], j: usize) -> __m512i {
+    let lo = _mm256_set1_epi32(quad(q, 2 * j));
+    let hi = _mm256_set1_epi32(quad(q, 2 * j + 1));
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
 /// Dots of `q` against `n` rows in biased quad blocks (`vpdpbusd`).
 ///
 /// # Safety
@@ -80,20 +93,29 @@ pub(crate) unsafe fn dots_vnni(q: &[i8], data: &[u8], n: usize, out: &mut [i32])
     // multiply-add serves both (quad 2j in the low 8 lanes, 2j + 1 in the
     // high 8), the halves summed at the end; an odd last quad runs 256-bit.
     let pairs = quads / 2;
-    let qv: Vec<__m512i> = (0..pairs)
-        .map(|j| {
-            let lo = _mm256_set1_epi32(quad(q, 2 * j));
-            let hi = _mm256_set1_epi32(quad(q, 2 * j + 1));
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-        })
-        .collect();
+    // The query's pair vectors, built once on the stack (no allocation per
+    // query) when they fit, else per block group.
+    let mut held = [_mm512_setzero_si512(); STACK_PAIRS];
+    let stacked = pairs <= STACK_PAIRS;
+    if stacked {
+        for (j, v) in held.iter_mut().enumerate().take(pairs) {
+            *v = pair_vector(q, j);
+        }
+    }
     let base = data.as_ptr();
     let mut b = 0;
     while b < nblocks {
         let group = (nblocks - b).min(4);
         let mut wide = [_mm512_setzero_si512(); 4];
         let mut tail = [_mm256_setzero_si256(); 4];
-        for (j, &qv) in qv.iter().enumerate() {
+        // `kept` is the held pair vector when stacked, unused otherwise.
+        for (j, &kept) in held
+            .iter()
+            .chain(std::iter::repeat(&held[0]))
+            .take(pairs)
+            .enumerate()
+        {
+            let qv = if stacked { kept } else { pair_vector(q, j) };
             for (g, acc) in wide.iter_mut().enumerate().take(group) {
                 // SAFETY: block b + g < nblocks and 2j + 1 < quads, so these
                 // 64 bytes lie inside the block's `stride` bytes of `data`.
