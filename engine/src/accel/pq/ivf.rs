@@ -1139,7 +1139,7 @@ mod tests {
                 },
                 Box::new(|i| (10..13).contains(&i)),
             ),
-            // 20 eligible: flat path.
+            // 20 eligible: IVF probing on at nprobe 1, flat at nprobe 40.
             (
                 Filter::Range {
                     start: key(100),
@@ -1172,7 +1172,7 @@ mod tests {
         let mut hits = Vec::new();
         for (f, ok) in &filters {
             let eligible = (0..data.len()).filter(|&i| ok(i)).count();
-            for nprobe in [1, 7] {
+            for nprobe in [1, 7, 40] {
                 let mut found = 0;
                 for q in &qs {
                     let opts = PqOptions {
@@ -1239,6 +1239,34 @@ mod tests {
         let masks = fs.block_masks(&ids);
         let set_bits: u32 = masks.0.iter().map(|m| m.count_ones()).sum();
         assert_eq!(set_bits as usize, 2400);
+    }
+
+    #[test]
+    fn a_few_eligible_rows_scan_flat_only_when_cheaper_than_the_lists() {
+        let s = seed(SEED);
+        let (data, pq) = setup(Metric::L2, s);
+        let key = |i: u32| i.to_be_bytes().to_vec();
+        let f = Filter::Range {
+            start: key(100),
+            end: Some(key(120)),
+        };
+        let q = &queries(1, s, Metric::L2, &data)[0];
+        let mut ctx = PqSearchContext::new();
+        let mut hits = Vec::new();
+        // 20 rows cost 20 x FLAT_ROW_COST list rows: more than one list
+        // holds (the IVF scan runs), less than 40 lists hold (flat).
+        for (nprobe, ivf) in [(1, true), (40, false)] {
+            ctx.ivf.probed = 0;
+            let opts = PqOptions {
+                k: 10,
+                nprobe: Some(nprobe),
+                rerank: Some(4),
+            };
+            pq.search_with(&mut ctx, q, &opts, Some(&f), &mut hits)
+                .unwrap();
+            assert_eq!(hits.len(), 10);
+            assert_eq!(ctx.ivf.probed > 0, ivf, "nprobe {nprobe} (PROX_SEED={s})");
+        }
     }
 
     #[test]
