@@ -94,6 +94,7 @@ fn main() {
             k,
             nprobe: Some(nprobe.parse().expect("nprobe")),
             rerank: Some(rerank.parse().expect("rerank")),
+            min_seen: 0,
         };
         let mut best = f64::INFINITY;
         let mut ids: Vec<Vec<i32>> = Vec::new();

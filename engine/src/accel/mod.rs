@@ -32,7 +32,10 @@ pub use params::{
     parse_kv, BuildKind, HnswParams, PqParams, PqPreset, PqSpec, RECOMMENDED_EF_CONSTRUCTION,
     RECOMMENDED_MAX_SUBQUANTIZERS,
 };
-pub use planner::{AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request};
+pub use planner::{
+    AccelContext, Accelerators, Mode, Outcome, Path, Plan, Planner, Request, SEEN_PER_K,
+    SMALL_ELIGIBLE,
+};
 pub use pq::Pq;
 pub(crate) use source::map_rows;
 pub use source::{build_layouts, build_sidecars, build_sidecars_and_lists, map_records, Records};

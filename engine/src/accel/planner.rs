@@ -3,16 +3,26 @@
 //!
 //! Rules for [`Mode::Auto`], in order (first match wins):
 //! 1. `k == 0` or an empty map: [`Path::Native`].
-//! 2. A filter whose eligible count is at most `max(2048, records / 16)`:
-//!    [`Path::Native`] (the exact, filter-aware search is cheaper than
-//!    traversing a graph for so few candidates, and exact).
-//! 3. An HNSW sidecar: [`Path::Hnsw`] with `ef = max(requested or the
+//! 2. A filter whose eligible count is at most 2048: [`Path::Native`] (the
+//!    exact, filter-aware search is cheaper than any index for so few
+//!    candidates, and exact).
+//! 3. A filter admitting at most `records / 8`, on a PQ sidecar with 4-bit
+//!    codes (IVF fast scan) when the caller gives [`Planner::pq_filtered`]
+//!    (the index takes it from the map's recall profile): [`Path::Pq`],
+//!    each eligible row of the probed lists costing a masked code read.
+//!    `nprobe` and the rerank multiplier are the request's, else
+//!    `pq_filtered`'s; the plan's `min_seen` makes the scan probe at least
+//!    the lists that hold [`SEEN_PER_K`]` · k` eligible rows on average,
+//!    and on past them until the lists it read held that many.
+//! 4. Otherwise a filter admitting at most `records / 16`: [`Path::Native`]
+//!    (a graph traversal would mostly walk ineligible nodes).
+//! 5. An HNSW sidecar: [`Path::Hnsw`] with `ef = max(requested or the
 //!    manifest's ef_search, k)`.
-//! 4. A PQ sidecar: [`Path::Pq`] with the requested or the manifest's
+//! 6. A PQ sidecar: [`Path::Pq`] with the requested or the manifest's
 //!    rerank multiplier and the requested `nprobe` (`0` in the plan: the
 //!    index's default, [`super::pq::FastScan::default_nprobe`]; only 4-bit
 //!    sidecars, which search with IVF fast-scan, use it).
-//! 5. Otherwise [`Path::Native`].
+//! 7. Otherwise [`Path::Native`].
 //!
 //! [`Mode::Exact`] always plans [`Path::Native`]; forcing a path whose
 //! sidecar is missing is an error. The plan depends only on the request and
@@ -116,6 +126,9 @@ pub struct Plan {
     /// PQ fast-scan lists to probe (0: the index's default; 0 for other
     /// paths).
     pub nprobe: usize,
+    /// Eligible rows a filtered PQ fast scan reads before it stops probing
+    /// ([`super::pq::PqOptions::min_seen`]; 0: no floor).
+    pub min_seen: usize,
     /// Why (stable, short, for reports).
     pub reason: &'static str,
 }
@@ -127,10 +140,27 @@ pub struct Planner {
     pub hnsw_ef_search: Option<usize>,
     /// Rerank multiplier of the PQ manifest, if a PQ sidecar exists.
     pub pq_rerank: Option<usize>,
+    /// The PQ sidecar searches with IVF fast scan (4-bit codes).
+    pub pq_fast: bool,
+    /// `(nprobe, rerank)` for a filtered PQ plan when the request names
+    /// neither; rule 3 of the module docs applies only with it. `nprobe`
+    /// 0 is the index's default.
+    pub pq_filtered: Option<(usize, usize)>,
 }
 
-/// Eligible sets up to this size (or 1/16 of the map) go to the exact path.
-const SMALL_ELIGIBLE: usize = 2048;
+/// Eligible sets up to this size always go to the exact path.
+pub const SMALL_ELIGIBLE: usize = 2048;
+
+/// Eligible sets up to `records / FILTERED_PQ_FRACTION` go to a 4-bit PQ
+/// sidecar's masked fast scan.
+const FILTERED_PQ_FRACTION: usize = 8;
+
+/// Eligible sets up to `records / FILTERED_NATIVE_FRACTION` go to the exact
+/// path when no fast scan takes them.
+const FILTERED_NATIVE_FRACTION: usize = 16;
+
+/// Eligible rows per requested hit a filtered PQ plan reads at least.
+pub const SEEN_PER_K: usize = 48;
 
 impl Planner {
     /// Plans `req`; see the module docs for the rules.
@@ -140,6 +170,7 @@ impl Planner {
             ef: 0,
             rerank: 0,
             nprobe: 0,
+            min_seen: 0,
             reason,
         };
         let hnsw = |ef_default: usize, reason| Plan {
@@ -147,6 +178,7 @@ impl Planner {
             ef: req.ef.unwrap_or(ef_default).max(req.k).max(1),
             rerank: 0,
             nprobe: 0,
+            min_seen: 0,
             reason,
         };
         let pq = |default: usize, reason| Plan {
@@ -154,6 +186,7 @@ impl Planner {
             ef: 0,
             rerank: req.rerank.unwrap_or(default).max(1),
             nprobe: req.nprobe.unwrap_or(0),
+            min_seen: 0,
             reason,
         };
         match req.mode {
@@ -172,7 +205,24 @@ impl Planner {
                     return Ok(native("empty request"));
                 }
                 if let Some(e) = req.eligible {
-                    if e <= SMALL_ELIGIBLE.max(req.records / 16) {
+                    if e <= SMALL_ELIGIBLE {
+                        return Ok(native("selective filter"));
+                    }
+                    if let (Some((nprobe, rerank)), Some(_), true) =
+                        (self.pq_filtered, self.pq_rerank, self.pq_fast)
+                    {
+                        if e <= req.records / FILTERED_PQ_FRACTION {
+                            return Ok(Plan {
+                                path: Path::Pq,
+                                ef: 0,
+                                rerank: req.rerank.unwrap_or(rerank).max(1),
+                                nprobe: req.nprobe.unwrap_or(nprobe),
+                                min_seen: SEEN_PER_K.saturating_mul(req.k),
+                                reason: "filtered pq",
+                            });
+                        }
+                    }
+                    if e <= req.records / FILTERED_NATIVE_FRACTION {
                         return Ok(native("selective filter"));
                     }
                 }
@@ -230,6 +280,8 @@ impl Accelerators {
         Planner {
             hnsw_ef_search: self.hnsw.as_ref().map(|(_, ef)| *ef),
             pq_rerank: self.pq.as_ref().map(|p| p.params().rerank as usize),
+            pq_fast: self.pq.as_ref().is_some_and(|p| p.fast_scan_supported()),
+            pq_filtered: None,
         }
     }
 
@@ -296,6 +348,7 @@ impl Accelerators {
                     k,
                     nprobe: (plan.nprobe > 0).then_some(plan.nprobe),
                     rerank: Some(plan.rerank),
+                    min_seen: plan.min_seen,
                 };
                 p.search_until(&mut ctx.pq, query, &opts, filter, deadline, hits)?;
                 hits.iter()

@@ -5,15 +5,18 @@
 //! ([`crate::secondary::eval`]); its length is the eligible count. Then:
 //!
 //! * **Small** (no budget, and `eligible <= max(DIRECT_MIN, DIRECT_PER_K ·
-//!   k)`, or up to `n / DIRECT_FRACTION` on path `auto` when a loaded HNSW
-//!   or PQ sidecar holds every vector): the eligible records are scored directly, from
+//!   k)`, or on path `auto` when a loaded HNSW or PQ sidecar holds every
+//!   vector up to `n / DIRECT_FRACTION`, or up to 2048 when the PQ
+//!   sidecar has 4-bit codes, whose masked fast scan is faster on larger
+//!   sets): the eligible records are scored directly, from
 //!   the sidecar's vectors (the fast kernel ranks all of them, the best are
 //!   rescored canonically) or else read from the directory. That is the
 //!   exact filtered top k in every mode, cheaper than any traversal for so
 //!   few records. The key set's ids in the sidecar are computed once and
 //!   kept with the set ([`crate::keys::KeySet::ids_for`]).
 //! * **Large**: the route of [`crate::index`] picks the path (native, HNSW,
-//!   PQ; the accel planner sends sets up to `max(2048, n/16)` to the native
+//!   PQ; the accel planner sends sets up to `n/8` to a 4-bit PQ sidecar's
+//!   fast scan, and sets up to `max(2048, n/16)` otherwise to the native
 //!   search, which only happens without sidecars) and the search takes the
 //!   key set as its eligibility filter: native search prunes subtrees by
 //!   key bounds and gates records by key, HNSW keeps traversing through
@@ -27,6 +30,7 @@
 //! (direct scoring or the native exact search, both canonical).
 
 use super::request::{PathChoice, Request};
+use crate::accel::SMALL_ELIGIBLE;
 use crate::keys::{Filter, KeySet};
 
 /// Eligible sets at most this large (or [`DIRECT_PER_K`]`· k`) are scored
@@ -41,15 +45,31 @@ pub(crate) const DIRECT_PER_K: usize = 32;
 /// the sidecar paths).
 pub(crate) const DIRECT_FRACTION: usize = 16;
 
+/// Where a map's vectors are loaded for direct scoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loaded {
+    /// Only in the directory.
+    Directory,
+    /// In a loaded sidecar.
+    InMemory,
+    /// In a loaded sidecar, and a 4-bit PQ sidecar's masked fast scan takes
+    /// mid-sized sets (the accel planner's filtered PQ rule).
+    FastScan,
+}
+
 /// The eligible key set of a resolved request when it is scored directly
-/// (see the module docs); `None` otherwise. With `in_memory` (a loaded
-/// sidecar holds every vector) and path `auto`, sets up to `records /
-/// DIRECT_FRACTION` are too.
-pub(crate) fn direct_keys(req: &Request, records: usize, in_memory: bool) -> Option<&KeySet> {
+/// (see the module docs); `None` otherwise. With the vectors in memory
+/// and path `auto`, sets up to `records / DIRECT_FRACTION` are too, or up
+/// to [`SMALL_ELIGIBLE`] when a fast scan takes the larger ones.
+pub(crate) fn direct_keys(req: &Request, records: usize, loaded: Loaded) -> Option<&KeySet> {
     let mut limit = DIRECT_MIN.max(DIRECT_PER_K * req.k);
     // A path the caller names keeps mid-sized sets (its own search decides).
-    if in_memory && req.path == PathChoice::Auto {
-        limit = limit.max(records / DIRECT_FRACTION);
+    if req.path == PathChoice::Auto {
+        limit = match loaded {
+            Loaded::Directory => limit,
+            Loaded::InMemory => limit.max(records / DIRECT_FRACTION),
+            Loaded::FastScan => limit.max(SMALL_ELIGIBLE),
+        };
     }
     match &req.filter {
         Some(Filter::Keys(keys)) if req.budget.is_none() && keys.len() <= limit => Some(keys),
@@ -79,23 +99,32 @@ mod tests {
             |n: usize| Filter::keys((0..n as u32).map(|i| i.to_be_bytes().to_vec()).collect());
         let small = Request::new(10).filter(keys(DIRECT_MIN));
         assert_eq!(
-            direct_keys(&small, 0, false).map(|k| k.len()),
+            direct_keys(&small, 0, Loaded::Directory).map(|k| k.len()),
             Some(DIRECT_MIN)
         );
         // With the vectors in memory, up to 1/16 of the map.
         let mid = Request::new(10).filter(keys(4096));
-        assert!(direct_keys(&mid, 65_536, true).is_some());
-        assert!(direct_keys(&mid, 65_535, true).is_none());
-        assert!(direct_keys(&mid, 65_536, false).is_none());
+        assert!(direct_keys(&mid, 65_536, Loaded::InMemory).is_some());
+        assert!(direct_keys(&mid, 65_535, Loaded::InMemory).is_none());
+        assert!(direct_keys(&mid, 65_536, Loaded::Directory).is_none());
         let hnsw = mid.clone().path(PathChoice::Hnsw);
-        assert!(direct_keys(&hnsw, 65_536, true).is_none());
-        assert!(direct_keys(&Request::new(10).filter(keys(DIRECT_MIN + 1)), 0, false).is_none());
+        assert!(direct_keys(&hnsw, 65_536, Loaded::InMemory).is_none());
+        // A fast scan takes sets past 2048 however large the map.
+        assert!(direct_keys(&mid, 1 << 20, Loaded::FastScan).is_none());
+        let at = Request::new(10).filter(keys(SMALL_ELIGIBLE));
+        assert!(direct_keys(&at, 1 << 20, Loaded::FastScan).is_some());
+        assert!(direct_keys(
+            &Request::new(10).filter(keys(DIRECT_MIN + 1)),
+            0,
+            Loaded::Directory
+        )
+        .is_none());
         // The limit grows with k.
         let big_k = Request::new(100).filter(keys(DIRECT_MIN + 1));
-        assert!(direct_keys(&big_k, 0, false).is_some());
+        assert!(direct_keys(&big_k, 0, Loaded::Directory).is_some());
         // A budget keeps the native budgeted search.
-        assert!(direct_keys(&small.clone().budget(5), 0, false).is_none());
-        assert!(direct_keys(&Request::new(10), 0, false).is_none());
+        assert!(direct_keys(&small.clone().budget(5), 0, Loaded::Directory).is_none());
+        assert!(direct_keys(&Request::new(10), 0, Loaded::Directory).is_none());
         let r = Request::new(10).filter(keys(5));
         assert!(under_filled(&r, 4).is_some() && under_filled(&r, 5).is_none());
         let r = Request::new(10).filter(keys(5000));

@@ -28,8 +28,14 @@ fn preset(mode: QueryMode) -> Mode {
 }
 
 /// Routes a validated `req` on a map of `records` records with the loaded
-/// sidecars `accel`.
-pub(crate) fn route(req: &Request, accel: &Accelerators, records: usize) -> Result<Route> {
+/// sidecars `accel`; `filtered` is the `(nprobe, rerank)` of a filtered PQ
+/// plan ([`accel::Planner::pq_filtered`]).
+pub(crate) fn route(
+    req: &Request,
+    accel: &Accelerators,
+    records: usize,
+    filtered: Option<(usize, usize)>,
+) -> Result<Route> {
     let native = |mode| {
         Ok(Route::Native {
             mode,
@@ -58,7 +64,9 @@ pub(crate) fn route(req: &Request, accel: &Accelerators, records: usize) -> Resu
         (Some(f), accel::Mode::Auto) => eligible(accel, f),
         _ => None,
     };
-    let plan = accel.planner().plan(&accel::Request {
+    let mut planner = accel.planner();
+    planner.pq_filtered = filtered;
+    let plan = planner.plan(&accel::Request {
         mode: planner_mode,
         k: req.k,
         ef: req.ef,
@@ -106,7 +114,7 @@ mod tests {
     #[test]
     fn without_sidecars() {
         let none = Accelerators::default();
-        let r = |req: &Request| route(req, &none, 100).unwrap();
+        let r = |req: &Request| route(req, &none, 100, None).unwrap();
         let balanced = Route::Native {
             mode: Mode::Adaptive(Preset::Balanced),
             probes: None,
@@ -131,7 +139,7 @@ mod tests {
         ));
         for p in [PathChoice::Hnsw, PathChoice::Pq] {
             assert!(matches!(
-                route(&Request::new(5).path(p), &none, 100),
+                route(&Request::new(5).path(p), &none, 100, None),
                 Err(Error::InvalidRequest { field: "path", .. })
             ));
         }

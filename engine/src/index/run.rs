@@ -14,6 +14,10 @@ use crate::proximity::math;
 use crate::proximity::search::{Completion, SearchContext, SearchRequest};
 use rayon::prelude::*;
 
+/// The unfiltered recall@10 whose profile setting a filtered PQ plan
+/// starts from.
+const FILTERED_RECALL: f64 = 0.99;
+
 impl Index {
     /// `req` with a field or boolean filter replaced by the key set it
     /// admits, read from the map's field indexes (the eligible set every
@@ -73,11 +77,19 @@ impl Index {
         }
         req.validate()?;
         self.check_vector(vector)?;
-        let in_memory = self.accel.hnsw.is_some() || self.accel.pq.is_some();
-        if let Some(keys) = plan::direct_keys(req, self.len() as usize, in_memory) {
+        let filtered = match (&req.filter, req.recall) {
+            (Some(_), None) => self.filtered_pq(),
+            _ => None,
+        };
+        let loaded = match (&self.accel.hnsw, &self.accel.pq, filtered) {
+            (_, _, Some(_)) => plan::Loaded::FastScan,
+            (None, None, _) => plan::Loaded::Directory,
+            _ => plan::Loaded::InMemory,
+        };
+        if let Some(keys) = plan::direct_keys(req, self.len() as usize, loaded) {
             return self.direct_into(scratch, vector, keys, req, out);
         }
-        self.routed_into(scratch, vector, req, out)?;
+        self.routed_into(scratch, vector, req, filtered, out)?;
         if let Some(keys) = plan::under_filled(req, out.hits.len()) {
             return self.direct_into(scratch, vector, keys, req, out);
         }
@@ -163,6 +175,23 @@ impl Index {
             .ok_or_else(|| no_profile("no path of the map's recall profile is loaded"))
     }
 
+    /// `(nprobe, rerank)` of a filtered PQ plan on a 4-bit PQ sidecar: the
+    /// fastest PQ setting of the recall profile measured to reach
+    /// [`FILTERED_RECALL`] unfiltered. `None` (no filtered PQ plan) without
+    /// a 4-bit PQ sidecar, a usable profile or a PQ setting that reached
+    /// the target: how many lists a partition needs, and whether the codes
+    /// rank well enough at all, only a measurement on the map says.
+    fn filtered_pq(&self) -> Option<(usize, usize)> {
+        if !self.accel.pq.as_ref()?.fast_scan_supported() {
+            return None;
+        }
+        let choice = self.profile()?.choose(FILTERED_RECALL, |p| p == Path::Pq)?;
+        let s = choice.setting;
+        choice
+            .reached
+            .then_some((s.nprobe as usize, s.rerank as usize))
+    }
+
     /// The request a `recall` target turns `req` into (the profile's
     /// choice, with path, mode and knobs set) and that choice.
     fn tune(&self, req: &Request, target: f64) -> Result<(Request, Choice)> {
@@ -189,12 +218,14 @@ impl Index {
         Ok(())
     }
 
-    /// The search [`route`] picks for a validated `req`, into `out`.
+    /// The search [`route`] picks for a validated `req`, into `out`;
+    /// `filtered` is [`Index::filtered_pq`] for a filtered request.
     fn routed_into(
         &self,
         scratch: &mut Scratch,
         vector: &[f32],
         req: &Request,
+        filtered: Option<(usize, usize)>,
         out: &mut Response,
     ) -> Result<()> {
         let dims = self.dims();
@@ -210,7 +241,7 @@ impl Index {
                 &tuned
             }
         };
-        match route(req, &self.accel, self.len() as usize)? {
+        match route(req, &self.accel, self.len() as usize, filtered)? {
             Route::Native { mode, probes } => {
                 let mut native = SearchRequest::new(req.k).mode(mode);
                 native.probes = probes;

@@ -8,7 +8,9 @@ use prox_engine::accel::hnsw::{
     self, Filter, HnswSearchContext, IdHit, SearchGraph, SearchOptions,
 };
 use prox_engine::accel::pq::{self, Pq, PqSearchContext};
-use prox_engine::accel::{BuildKind, Hnsw, HnswParams, Mode, Path, Planner, PqParams, Request};
+use prox_engine::accel::{
+    BuildKind, Hnsw, HnswParams, Mode, Path, Planner, PqParams, Request, SEEN_PER_K, SMALL_ELIGIBLE,
+};
 use prox_engine::{BlockStore, Cid, Error, MemStore};
 use prox_kernels::{canonical, Metric};
 use prox_testkit::SplitMix64;
@@ -623,6 +625,7 @@ fn planner_is_deterministic_and_exact_mode_is_native() {
     let both = Planner {
         hnsw_ef_search: Some(64),
         pq_rerank: Some(8),
+        ..Planner::default()
     };
     let none = Planner::default();
     let req = |mode, eligible| Request {
@@ -657,11 +660,72 @@ fn planner_is_deterministic_and_exact_mode_is_native() {
     let pq_only = Planner {
         hnsw_ef_search: None,
         pq_rerank: Some(4),
+        ..Planner::default()
     };
     let p = pq_only.plan(&req(Mode::Auto, None)).unwrap();
     assert_eq!((p.path, p.rerank), (Path::Pq, 4));
     assert_eq!(Mode::parse("hnsw").unwrap(), Mode::Hnsw);
     assert!(Mode::parse("fast").is_err());
+}
+
+/// Rule 3 of the planner: a mid-sized filter goes to a 4-bit PQ sidecar's
+/// masked fast scan only with the caller's profile setting, with the
+/// request's knobs first and a floor of eligible rows read; without it
+/// the older rules stand.
+#[test]
+fn filtered_pq_plans_need_a_fast_scan_and_a_profile_setting() {
+    let records = 1 << 20;
+    let req = |eligible, nprobe, rerank| Request {
+        mode: Mode::Auto,
+        k: 10,
+        ef: None,
+        rerank,
+        nprobe,
+        records,
+        eligible: Some(eligible),
+    };
+    let profiled = Planner {
+        hnsw_ef_search: Some(64),
+        pq_rerank: Some(8),
+        pq_fast: true,
+        pq_filtered: Some((12, 16)),
+    };
+    let p = profiled.plan(&req(10_000, None, None)).unwrap();
+    assert_eq!(
+        (p.path, p.nprobe, p.rerank, p.min_seen),
+        (Path::Pq, 12, 16, SEEN_PER_K * 10)
+    );
+    let p = profiled.plan(&req(10_000, Some(3), Some(5))).unwrap();
+    assert_eq!((p.path, p.nprobe, p.rerank), (Path::Pq, 3, 5));
+    // At most 2048 eligible: exact; past records / 8: HNSW.
+    let at = |e| profiled.plan(&req(e, None, None)).unwrap().path;
+    assert_eq!(at(SMALL_ELIGIBLE), Path::Native);
+    assert_eq!(at(SMALL_ELIGIBLE + 1), Path::Pq);
+    assert_eq!(at(records / 8), Path::Pq);
+    assert_eq!(at(records / 8 + 1), Path::Hnsw);
+    // Without the setting, or without fast scan: exact up to records / 16.
+    for planner in [
+        Planner {
+            pq_filtered: None,
+            ..profiled
+        },
+        Planner {
+            pq_fast: false,
+            ..profiled
+        },
+    ] {
+        let at = |e| planner.plan(&req(e, None, None)).unwrap().path;
+        assert_eq!(at(records / 16), Path::Native);
+        assert_eq!(at(records / 16 + 1), Path::Hnsw);
+    }
+    // An unfiltered request is not planned as a filtered one.
+    let p = profiled
+        .plan(&Request {
+            eligible: None,
+            ..req(0, None, None)
+        })
+        .unwrap();
+    assert_eq!((p.path, p.min_seen), (Path::Hnsw, 0));
 }
 
 #[test]

@@ -209,3 +209,94 @@ fn a_mid_sized_set_is_scored_exactly_from_sidecar_vectors() {
         }
     }
 }
+
+/// A set past the direct-scoring size and at most 1/8 of the map, on a
+/// map with HNSW and a 4-bit PQ sidecar, takes HNSW on path auto without a
+/// recall profile and the PQ masked fast scan once a profile is measured
+/// (the profile's PQ setting for unfiltered recall 0.99, probing at least
+/// the lists that hold 48·k eligible rows): every answer is full and
+/// eligible, recall@10 against the filtered brute force is at least 0.95
+/// on both paths, and mode exact stays the brute force.
+#[test]
+fn a_mid_sized_set_takes_the_fast_scan_on_path_auto() {
+    const N: u64 = 40_000;
+    const QUERIES: usize = 24;
+    let s = prox_testkit::seed(0x6f_a57);
+    let mut rng = SplitMix64::new(s);
+    // bucket = i % 1000: "bucket < 100" admits exactly 4,000 records, more
+    // than the 2,048 scored directly, at most N / 8.
+    let recs: Records = (0..N)
+        .map(|i| {
+            let v = (0..DIMS).map(|_| rng.gauss()).collect();
+            let p = json!({"bucket": (i % 1000) as i64});
+            (i.to_be_bytes().to_vec(), v, serde_json::to_vec(&p).unwrap())
+        })
+        .collect();
+    let vectors: BTreeMap<_, _> = recs.iter().map(|r| (r.0.clone(), r.1.clone())).collect();
+    let filter = filter_from_json(&json!({"key": "bucket", "range": {"lt": 100}})).unwrap();
+    let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
+    let mut b = Build::new(DIMS as u32);
+    b.indexes = vec!["bucket:integer".parse().unwrap()];
+    b.hnsw = Some(HnswParams::default());
+    b.pq = Some(PqParams::parse("subquantizers=16,centroids=16,iterations=2").unwrap());
+    index::build(&*store, Some("m"), &b, recs).unwrap();
+    for profiled in [false, true] {
+        let path = if profiled { Path::Pq } else { Path::Hnsw };
+        if profiled {
+            let ix = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+            let p = ix.measure_profile(100).unwrap();
+            // The profile's PQ entries reach the target here (16 one-dim
+            // subquantizers), so the filtered PQ plan applies.
+            let choice = p.choose(0.99, |x| x == Path::Pq);
+            assert!(choice.is_some_and(|c| c.reached), "seed {s:#x}: {choice:?}");
+            ix.publish_profile("m", &p).unwrap();
+        }
+        let ix = Index::open(Arc::clone(&store), "m", &Options::default()).unwrap();
+        assert_eq!(ix.profile().is_some(), profiled, "seed {s:#x}");
+        let keys = eligible(&ix, &filter, s);
+        assert_eq!(keys.len(), 4_000, "seed {s:#x}");
+        let mut scratch = Scratch::default();
+        let mut hit = 0;
+        for _ in 0..QUERIES {
+            let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss()).collect();
+            let truth = brute(&ix, &vectors, &keys, &q, K);
+            let r = ix
+                .search(&mut scratch, &q, &Request::new(K).filter(filter.clone()))
+                .unwrap();
+            assert_eq!(
+                (r.path, r.completion, r.hits.len()),
+                (path, Completion::Approximate, K),
+                "seed {s:#x}, profiled {profiled}"
+            );
+            assert!(
+                r.hits.iter().all(|h| keys.binary_search(&h.key).is_ok()),
+                "seed {s:#x}: ineligible hit"
+            );
+            hit += r
+                .hits
+                .iter()
+                .filter(|h| truth.iter().any(|t| t.0 == h.key))
+                .count();
+            let exact = ix
+                .search(
+                    &mut scratch,
+                    &q,
+                    &Request::new(K)
+                        .mode(QueryMode::Exact)
+                        .filter(filter.clone()),
+                )
+                .unwrap();
+            let got: Vec<_> = exact
+                .hits
+                .iter()
+                .map(|h| (h.key.clone(), h.score))
+                .collect();
+            assert_eq!(got, truth, "seed {s:#x}: exact");
+        }
+        let recall = hit as f64 / (K * QUERIES) as f64;
+        assert!(
+            recall >= 0.95,
+            "seed {s:#x}, profiled {profiled}: recall@10 {recall:.3}"
+        );
+    }
+}

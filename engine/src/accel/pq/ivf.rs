@@ -603,6 +603,22 @@ pub(super) enum Eligible<'a> {
 }
 
 impl Eligible<'_> {
+    /// Eligible rows among a list's `ids`, whose blocks are `blocks` (a
+    /// range of global block indexes).
+    fn count(&self, ids: &[u32], blocks: std::ops::Range<usize>) -> usize {
+        match self {
+            Eligible::All => ids.len(),
+            Eligible::Interval(lo, hi) => ids
+                .iter()
+                .filter(|&&id| (*lo..*hi).contains(&(id as usize)))
+                .count(),
+            Eligible::Masked(masks) => masks.0[blocks]
+                .iter()
+                .map(|m| m.count_ones() as usize)
+                .sum(),
+        }
+    }
+
     #[inline]
     fn contains(&self, id: u32) -> bool {
         match self {
@@ -614,13 +630,16 @@ impl Eligible<'_> {
     }
 }
 
-/// One IVF query: `depth = k · rerank` candidates, `count` eligible rows.
+/// One IVF query: `depth = k · rerank` candidates, `count` eligible rows,
+/// probing on past `nprobe` until the probed lists held `min_seen`
+/// eligible rows ([`super::PqOptions::min_seen`]).
 pub(super) struct IvfQuery<'a> {
     pub(super) k: usize,
     pub(super) nprobe: usize,
     pub(super) depth: usize,
     pub(super) eligible: Eligible<'a>,
     pub(super) count: usize,
+    pub(super) min_seen: usize,
 }
 
 impl Pq {
@@ -660,16 +679,18 @@ impl Pq {
         let depth = opts.depth.max(want);
         ctx.cands.clear();
         let mut bound = u16::MAX;
-        let mut probed = 0;
+        let min_seen = opts.min_seen.min(opts.count);
+        let (mut probed, mut seen) = (0, 0);
         while probed < fs.nlist {
             if probed >= nprobe {
-                if ctx.cands.len() >= want {
+                if ctx.cands.len() >= want && seen >= min_seen {
                     break;
                 }
-                // Under-filled by a filter: probe on in coarse order, one
-                // list at a time until `want` candidates exist. The full
-                // order's first `nprobe` entries are the ones probed (a
-                // total order), so probing resumes at position `nprobe`.
+                // Under-filled by a filter (or short of `min_seen`): probe
+                // on in coarse order, one list at a time until `want`
+                // candidates exist. The full order's first `nprobe` entries
+                // are the ones probed (a total order), so probing resumes at
+                // position `nprobe`.
                 if probed == nprobe {
                     FastScan::rank_all(&ctx.scores, &mut ctx.coarse);
                 }
@@ -681,6 +702,9 @@ impl Pq {
                 continue;
             }
             let (b0, b1) = (fs.block_start[l] as usize, fs.block_start[l + 1] as usize);
+            if seen < min_seen {
+                seen += eligible.count(&fs.ids[p0..p1], b0..b1);
+            }
             if let Eligible::Masked(masks) = eligible {
                 // Runs of blocks holding an eligible row are scanned; only
                 // the set rows' sums are read.
@@ -942,6 +966,7 @@ mod tests {
                     k: 1,
                     nprobe: Some(1),
                     rerank: Some(pq.len()),
+                    min_seen: 0,
                 };
                 let v = pq.vectors.row(i);
                 pq.search_with(&mut sctx, v, &opts, None, &mut hits)
@@ -1077,6 +1102,7 @@ mod tests {
                     k: 10,
                     nprobe: None,
                     rerank: Some(16),
+                    min_seen: 0,
                 },
             );
             assert!(r >= 0.9, "{metric}: recall {r} (PROX_SEED={s})");
@@ -1106,6 +1132,7 @@ mod tests {
                         k: 10,
                         nprobe: Some(nprobe),
                         rerank: Some(RERANK),
+                        min_seen: 0,
                     },
                 );
                 assert!(
@@ -1179,6 +1206,7 @@ mod tests {
                         k: 10,
                         nprobe: Some(nprobe),
                         rerank: Some(16),
+                        min_seen: 0,
                     };
                     pq.search_with(&mut ctx, q, &opts, Some(f), &mut hits)
                         .unwrap();
@@ -1221,6 +1249,7 @@ mod tests {
                     k: 10,
                     nprobe: Some(nprobe),
                     rerank: Some(8),
+                    min_seen: 0,
                 };
                 pq.search_with(&mut ctx, &q, &opts, Some(&range), &mut a)
                     .unwrap();
@@ -1261,6 +1290,7 @@ mod tests {
                 k: 10,
                 nprobe: Some(nprobe),
                 rerank: Some(4),
+                min_seen: 0,
             };
             pq.search_with(&mut ctx, q, &opts, Some(&f), &mut hits)
                 .unwrap();
@@ -1289,6 +1319,7 @@ mod tests {
                 k: 10,
                 nprobe: Some(1),
                 rerank: Some(4),
+                min_seen: 0,
             };
             pq.search_with(&mut ctx, &q, &opts, Some(&f), &mut hits)
                 .unwrap();
@@ -1301,6 +1332,59 @@ mod tests {
             most = most.max(probed);
         }
         assert!(most > 1, "no query probed on (PROX_SEED={s})");
+    }
+
+    /// `min_seen`: the scan probes at least the lists holding that many
+    /// eligible rows on average, and past them exactly until the lists it
+    /// read held that many.
+    #[test]
+    fn a_floor_of_eligible_rows_probes_on_until_they_are_read() {
+        let s = seed(SEED);
+        let (data, pq) = setup(Metric::L2, s);
+        let fs = pq.fast_scan().unwrap();
+        let nlist = fs.nlist();
+        // One record in 7 (ids are key order, keys are the ids).
+        let f = Filter::Keys(
+            (0..4000u32)
+                .step_by(7)
+                .map(|i| i.to_be_bytes().to_vec())
+                .collect(),
+        );
+        let count = 4000usize.div_ceil(7);
+        let min_seen = 120;
+        let floor = (min_seen * nlist).div_ceil(count);
+        let mut ctx = PqSearchContext::new();
+        let mut hits = Vec::new();
+        let mut beyond = 0;
+        for q in queries(20, s, Metric::L2, &data) {
+            let opts = PqOptions {
+                k: 10,
+                nprobe: Some(1),
+                rerank: Some(4),
+                min_seen,
+            };
+            pq.search_with(&mut ctx, &q, &opts, Some(&f), &mut hits)
+                .unwrap();
+            assert_eq!(hits.len(), 10, "PROX_SEED={s}");
+            let probed = ctx.ivf.probed;
+            let held = |lists: usize| -> usize {
+                ctx.ivf.coarse[..lists]
+                    .iter()
+                    .map(|&(_, l)| {
+                        let l = l as usize;
+                        let (p0, p1) = (fs.list_start[l] as usize, fs.list_start[l + 1] as usize);
+                        fs.ids[p0..p1].iter().filter(|&&id| id % 7 == 0).count()
+                    })
+                    .sum()
+            };
+            assert!(probed >= floor, "probed {probed} < {floor} (PROX_SEED={s})");
+            assert!(held(probed) >= min_seen, "PROX_SEED={s}");
+            if probed > floor {
+                assert!(held(probed - 1) < min_seen, "PROX_SEED={s}");
+                beyond += 1;
+            }
+        }
+        assert!(beyond > 0, "no query probed past the floor (PROX_SEED={s})");
     }
 
     /// Hits digest for the default seed; equal at 1 and 3 threads, and the
@@ -1338,6 +1422,7 @@ mod tests {
                             k: 10,
                             nprobe: Some(nprobe),
                             rerank: Some(4),
+                            min_seen: 0,
                         };
                         pq.search_with(&mut ctx, q, &opts, None, &mut hits).unwrap();
                         for hit in &hits {

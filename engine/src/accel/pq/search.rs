@@ -67,6 +67,12 @@ pub struct PqOptions {
     pub nprobe: Option<usize>,
     /// Candidates reranked exactly per result (`None`: the manifest's).
     pub rerank: Option<usize>,
+    /// A filtered fast-scan search probes on past `nprobe`, one list at a
+    /// time in coarse order, until the probed lists held at least this many
+    /// eligible rows (0: no such floor). A selective filter leaves few
+    /// eligible rows in each list, and its nearest eligible records lie
+    /// further out than the unfiltered ones.
+    pub min_seen: usize,
 }
 
 impl Pq {
@@ -140,6 +146,7 @@ impl Pq {
             k,
             nprobe: None,
             rerank,
+            min_seen: 0,
         };
         self.search_with(ctx, query, &opts, filter, out)
     }
@@ -204,7 +211,14 @@ impl Pq {
             return Ok(());
         }
         if let Some(fs) = self.fast_scan() {
-            let nprobe = opts.nprobe.unwrap_or_else(|| fs.default_nprobe()).max(1);
+            // At least the lists that hold `min_seen` eligible rows on
+            // average (the scan probes on past them for a query whose lists
+            // hold fewer).
+            let nprobe = opts
+                .nprobe
+                .unwrap_or_else(|| fs.default_nprobe())
+                .max(opts.min_seen.saturating_mul(fs.nlist()).div_ceil(count))
+                .clamp(1, fs.nlist());
             // Expected rows the probed lists hold; a filter admitting so few
             // rows that scoring each one flat costs less scans flat.
             let expected = self.len().saturating_mul(nprobe) / fs.nlist();
@@ -230,6 +244,7 @@ impl Pq {
                     depth,
                     eligible,
                     count,
+                    min_seen: opts.min_seen,
                 };
                 if self.search_ivf(fs, &mut ctx.ivf, query, &q, &mut watch, out)? {
                     return Ok(());
