@@ -55,6 +55,15 @@ fn brute(
     all
 }
 
+/// Mode exact's filtered top `K` for `q`: `(key, score)` in answer order.
+fn exact(ix: &Index, scratch: &mut Scratch, q: &[f32], filter: &Filter) -> Vec<(Vec<u8>, f64)> {
+    let req = Request::new(K)
+        .mode(QueryMode::Exact)
+        .filter(filter.clone());
+    let r = ix.search(scratch, q, &req).unwrap();
+    r.hits.iter().map(|h| (h.key.clone(), h.score)).collect()
+}
+
 /// The key set `filter` resolves to on `ix`.
 fn eligible(ix: &Index, filter: &Filter, s: u64) -> Vec<Vec<u8>> {
     match ix
@@ -96,20 +105,7 @@ fn every_selectivity_fills_and_recalls() {
         for _ in 0..QUERIES {
             let q: Vec<f32> = (0..DIMS).map(|_| rng.gauss()).collect();
             let truth = brute(&ix, &vectors, &keys, &q, K);
-            let exact = ix
-                .search(
-                    &mut scratch,
-                    &q,
-                    &Request::new(K)
-                        .mode(QueryMode::Exact)
-                        .filter(filter.clone()),
-                )
-                .unwrap();
-            let got: Vec<_> = exact
-                .hits
-                .iter()
-                .map(|h| (h.key.clone(), h.score))
-                .collect();
+            let got = exact(&ix, &mut scratch, &q, &filter);
             assert_eq!(got, truth, "seed {s:#x}: exact at {per_mille}‰");
             for path in [
                 PathChoice::Auto,
@@ -277,20 +273,7 @@ fn a_mid_sized_set_takes_the_fast_scan_on_path_auto() {
                 .iter()
                 .filter(|h| truth.iter().any(|t| t.0 == h.key))
                 .count();
-            let exact = ix
-                .search(
-                    &mut scratch,
-                    &q,
-                    &Request::new(K)
-                        .mode(QueryMode::Exact)
-                        .filter(filter.clone()),
-                )
-                .unwrap();
-            let got: Vec<_> = exact
-                .hits
-                .iter()
-                .map(|h| (h.key.clone(), h.score))
-                .collect();
+            let got = exact(&ix, &mut scratch, &q, &filter);
             assert_eq!(got, truth, "seed {s:#x}: exact");
         }
         let recall = hit as f64 / (K * QUERIES) as f64;
