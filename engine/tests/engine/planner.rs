@@ -55,6 +55,18 @@ fn brute(
     all
 }
 
+/// `n` Gaussian records whose payload `bucket` is `i % 1000` (so "bucket <
+/// b" admits exactly `n / 1000 · b` of them when 1000 divides `n`).
+fn bucketed(n: u64, rng: &mut SplitMix64) -> Records {
+    (0..n)
+        .map(|i| {
+            let v = (0..DIMS).map(|_| rng.gauss()).collect();
+            let p = json!({"bucket": (i % 1000) as i64});
+            (i.to_be_bytes().to_vec(), v, serde_json::to_vec(&p).unwrap())
+        })
+        .collect()
+}
+
 /// Mode exact's filtered top `K` for `q`: `(key, score)` in answer order.
 fn exact(ix: &Index, scratch: &mut Scratch, q: &[f32], filter: &Filter) -> Vec<(Vec<u8>, f64)> {
     let req = Request::new(K)
@@ -160,13 +172,7 @@ fn a_mid_sized_set_is_scored_exactly_from_sidecar_vectors() {
     let mut rng = SplitMix64::new(s);
     // bucket = i % 1000: "bucket < 55" admits exactly 1,100 records, more
     // than the 1,024 scored from the directory, less than N / 16.
-    let recs: Records = (0..N)
-        .map(|i| {
-            let v = (0..DIMS).map(|_| rng.gauss()).collect();
-            let p = json!({"bucket": (i % 1000) as i64});
-            (i.to_be_bytes().to_vec(), v, serde_json::to_vec(&p).unwrap())
-        })
-        .collect();
+    let recs = bucketed(N, &mut rng);
     let vectors: BTreeMap<_, _> = recs.iter().map(|r| (r.0.clone(), r.1.clone())).collect();
     let filter = filter_from_json(&json!({"key": "bucket", "range": {"lt": 55}})).unwrap();
     for sidecar in ["hnsw", "pq"] {
@@ -221,13 +227,7 @@ fn a_mid_sized_set_takes_the_fast_scan_on_path_auto() {
     let mut rng = SplitMix64::new(s);
     // bucket = i % 1000: "bucket < 100" admits exactly 4,000 records, more
     // than the 2,048 scored directly, at most N / 8.
-    let recs: Records = (0..N)
-        .map(|i| {
-            let v = (0..DIMS).map(|_| rng.gauss()).collect();
-            let p = json!({"bucket": (i % 1000) as i64});
-            (i.to_be_bytes().to_vec(), v, serde_json::to_vec(&p).unwrap())
-        })
-        .collect();
+    let recs = bucketed(N, &mut rng);
     let vectors: BTreeMap<_, _> = recs.iter().map(|r| (r.0.clone(), r.1.clone())).collect();
     let filter = filter_from_json(&json!({"key": "bucket", "range": {"lt": 100}})).unwrap();
     let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
