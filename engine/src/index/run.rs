@@ -4,7 +4,7 @@
 use super::open::{Index, Scratch};
 use super::plan;
 use super::profile::{no_profile, Choice};
-use super::request::Request;
+use super::request::{PathChoice, QueryMode, Request};
 use super::response::{Counters, Neighbour, Response};
 use super::route::{route, Route};
 use crate::accel::Path;
@@ -77,8 +77,12 @@ impl Index {
         }
         req.validate()?;
         self.check_vector(vector)?;
-        let filtered = match (&req.filter, req.recall) {
-            (Some(_), None) => self.filtered_pq(),
+        // Only a request the accel planner decides (path and mode auto, no
+        // recall target) can take the filtered PQ plan.
+        let planned =
+            req.mode == QueryMode::Auto && req.path == PathChoice::Auto && req.recall.is_none();
+        let filtered = match &req.filter {
+            Some(_) if planned => self.filtered_pq(),
             _ => None,
         };
         let loaded = match (&self.accel.hnsw, &self.accel.pq, filtered) {

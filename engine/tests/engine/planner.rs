@@ -230,6 +230,7 @@ fn a_mid_sized_set_takes_the_fast_scan_on_path_auto() {
     let recs = bucketed(N, &mut rng);
     let vectors: BTreeMap<_, _> = recs.iter().map(|r| (r.0.clone(), r.1.clone())).collect();
     let filter = filter_from_json(&json!({"key": "bucket", "range": {"lt": 100}})).unwrap();
+    let small = filter_from_json(&json!({"key": "bucket", "range": {"lt": 60}})).unwrap();
     let store: Arc<dyn BlockStore> = Arc::new(MemStore::new());
     let mut b = Build::new(DIMS as u32);
     b.indexes = vec!["bucket:integer".parse().unwrap()];
@@ -275,6 +276,15 @@ fn a_mid_sized_set_takes_the_fast_scan_on_path_auto() {
                 .count();
             let got = exact(&ix, &mut scratch, &q, &filter);
             assert_eq!(got, truth, "seed {s:#x}: exact");
+            // A named preset on path auto still scores a set of at most
+            // n/16 (2,400 here) directly, profile or not.
+            let fast = Request::new(K).mode(QueryMode::Fast).filter(small.clone());
+            let r = ix.search(&mut scratch, &q, &fast).unwrap();
+            assert_eq!(
+                (r.path, r.completion, r.counters.distance_evals),
+                (Path::Native, Completion::Exact, 2_400),
+                "seed {s:#x}, profiled {profiled}: mode fast"
+            );
         }
         let recall = hit as f64 / (K * QUERIES) as f64;
         assert!(
