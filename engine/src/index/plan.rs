@@ -6,8 +6,8 @@
 //!
 //! * **Small** (no budget, and `eligible <= max(DIRECT_MIN, DIRECT_PER_K ·
 //!   k)`, or on path `auto` when a loaded HNSW or PQ sidecar holds every
-//!   vector up to `n / DIRECT_FRACTION`, or up to 2048 when the PQ
-//!   sidecar has 4-bit codes, whose masked fast scan is faster on larger
+//!   vector up to `max(2048, n / DIRECT_FRACTION)`, or up to 2048 when the
+//!   filtered PQ plan applies, its masked fast scan being faster on larger
 //!   sets): the eligible records are scored directly, from
 //!   the sidecar's vectors (the fast kernel ranks all of them, the best are
 //!   rescored canonically) or else read from the directory. That is the
@@ -59,15 +59,15 @@ pub(crate) enum Loaded {
 
 /// The eligible key set of a resolved request when it is scored directly
 /// (see the module docs); `None` otherwise. With the vectors in memory
-/// and path `auto`, sets up to `records / DIRECT_FRACTION` are too, or up
-/// to [`SMALL_ELIGIBLE`] when a fast scan takes the larger ones.
+/// and path `auto`, sets up to [`SMALL_ELIGIBLE`] are too, and up to
+/// `records / DIRECT_FRACTION` unless a fast scan takes the larger ones.
 pub(crate) fn direct_keys(req: &Request, records: usize, loaded: Loaded) -> Option<&KeySet> {
     let mut limit = DIRECT_MIN.max(DIRECT_PER_K * req.k);
     // A path the caller names keeps mid-sized sets (its own search decides).
     if req.path == PathChoice::Auto {
         limit = match loaded {
             Loaded::Directory => limit,
-            Loaded::InMemory => limit.max(records / DIRECT_FRACTION),
+            Loaded::InMemory => limit.max(SMALL_ELIGIBLE).max(records / DIRECT_FRACTION),
             Loaded::FastScan => limit.max(SMALL_ELIGIBLE),
         };
     }
@@ -102,7 +102,9 @@ mod tests {
             direct_keys(&small, 0, Loaded::Directory).map(|k| k.len()),
             Some(DIRECT_MIN)
         );
-        // With the vectors in memory, up to 1/16 of the map.
+        // With the vectors in memory, up to 2048 or 1/16 of the map.
+        let at = Request::new(10).filter(keys(SMALL_ELIGIBLE));
+        assert!(direct_keys(&at, 1000, Loaded::InMemory).is_some());
         let mid = Request::new(10).filter(keys(4096));
         assert!(direct_keys(&mid, 65_536, Loaded::InMemory).is_some());
         assert!(direct_keys(&mid, 65_535, Loaded::InMemory).is_none());
@@ -111,7 +113,6 @@ mod tests {
         assert!(direct_keys(&hnsw, 65_536, Loaded::InMemory).is_none());
         // A fast scan takes sets past 2048 however large the map.
         assert!(direct_keys(&mid, 1 << 20, Loaded::FastScan).is_none());
-        let at = Request::new(10).filter(keys(SMALL_ELIGIBLE));
         assert!(direct_keys(&at, 1 << 20, Loaded::FastScan).is_some());
         assert!(direct_keys(
             &Request::new(10).filter(keys(DIRECT_MIN + 1)),

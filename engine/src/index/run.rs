@@ -7,9 +7,9 @@ use super::profile::{no_profile, Choice};
 use super::request::{PathChoice, QueryMode, Request};
 use super::response::{Counters, Neighbour, Response};
 use super::route::{route, Route};
-use crate::accel::Path;
+use crate::accel::{self, Path};
 use crate::error::{Error, Result};
-use crate::keys::KeySet;
+use crate::keys::{Filter, KeySet};
 use crate::proximity::math;
 use crate::proximity::search::{Completion, SearchContext, SearchRequest};
 use rayon::prelude::*;
@@ -78,10 +78,12 @@ impl Index {
         req.validate()?;
         self.check_vector(vector)?;
         // Only a request the accel planner decides (path and mode auto, no
-        // recall target) can take the filtered PQ plan.
+        // recall target) can take the filtered PQ plan, and only a filter
+        // that may admit more than the sets always scored directly.
         let planned =
             req.mode == QueryMode::Auto && req.path == PathChoice::Auto && req.recall.is_none();
         let filtered = match &req.filter {
+            Some(Filter::Keys(keys)) if keys.len() <= accel::SMALL_ELIGIBLE => None,
             Some(_) if planned => self.filtered_pq(),
             _ => None,
         };

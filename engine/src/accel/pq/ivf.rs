@@ -1343,48 +1343,69 @@ mod tests {
         let (data, pq) = setup(Metric::L2, s);
         let fs = pq.fast_scan().unwrap();
         let nlist = fs.nlist();
-        // One record in 7 (ids are key order, keys are the ids).
-        let f = Filter::Keys(
-            (0..4000u32)
-                .step_by(7)
-                .map(|i| i.to_be_bytes().to_vec())
-                .collect(),
-        );
-        let count = 4000usize.div_ceil(7);
+        let key = |i: u32| i.to_be_bytes().to_vec();
+        // Ids are key order and the keys are the ids: one record in 7 (a
+        // key set, scanned through block masks) and the 600 of a key range
+        // (counted id by id).
+        type Admits = Box<dyn Fn(u32) -> bool>;
+        let filters: [(Filter, usize, Admits); 2] = [
+            (
+                Filter::Keys((0..4000u32).step_by(7).map(key).collect()),
+                4000usize.div_ceil(7),
+                Box::new(|id| id % 7 == 0),
+            ),
+            (
+                Filter::Range {
+                    start: key(500),
+                    end: Some(key(1100)),
+                },
+                600,
+                Box::new(|id| (500..1100).contains(&id)),
+            ),
+        ];
         let min_seen = 120;
-        let floor = (min_seen * nlist).div_ceil(count);
         let mut ctx = PqSearchContext::new();
         let mut hits = Vec::new();
-        let mut beyond = 0;
-        for q in queries(20, s, Metric::L2, &data) {
-            let opts = PqOptions {
-                k: 10,
-                nprobe: Some(1),
-                rerank: Some(4),
-                min_seen,
-            };
-            pq.search_with(&mut ctx, &q, &opts, Some(&f), &mut hits)
-                .unwrap();
-            assert_eq!(hits.len(), 10, "PROX_SEED={s}");
-            let probed = ctx.ivf.probed;
-            let held = |lists: usize| -> usize {
-                ctx.ivf.coarse[..lists]
-                    .iter()
-                    .map(|&(_, l)| {
-                        let l = l as usize;
-                        let (p0, p1) = (fs.list_start[l] as usize, fs.list_start[l + 1] as usize);
-                        fs.ids[p0..p1].iter().filter(|&&id| id % 7 == 0).count()
-                    })
-                    .sum()
-            };
-            assert!(probed >= floor, "probed {probed} < {floor} (PROX_SEED={s})");
-            assert!(held(probed) >= min_seen, "PROX_SEED={s}");
-            if probed > floor {
-                assert!(held(probed - 1) < min_seen, "PROX_SEED={s}");
-                beyond += 1;
+        for (f, count, admits) in &filters {
+            let floor = (min_seen * nlist).div_ceil(*count);
+            let mut beyond = 0;
+            for q in queries(20, s, Metric::L2, &data) {
+                let opts = PqOptions {
+                    k: 10,
+                    nprobe: Some(1),
+                    rerank: Some(4),
+                    min_seen,
+                };
+                pq.search_with(&mut ctx, &q, &opts, Some(f), &mut hits)
+                    .unwrap();
+                assert_eq!(hits.len(), 10, "PROX_SEED={s}");
+                let probed = ctx.ivf.probed;
+                let held = |lists: usize| -> usize {
+                    ctx.ivf.coarse[..lists]
+                        .iter()
+                        .map(|&(_, l)| {
+                            let l = l as usize;
+                            let (p0, p1) =
+                                (fs.list_start[l] as usize, fs.list_start[l + 1] as usize);
+                            fs.ids[p0..p1].iter().filter(|&&id| admits(id)).count()
+                        })
+                        .sum()
+                };
+                assert!(
+                    probed >= floor,
+                    "{f:?}: probed {probed} < {floor} (PROX_SEED={s})"
+                );
+                assert!(held(probed) >= min_seen, "{f:?} (PROX_SEED={s})");
+                if probed > floor {
+                    assert!(held(probed - 1) < min_seen, "{f:?} (PROX_SEED={s})");
+                    beyond += 1;
+                }
             }
+            assert!(
+                beyond > 0,
+                "{f:?}: no query probed past the floor (PROX_SEED={s})"
+            );
         }
-        assert!(beyond > 0, "no query probed past the floor (PROX_SEED={s})");
     }
 
     /// Hits digest for the default seed; equal at 1 and 3 threads, and the
